@@ -1,0 +1,393 @@
+"""Broker configuration: every key declared once, read from Kafka `.properties` text.
+
+Each key is one field of `ServerProperties`, with its type, default, bounds and doc string
+(the field name with `_` read as `.` is the Kafka key).  msgspec converts and bounds-checks
+the raw strings; `load_config` then checks what spans several keys (listeners, the security
+protocol map, advertised listeners) and returns a frozen `BrokerConfig`.
+
+Parsing is pure: nothing here binds a socket or touches a file except `read_properties_file`.
+Every failure is a `ConfigError` whose message is one line naming the key; `python -m broker`
+prints it and exits with status 2.
+
+Keys that are not Kafka's carry the prefix `pybroker.`, except `prometheus.listen`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+__all__ = [
+    "BrokerConfig",
+    "ConfigError",
+    "Listener",
+    "ServerProperties",
+    "load_config",
+    "parse_properties",
+    "read_properties_file",
+]
+
+INT_MAX = 2**31 - 1
+MIB = 1024 * 1024
+SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, described in one line that names the key."""
+
+
+def _key(field_name: str) -> str:
+    return field_name.replace("_", ".")
+
+
+def _doc(text: str, **bounds) -> Meta:
+    return Meta(description=text, **bounds)
+
+
+class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename=_key):
+    """The keys this broker understands, with Kafka's names, defaults and meanings."""
+
+    node_id: Annotated[int, _doc("The id of this broker (Kafka's KRaft name).", ge=0)] | None = None
+    broker_id: Annotated[int, _doc("Older name of node.id; if both are set they must agree.", ge=0)] | None = None
+    listeners: Annotated[str, _doc(
+        "Comma-separated NAME://host:port listeners. An empty host binds every interface; "
+        "port 0 binds an ephemeral port.")] = "PLAINTEXT://:9092"
+    advertised_listeners: Annotated[str, _doc(
+        "Listeners given to clients in Metadata; defaults to `listeners`. "
+        "A port of 0 is replaced by the bound port of the listener with the same name.")] = ""
+    listener_security_protocol_map: Annotated[str, _doc(
+        "Comma-separated LISTENER:PROTOCOL pairs. Only PLAINTEXT is supported yet.")] = (
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL")
+    inter_broker_listener_name: Annotated[str, _doc(
+        "Listener for broker-to-broker traffic; defaults to the listener named PLAINTEXT, "
+        "else the first listener.")] = ""
+    num_network_threads: Annotated[int, _doc(
+        "Number of data-plane worker processes.", ge=1, le=64)] = 3
+    socket_request_max_bytes: Annotated[int, _doc(
+        "Largest request frame accepted; a larger size prefix closes the connection.",
+        ge=1, le=INT_MAX)] = 100 * MIB
+    socket_listen_backlog_size: Annotated[int, _doc(
+        "Kernel accept backlog of each listening socket.", ge=1, le=65535)] = 50
+    socket_send_buffer_bytes: Annotated[int, _doc(
+        "SO_SNDBUF of accepted sockets; -1 keeps the OS default.", ge=-1)] = 102400
+    socket_receive_buffer_bytes: Annotated[int, _doc(
+        "SO_RCVBUF of listening sockets (inherited by accepted ones); -1 keeps the OS default.",
+        ge=-1)] = 102400
+    connections_max_idle_ms: Annotated[int, _doc(
+        "Close connections idle for longer than this; -1 disables idle expiry.", ge=-1)] = 600000
+    log_dirs: Annotated[str, _doc(
+        "Comma-separated data directories; the first also holds the broker's lock and "
+        "runtime files. Defaults to log.dir.")] = ""
+    log_dir: Annotated[str, _doc("Data directory used when log.dirs is not set.")] = "/tmp/kafka-logs"
+    prometheus_listen: Annotated[str, _doc(
+        "HOST:PORT of the Prometheus /metrics endpoint; empty disables it.")] = "127.0.0.1:9404"
+    pybroker_handoff_queue_size: Annotated[int, _doc(
+        "Connections handed to one worker and not yet registered by it (KIP-402's queue).",
+        ge=1, le=10000)] = 20
+    pybroker_registrations_per_turn: Annotated[int, _doc(
+        "New connections a worker registers per event-loop turn before serving existing ones.",
+        ge=1, le=10000)] = 20
+    pybroker_shutdown_timeout_ms: Annotated[int, _doc(
+        "On SIGTERM, how long in-flight requests may finish before workers are killed.",
+        ge=0, le=600000)] = 10000
+    pybroker_worker_heartbeat_timeout_ms: Annotated[int, _doc(
+        "A worker whose heartbeat is older than this is aborted, then killed.",
+        ge=1000, le=3600000)] = 30000
+
+
+class Listener(msgspec.Struct, frozen=True):
+    """One NAME://host:port entry of `listeners` or `advertised.listeners`."""
+
+    name: str
+    host: str
+    port: int
+    protocol: str = "PLAINTEXT"
+
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+class BrokerConfig(msgspec.Struct, frozen=True):
+    """The validated configuration; sent as is to every worker process."""
+
+    props: ServerProperties
+    node_id: int
+    listeners: tuple[Listener, ...]
+    advertised: tuple[Listener, ...]
+    inter_broker_listener: str
+    log_dirs: tuple[str, ...]
+    prometheus: tuple[str, int] | None
+
+    def listener_index(self, name: str) -> int:
+        for index, listener in enumerate(self.listeners):
+            if listener.name == name:
+                return index
+        raise KeyError(name)
+
+    def with_bound_ports(self, ports: dict[str, int]) -> "BrokerConfig":
+        """Return a copy where port 0 listeners (and their advertised twins) carry `ports`."""
+
+        def bind(listener: Listener) -> Listener:
+            if listener.port == 0 and listener.name in ports:
+                return msgspec.structs.replace(listener, port=ports[listener.name])
+            return listener
+
+        return msgspec.structs.replace(
+            self,
+            listeners=tuple(bind(item) for item in self.listeners),
+            advertised=tuple(bind(item) for item in self.advertised),
+        )
+
+
+# --- .properties syntax --------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _logical_lines(text: str):
+    """Yield (line number, logical line), joining lines that end in an odd number of '\\'."""
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.lstrip() if pending else raw.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending, start = pending + line[:-1], start or number
+            continue
+        yield (start or number), pending + line
+        pending, start = "", 0
+    if pending:
+        yield start, pending
+
+
+_SEPARATOR = re.compile(r"(?<!\\)(\s*[=:]\s*|\s+)")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java `.properties` text: comments, `=`/`:`/space separators, continuations."""
+    result: dict[str, str] = {}
+    for _number, line in _logical_lines(text):
+        match = _SEPARATOR.search(line)
+        if match is None:
+            key, value = line, ""
+        else:
+            key, value = line[:match.start()], line[match.end():]
+        result[_unescape(key)] = _unescape(value)
+    return result
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_properties(handle.read())
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override {pair!r}: expected key=value")
+        result[key.strip()] = value.strip()
+    return result
+
+
+# --- validation ----------------------------------------------------------------------------
+
+_KEYS = {field.encode_name: field for field in msgspec.structs.fields(ServerProperties)}
+_LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)$")
+_MSGSPEC_PATH = re.compile(r" - at `\$\.(.+?)`$")
+
+
+def declared_keys() -> list[msgspec.structs.FieldInfo]:
+    return list(_KEYS.values())
+
+
+def _convert(raw: dict[str, str]) -> ServerProperties:
+    for key in raw:
+        if key not in _KEYS:
+            raise ConfigError(f"{key}: unknown configuration key")
+    try:
+        return msgspec.convert(raw, ServerProperties, strict=False)
+    except msgspec.ValidationError as error:
+        message = str(error)
+        match = _MSGSPEC_PATH.search(message)
+        if match is None:
+            raise ConfigError(message) from None
+        key = match.group(1)
+        reason = message[:match.start()].replace("`", "")
+        raise ConfigError(f"{key}: invalid value {raw.get(key)!r} ({reason.lower()})") from None
+
+
+def _split_csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _parse_protocol_map(value: str) -> dict[str, str]:
+    result = {}
+    for item in _split_csv(value):
+        name, sep, protocol = item.partition(":")
+        if not sep or not name or not protocol:
+            raise ConfigError(f"listener.security.protocol.map: invalid entry {item!r} "
+                              "(expected LISTENER:PROTOCOL)")
+        if protocol.upper() not in KNOWN_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: unknown security protocol "
+                              f"{protocol!r} for listener {name}")
+        if name.upper() in result:
+            raise ConfigError(f"listener.security.protocol.map: listener {name} appears twice")
+        result[name.upper()] = protocol.upper()
+    return result
+
+
+def _parse_listeners(key: str, value: str, protocols: dict[str, str]) -> tuple[Listener, ...]:
+    listeners: list[Listener] = []
+    for item in _split_csv(value):
+        match = _LISTENER_RE.match(item)
+        if match is None:
+            raise ConfigError(f"{key}: invalid listener {item!r} (expected NAME://host:port)")
+        name, host, port = match.group(1).upper(), match.group(2), int(match.group(3))
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{key}: port {port} of listener {name} is out of range 0-65535")
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ConfigError(f"{key}: no security protocol for listener {name} in "
+                              "listener.security.protocol.map")
+        if protocol not in SUPPORTED_PROTOCOLS:
+            raise ConfigError(f"{key}: listener {name} uses {protocol}, which is not supported "
+                              "yet (only PLAINTEXT)")
+        if any(existing.name == name for existing in listeners):
+            raise ConfigError(f"{key}: listener name {name} appears more than once")
+        listeners.append(Listener(name=name, host=host, port=port, protocol=protocol))
+    if not listeners:
+        raise ConfigError(f"{key}: at least one listener is required")
+    return tuple(listeners)
+
+
+def _check_distinct_ports(listeners: tuple[Listener, ...]) -> None:
+    seen: dict[int, str] = {}
+    for listener in listeners:
+        if listener.port and listener.port in seen:
+            raise ConfigError(f"listeners: {listener.name} and {seen[listener.port]} share "
+                              f"port {listener.port}; each listener needs its own port")
+        seen[listener.port] = listener.name
+
+
+def _resolve_advertised(props: ServerProperties, listeners, protocols) -> tuple[Listener, ...]:
+    if not props.advertised_listeners:
+        return listeners
+    advertised = _parse_listeners("advertised.listeners", props.advertised_listeners, protocols)
+    names = {listener.name for listener in listeners}
+    for listener in advertised:
+        if listener.name not in names:
+            raise ConfigError(f"advertised.listeners: listener {listener.name} is not in "
+                              "listeners")
+        if listener.host in ("0.0.0.0", "::"):
+            raise ConfigError(f"advertised.listeners: {listener.name} advertises the "
+                              f"non-routable address {listener.host}")
+    return advertised
+
+
+def _resolve_node_id(props: ServerProperties) -> int:
+    if props.node_id is not None and props.broker_id is not None and props.node_id != props.broker_id:
+        raise ConfigError(f"node.id: {props.node_id} differs from broker.id {props.broker_id}")
+    if props.node_id is not None:
+        return props.node_id
+    return props.broker_id if props.broker_id is not None else 0
+
+
+def _resolve_inter_broker(props: ServerProperties, listeners) -> str:
+    names = [listener.name for listener in listeners]
+    wanted = props.inter_broker_listener_name.upper()
+    if wanted:
+        if wanted not in names:
+            raise ConfigError(f"inter.broker.listener.name: {wanted} is not a listener in "
+                              f"listeners ({', '.join(names)})")
+        return wanted
+    return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
+
+
+def _parse_host_port(key: str, value: str) -> tuple[str, int] | None:
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: invalid address {value!r} (expected HOST:PORT)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def load_config(raw: dict[str, str]) -> BrokerConfig:
+    """Validate raw key/value pairs into a BrokerConfig, or raise ConfigError."""
+    props = _convert(raw)
+    protocols = _parse_protocol_map(props.listener_security_protocol_map)
+    listeners = _parse_listeners("listeners", props.listeners, protocols)
+    _check_distinct_ports(listeners)
+    log_dirs = tuple(_split_csv(props.log_dirs or props.log_dir))
+    if not log_dirs:
+        raise ConfigError("log.dirs: at least one directory is required")
+    return BrokerConfig(
+        props=props,
+        node_id=_resolve_node_id(props),
+        listeners=listeners,
+        advertised=_resolve_advertised(props, listeners, protocols),
+        inter_broker_listener=_resolve_inter_broker(props, listeners),
+        log_dirs=log_dirs,
+        prometheus=_parse_host_port("prometheus.listen", props.prometheus_listen),
+    )
+
+
+def describe_keys() -> str:
+    """The key table printed by `python -m broker --describe-config` and shown in the README."""
+    lines = ["| key | type | default | doc |", "|---|---|---|---|"]
+    for field in declared_keys():
+        metas = _metas(field.type)
+        bounds = ""
+        if metas and (metas[0].ge is not None or metas[0].le is not None):
+            low = "" if metas[0].ge is None else metas[0].ge
+            high = "" if metas[0].le is None else metas[0].le
+            bounds = f" [{low}..{high}]"
+        default = "" if field.default is None else repr(field.default)
+        doc = next((meta.description for meta in metas if meta.description), "")
+        lines.append(f"| `{field.encode_name}` | {_type_name(field.type)}{bounds} | {default} | {doc} |")
+    return "\n".join(lines)
+
+
+def _metas(annotation) -> list[Meta]:
+    found = [m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Meta)]
+    for arg in getattr(annotation, "__args__", ()):
+        found.extend(_metas(arg))
+    return found
+
+
+def _type_name(annotation) -> str:
+    if getattr(annotation, "__metadata__", None) is not None:
+        return _type_name(annotation.__origin__)
+    members = [arg for arg in getattr(annotation, "__args__", ()) if arg is not type(None)]
+    if members:
+        return _type_name(members[0])
+    return {int: "int", bool: "boolean", str: "string"}.get(annotation, str(annotation))

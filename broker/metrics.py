@@ -1,0 +1,110 @@
+"""Prometheus `/metrics`, served by the parent from the shared counter block.
+
+Workers never touch prometheus-client on the request path: they bump plain 64-bit cells in
+their own slot of the shared block (shm.block).  At scrape time `BlockCollector` sums the
+slots (plus the archive of dead workers' counts) and yields metric families; prometheus-client
+does the exposition.  This is the "equivalent collector over the shared block" alternative to
+multiprocess mode: no per-pid files to clean up, exact totals across worker crashes, and no
+lock on the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, start_wsgi_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from shm.block import CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, SharedBlock
+
+log = logging.getLogger("broker.metrics")
+
+
+class BlockCollector:
+    """Reads the shared block; `supervisor` supplies what only the parent knows."""
+
+    def __init__(self, block: SharedBlock, listener_names: list[str], supervisor,
+                 api_names: dict[int, str], lock: threading.Lock):
+        self.block = block
+        self.listeners = listener_names
+        self.supervisor = supervisor
+        self.api_names = api_names
+        self.lock = lock
+
+    def collect(self):
+        with self.lock:  # the supervisor folds a dead worker's slot into the archive under it
+            yield from self._connections()
+            yield from self._requests()
+            yield from self._workers()
+
+    def _connections(self):
+        block = self.block
+        active = GaugeMetricFamily("broker_connections", "Open client connections",
+                                   labels=["listener"])
+        accepted = CounterMetricFamily("broker_connections_accepted",
+                                       "Connections accepted", labels=["listener"])
+        closed = CounterMetricFamily("broker_connections_closed", "Connections closed",
+                                     labels=["listener", "reason"])
+        blocked = CounterMetricFamily("broker_acceptor_blocked_seconds",
+                                      "Time each acceptor spent unable to hand off connections "
+                                      "(KIP-402 AcceptorBlockedPercent)", labels=["listener"])
+        for index, name in enumerate(self.listeners):
+            accepted_total = block.words[block.parent_cell("connections_accepted", index)]
+            closed_total = 0
+            for reason_index, reason in enumerate(CLOSE_REASONS):
+                value = block.worker_total("connections_closed", index, reason_index)
+                closed_total += value
+                closed.add_metric([name, reason], value)
+            accepted.add_metric([name], accepted_total)
+            active.add_metric([name], accepted_total - closed_total)
+            blocked.add_metric([name], self.supervisor.acceptor_blocked_ns(index) / 1e9)
+        yield from (active, accepted, closed, blocked)
+
+    def _requests(self):
+        block = self.block
+        requests = CounterMetricFamily("broker_requests", "Requests served",
+                                       labels=["api", "listener"])
+        duration = HistogramMetricFamily("broker_request_duration_seconds",
+                                         "Time from reading a request to writing its response",
+                                         labels=["api"])
+        invalid = CounterMetricFamily("broker_invalid_requests",
+                                      "Requests that closed their connection", labels=["reason"])
+        for api_key, api in sorted(self.api_names.items()):
+            for index, name in enumerate(self.listeners):
+                requests.add_metric([api, name], block.worker_total("requests", index, api_key))
+            cumulative, buckets = 0, []
+            for bucket, bound in enumerate(DURATION_BUCKETS + (float("inf"),)):
+                cumulative += block.worker_total("request_duration_bucket", api_key, bucket)
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            total_ns = block.worker_total("request_duration_ns", api_key)
+            duration.add_metric([api], buckets, total_ns / 1e9)
+        for reason_index, reason in enumerate(INVALID_REASONS):
+            invalid.add_metric([reason], block.worker_total("invalid_requests", reason_index))
+        yield from (requests, duration, invalid)
+
+    def _workers(self):
+        up = GaugeMetricFamily("broker_worker_up", "1 while the worker process is serving",
+                               labels=["worker"])
+        for name, serving in self.supervisor.worker_states():
+            up.add_metric([name], 1 if serving else 0)
+        restarts = CounterMetricFamily("broker_worker_restarts", "Worker processes restarted")
+        restarts.add_metric([], self.block.words[self.block.parent_cell("worker_restarts")])
+        heartbeat = GaugeMetricFamily("broker_worker_heartbeat_age_seconds",
+                                      "Seconds since each worker last refreshed its heartbeat",
+                                      labels=["worker"])
+        now = time.monotonic_ns()
+        for slot, name in self.supervisor.worker_slots():
+            beat = self.block.slot_heartbeat(slot)
+            if beat:
+                heartbeat.add_metric([name], max(0, now - beat) / 1e9)
+        yield from (up, restarts, heartbeat)
+
+
+def serve_metrics(host: str, port: int, collector: BlockCollector):
+    """Start the HTTP endpoint on a thread; return (server, bound port)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, _thread = start_wsgi_server(port, addr=host, registry=registry)
+    return server, server.server_port

@@ -1,0 +1,1 @@
+"""Kafka wire protocol helpers shared by the parent, the workers and the tests."""

@@ -1,0 +1,410 @@
+"""The parent process: binds listeners, runs acceptors, spawns and supervises workers.
+
+Process model (see ARCHITECTURE.md):
+
+    parent (this module, one uvloop)
+      acceptor per listener --fd + header over SOCK_SEQPACKET (SCM_RIGHTS)--> worker 0..N-1
+      supervisor: spawn, reap, restart, heartbeat watch, graceful shutdown
+      /metrics thread reading the shared block
+
+Signal handlers only queue the signal and wake the main loop, which dispatches
+`handle_<name>()` (gunicorn's arbiter does the same).  uvloop keeps SIGCHLD for itself, so a
+pidfd per worker tells the loop when a child exits.  A worker that dies is reaped with
+`waitpid(-1, WNOHANG)`, its cause logged, the connections it held counted as closed, its slot
+folded into the archive, and it is restarted (with a back-off if it keeps dying young).  A
+worker that exits with WORKER_BOOT_ERROR before it was ever ready halts the broker instead of
+crash-looping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from broker import ipc
+from broker.acceptor import Acceptor, bind_listener
+from broker.config import BrokerConfig
+from broker.handoff import Dispatcher, WorkerHandle
+from broker.metrics import BlockCollector, serve_metrics
+from broker.runtime import Runtime
+from shm.block import CLOSE_REASONS, SharedBlock
+
+log = logging.getLogger("broker.supervisor")
+
+WORKER_BOOT_ERROR = 3
+BOOT_TIMEOUT = 30.0
+TICK = 0.5
+KILL_AFTER_ABORT = 5.0
+YOUNG_DEATH = 2.0  # a worker dying sooner than this after start is restarted with back-off
+MAX_BACKOFF = 5.0
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Supervisor:
+    def __init__(self, config: BrokerConfig, runtime: Runtime, log_level: str = "INFO"):
+        self.config = config
+        self.runtime = runtime
+        self.log_level = log_level
+        props = config.props
+        self.block: SharedBlock | None = None
+        self.workers = [WorkerHandle(slot=i, name=f"data-{i}",
+                                     handed=[0] * len(config.listeners))
+                        for i in range(props.num_network_threads)]
+        self._conn_ids = iter(range(1, 2**63))
+        self.dispatcher = Dispatcher(self.workers, props.pybroker_handoff_queue_size,
+                                     lambda: next(self._conn_ids), self._handoff_lost)
+        self.acceptors: list[Acceptor] = []
+        self.metrics_lock = threading.Lock()
+        self._metrics_server = None
+        self._signals: collections.deque = collections.deque()
+        self._wakeup: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._force = False
+        self._exit_code = 0
+        self._backoff: dict[int, float] = {}
+
+    # --- entry point ----------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        for signum in SIGNALS:
+            self._loop.add_signal_handler(signum, self._queue_signal, signum)
+        sockets = self._bind()
+        self.config = self.config.with_bound_ports(
+            {listener.name: sock.getsockname()[1]
+             for listener, sock in zip(self.config.listeners, sockets)})
+        self.block = SharedBlock.create(self.runtime.shm_path, len(self.workers),
+                                        len(self.config.listeners))
+        try:
+            for worker in self.workers:
+                self._spawn(worker)
+            if await self._wait_until_ready():
+                self._start_acceptors(sockets)
+                self._start_metrics()
+                log.info("broker ready node.id=%d workers=%d pid=%d", self.config.node_id,
+                         len(self.workers), os.getpid())
+                await self._main_loop()
+            await self._shutdown()
+        finally:
+            for sock in sockets:
+                sock.close()
+            self._stop_metrics()
+            self.block.close()
+            self.block.unlink()
+        return self._exit_code
+
+    # --- start-up -------------------------------------------------------------------------
+
+    def _bind(self) -> list[socket.socket]:
+        props, sockets = self.config.props, []
+        try:
+            for listener in self.config.listeners:
+                sockets.append(bind_listener(listener, props.socket_listen_backlog_size,
+                                             props.socket_receive_buffer_bytes))
+        except OSError as error:
+            for sock in sockets:
+                sock.close()
+            raise OSError(error.errno, f"cannot bind listener {listener.name} on "
+                                       f"{listener.address()}: {error.strerror}") from None
+        for listener, sock in zip(self.config.listeners, sockets):
+            host, port = sock.getsockname()[:2]
+            log.info("listening listener=%s address=%s:%d", listener.name, host, port)
+        return sockets
+
+    async def _wait_until_ready(self) -> bool:
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while not all(worker.ready for worker in self.workers):
+            if self._stopping:
+                return False
+            if time.monotonic() > deadline:
+                log.error("workers did not boot within %.0fs", BOOT_TIMEOUT)
+                self._exit_code = WORKER_BOOT_ERROR
+                return False
+            await self._next_event(0.05)
+        return True
+
+    def _start_acceptors(self, sockets: list[socket.socket]) -> None:
+        for index, (listener, sock) in enumerate(zip(self.config.listeners, sockets)):
+            acceptor = Acceptor(self._loop, index, listener, sock, self.dispatcher, self.block)
+            self.acceptors.append(acceptor)
+            acceptor.start()
+
+    def _start_metrics(self) -> None:
+        if self.config.prometheus is None:
+            return
+        from workers.handlers import API_NAMES
+
+        host, port = self.config.prometheus
+        collector = BlockCollector(self.block, [item.name for item in self.config.listeners],
+                                   self, API_NAMES, self.metrics_lock)
+        self._metrics_server, bound = serve_metrics(host, port, collector)
+        log.info("metrics listening address=%s:%d", host, bound)
+
+    def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+
+    # --- main loop and signals ------------------------------------------------------------
+
+    def _queue_signal(self, signum: int) -> None:
+        """NO LOGGING, just queue the signal and wake the loop."""
+        self._signals.append(signum)
+        self._wakeup.set()
+
+    async def _next_event(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        self._wakeup.clear()
+        while self._signals:
+            signum = self._signals.popleft()
+            getattr(self, f"handle_{signal.Signals(signum).name.lower()}")()
+
+    async def _main_loop(self) -> None:
+        while not self._stopping:
+            await self._next_event(TICK)
+            self._reap()  # backstop for a missed pidfd wake-up
+            self._check_heartbeats()
+
+    def handle_sigterm(self) -> None:
+        """SIGTERM: graceful shutdown; a second one kills the workers at once."""
+        self._request_stop()
+
+    def handle_sigint(self) -> None:
+        """SIGINT: as SIGTERM."""
+        self._request_stop()
+
+    def handle_sighup(self) -> None:
+        """SIGHUP: nothing to reload yet (dynamic configuration comes through the admin API)."""
+        log.info("SIGHUP ignored")
+
+    def _request_stop(self) -> None:
+        if self._stopping:
+            log.warning("second stop signal: killing workers now")
+            self._force = True
+        self._stopping = True
+
+    # --- workers --------------------------------------------------------------------------
+
+    def _spawn(self, worker: WorkerHandle) -> None:
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            child_end.set_inheritable(True)
+            argv = [sys.executable, "-m", "workers", "--channel", str(child_end.fileno()),
+                    "--parent", str(os.getpid()), "--log-level", self.log_level]
+            pid = os.posix_spawn(sys.executable, argv, os.environ)
+        except OSError:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        self.block.claim_slot(worker.slot, pid)
+        worker.pid, worker.channel, worker.ready = pid, parent_end, False
+        worker.started_at, worker.abort_sent_at, worker.outstanding = time.monotonic(), 0.0, 0
+        worker.handed = [0] * len(self.config.listeners)
+        parent_end.setblocking(False)
+        boot = ipc.Boot(config=self.config, slot=worker.slot, shm_path=self.block.path,
+                        cluster_id=self.runtime.cluster_id, name=worker.name)
+        parent_end.send(ipc.encode(boot))
+        self._loop.add_reader(parent_end.fileno(), self._on_worker_message, worker)
+        worker.pidfd = os.pidfd_open(pid)
+        self._loop.add_reader(worker.pidfd, self._reap)
+        log.info("spawned worker %s pid=%d", worker.name, pid)
+
+    def _on_worker_message(self, worker: WorkerHandle) -> None:
+        while worker.channel is not None:
+            try:
+                message, fds = ipc.receive(worker.channel)
+            except BlockingIOError:
+                return
+            except (EOFError, OSError):
+                self._detach_channel(worker)  # the worker is exiting; SIGCHLD follows
+                return
+            for fd in fds:
+                os.close(fd)
+            if isinstance(message, ipc.Registered):
+                self.dispatcher.credit(worker, message.count)
+            elif isinstance(message, ipc.Ready):
+                worker.ready = True
+                self.dispatcher.wake()
+            else:
+                log.error("unexpected message from %s: %r", worker.name, message)
+
+    def _detach_channel(self, worker: WorkerHandle) -> None:
+        if worker.channel is not None:
+            self._loop.remove_reader(worker.channel.fileno())
+            worker.channel.close()
+            worker.channel = None
+        worker.ready = False
+
+    def _close_pidfd(self, worker: WorkerHandle) -> None:
+        if worker.pidfd >= 0:
+            self._loop.remove_reader(worker.pidfd)
+            os.close(worker.pidfd)
+            worker.pidfd = -1
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = next((w for w in self.workers if w.pid == pid), None)
+            if worker is not None:
+                self._worker_exited(worker, status)
+
+    def _worker_exited(self, worker: WorkerHandle, status: int) -> None:
+        was_ready, lived = worker.ready, time.monotonic() - worker.started_at
+        self._log_exit(worker, status)
+        self._detach_channel(worker)
+        self._close_pidfd(worker)
+        self._retire_slot(worker)
+        worker.pid = 0
+        code = os.waitstatus_to_exitcode(status)
+        if self._stopping:
+            return
+        if code == WORKER_BOOT_ERROR and not was_ready:
+            log.error("worker %s failed to boot; halting to avoid a crash loop", worker.name)
+            self._exit_code = WORKER_BOOT_ERROR
+            self._stopping = True
+            return
+        delay = 0.0
+        if lived < YOUNG_DEATH:
+            delay = min(MAX_BACKOFF, self._backoff.get(worker.slot, 0.05) * 2)
+            self._backoff[worker.slot] = delay
+            log.warning("worker %s died %.1fs after start; restarting in %.1fs", worker.name,
+                        lived, delay)
+        else:
+            self._backoff.pop(worker.slot, None)
+        with self.metrics_lock:
+            self.block.words[self.block.parent_cell("worker_restarts")] += 1
+        self._loop.call_later(delay, self._respawn, worker)
+
+    def _respawn(self, worker: WorkerHandle) -> None:
+        if not self._stopping and worker.pid == 0:
+            self._spawn(worker)
+
+    def _log_exit(self, worker: WorkerHandle, status: int) -> None:
+        code = os.waitstatus_to_exitcode(status)
+        if code >= 0:
+            level = logging.INFO if code == 0 and self._stopping else logging.ERROR
+            log.log(level, "worker %s (pid %d) exited with status %d", worker.name, worker.pid, code)
+            return
+        name = signal.Signals(-code).name
+        if -code == signal.SIGKILL:
+            log.error("worker %s (pid %d) was killed by %s; perhaps out of memory?",
+                      worker.name, worker.pid, name)
+        else:
+            log.warning("worker %s (pid %d) was killed by %s", worker.name, worker.pid, name)
+
+    def _retire_slot(self, worker: WorkerHandle) -> None:
+        """Count what the dead worker held as closed and fold its counters into the archive."""
+        block, slot = self.block, worker.slot
+        lost_reason = CLOSE_REASONS.index("worker_exit")
+        with self.metrics_lock:
+            for listener, handed in enumerate(worker.handed):
+                closed = sum(block.words[block.worker_cell(slot, "connections_closed", listener, r)]
+                             for r in range(len(CLOSE_REASONS)))
+                lost = handed - closed
+                if lost > 0:
+                    block.words[block.worker_cell(block.archive_slot, "connections_closed",
+                                                  listener, lost_reason)] += lost
+            block.archive_slot_counters(slot)
+        worker.handed = [0] * len(self.config.listeners)
+        worker.outstanding = 0
+
+    def _handoff_lost(self, listener: int, count: int) -> None:
+        block = self.block
+        with self.metrics_lock:
+            block.words[block.worker_cell(block.archive_slot, "connections_closed", listener,
+                                          CLOSE_REASONS.index("error"))] += count
+
+    def _check_heartbeats(self) -> None:
+        timeout = self.config.props.pybroker_worker_heartbeat_timeout_ms / 1000
+        now = time.monotonic()
+        for worker in self.workers:
+            if not worker.pid or not worker.ready:
+                continue
+            age = (time.monotonic_ns() - self.block.slot_heartbeat(worker.slot)) / 1e9
+            if age <= timeout:
+                continue
+            if not worker.abort_sent_at:
+                log.error("worker %s (pid %d) heartbeat is %.1fs old; aborting it",
+                          worker.name, worker.pid, age)
+                worker.abort_sent_at = now
+                self._signal(worker, signal.SIGABRT)
+            elif now - worker.abort_sent_at > KILL_AFTER_ABORT:
+                self._signal(worker, signal.SIGKILL)
+
+    @staticmethod
+    def _signal(worker: WorkerHandle, signum: int) -> None:
+        try:
+            os.kill(worker.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """Stop accepting, let workers finish in-flight requests, then kill what remains."""
+        # 1. No new connections: close every listening socket.
+        for acceptor in self.acceptors:
+            acceptor.close()
+        # 2. Ask each worker to drain within the deadline.
+        timeout_ms = self.config.props.pybroker_shutdown_timeout_ms
+        for worker in self.workers:
+            if worker.channel is not None:
+                try:
+                    worker.channel.send(ipc.encode(ipc.Shutdown(deadline_ms=timeout_ms)))
+                except OSError:
+                    self._signal(worker, signal.SIGTERM)
+            elif worker.pid:
+                self._signal(worker, signal.SIGTERM)
+        # 3. Wait for them to exit, reaping as SIGCHLD arrives; a second signal cuts it short.
+        deadline = time.monotonic() + timeout_ms / 1000 + 1.0
+        while any(worker.pid for worker in self.workers):
+            if self._force or time.monotonic() > deadline:
+                break
+            await self._next_event(0.05)
+            self._reap()
+        # 4. Kill and reap whatever is left.
+        for worker in self.workers:
+            if worker.pid:
+                log.warning("killing worker %s (pid %d) after the shutdown deadline",
+                            worker.name, worker.pid)
+                self._signal(worker, signal.SIGKILL)
+                try:
+                    os.waitpid(worker.pid, 0)
+                except ChildProcessError:
+                    pass
+                self._detach_channel(worker)
+                self._close_pidfd(worker)
+                worker.pid = 0
+        log.info("broker stopped")
+
+    # --- for the metrics collector (called from its thread) -------------------------------
+
+    def acceptor_blocked_ns(self, index: int) -> int:
+        if index < len(self.acceptors):
+            return self.acceptors[index].blocked_ns()
+        return self.block.words[self.block.parent_cell("acceptor_blocked_ns", index)]
+
+    def worker_states(self):
+        return [(worker.name, bool(worker.pid and worker.ready)) for worker in self.workers]
+
+    def worker_slots(self):
+        return [(worker.slot, worker.name) for worker in self.workers if worker.pid]

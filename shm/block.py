@@ -1,0 +1,249 @@
+"""The shared-memory counter block: one file in /dev/shm, mapped by the parent and every worker.
+
+Byte layout (all integers are native-endian signed 64-bit, 8-byte aligned):
+
+    offset 0    header, 64 bytes
+        0   8s  magic  b"PYBRKSH1"
+        8   q   layout version (LAYOUT_VERSION)
+        16  q   number of slots (worker slots, then one archive slot)
+        24  q   number of listeners
+        32  q   bytes per slot
+        40  q   parent pid
+        48  q   creation time, unix ns
+        56  q   reserved
+    offset 64   slot 0 .. slot n-1: one per worker process (data workers, then others)
+    then        the archive slot: what dead workers had counted, folded in by the parent
+    then        the parent region
+
+A slot (SLOT_BYTES, a multiple of 64 bytes):
+        0   q   pid of the worker using the slot (written by the parent before spawning)
+        8   q   generation: how many times the slot was (re)started (parent)
+        16  q   state: 0 free, 1 booting, 2 serving, 3 draining (worker)
+        24  q   heartbeat, CLOCK_MONOTONIC ns, refreshed about once a second (worker)
+        32  q   counters: the cells of WORKER_COUNTERS, in order (worker)
+
+The parent region holds the cells of PARENT_COUNTERS, written by the parent only.
+
+One writer per cell: a worker writes only its own slot, the parent only its region, the archive
+and the two first words of a slot whose worker is not running.  Cells are written through a
+memoryview cast to 'q', an aligned 8-byte store, so a reader never sees a torn value; readers
+sum the slots.  Python has no atomic fetch-add across processes, hence no shared cell is ever
+incremented by two processes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+MAGIC = b"PYBRKSH1"
+LAYOUT_VERSION = 1
+HEADER_BYTES = 64
+HEADER = struct.Struct("=8sqqqqqqq")
+SLOT_FIELDS = 4  # pid, generation, state, heartbeat
+
+STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
+
+# Dimensions of the counter cells.  "api" is indexed by the Kafka API key itself.
+MAX_API_KEY = 127
+CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit")
+INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
+                   "unsupported_version", "malformed_header", "malformed_body")
+# Request duration histogram upper bounds, seconds; the last cell is +Inf.
+DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+DURATION_BOUNDS_NS = tuple(int(bound * 1e9) for bound in DURATION_BUCKETS)
+
+
+def duration_bucket(nanoseconds: int) -> int:
+    """Index of the histogram cell for a duration (len(DURATION_BUCKETS) is +Inf)."""
+    return bisect.bisect_left(DURATION_BOUNDS_NS, nanoseconds)
+
+
+# name -> dimensions, in layout order.
+WORKER_COUNTERS = (
+    ("connections_registered", ("listener",)),
+    ("connections_closed", ("listener", "close_reason")),
+    ("requests", ("listener", "api")),
+    ("request_duration_bucket", ("api", "bucket")),
+    ("request_duration_ns", ("api",)),
+    ("invalid_requests", ("invalid_reason",)),
+)
+PARENT_COUNTERS = (
+    ("connections_accepted", ("listener",)),
+    ("acceptor_blocked_ns", ("listener",)),
+    ("worker_restarts", ()),
+)
+
+
+def _dimension_sizes(listeners: int) -> dict[str, int]:
+    return {
+        "listener": listeners,
+        "close_reason": len(CLOSE_REASONS),
+        "api": MAX_API_KEY + 1,
+        "bucket": len(DURATION_BUCKETS) + 1,
+        "invalid_reason": len(INVALID_REASONS),
+    }
+
+
+@dataclass(frozen=True)
+class CounterTable:
+    """Where each named counter cell lives inside a region, in 8-byte words."""
+
+    base: dict[str, int]
+    strides: dict[str, tuple[int, ...]]
+    words: int
+
+    @classmethod
+    def build(cls, counters, sizes: dict[str, int], first_word: int = 0) -> "CounterTable":
+        base, strides, word = {}, {}, first_word
+        for name, dims in counters:
+            extents = [sizes[dim] for dim in dims]
+            stride, steps = 1, []
+            for extent in reversed(extents):
+                steps.append(stride)
+                stride *= extent
+            base[name], strides[name] = word, tuple(reversed(steps))
+            word += stride
+        return cls(base, strides, word)
+
+    def index(self, name: str, *coords: int) -> int:
+        word = self.base[name]
+        for coord, stride in zip(coords, self.strides[name], strict=True):
+            word += coord * stride
+        return word
+
+
+class SharedBlock:
+    """A mapped counter block; `create` in the parent, `attach` in a worker."""
+
+    def __init__(self, path: str, mapping: mmap.mmap, slots: int, listeners: int):
+        self.path = path
+        self.slots = slots  # worker slots; the archive slot comes after them
+        self.listeners = listeners
+        sizes = _dimension_sizes(listeners)
+        self.worker_table = CounterTable.build(WORKER_COUNTERS, sizes, SLOT_FIELDS)
+        self.slot_words = -(-self.worker_table.words // 8) * 8  # round up to 64 bytes
+        self.parent_table = CounterTable.build(PARENT_COUNTERS, sizes)
+        self._map = mapping
+        self.words = memoryview(mapping).cast("q")
+        self._slot0 = HEADER_BYTES // 8
+        self._parent0 = self._slot0 + (slots + 1) * self.slot_words
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @staticmethod
+    def size_for(slots: int, listeners: int) -> int:
+        sizes = _dimension_sizes(listeners)
+        slot_words = -(-CounterTable.build(WORKER_COUNTERS, sizes, SLOT_FIELDS).words // 8) * 8
+        parent_words = CounterTable.build(PARENT_COUNTERS, sizes).words
+        return HEADER_BYTES + 8 * ((slots + 1) * slot_words + parent_words)
+
+    @classmethod
+    def create(cls, path: str, slots: int, listeners: int) -> "SharedBlock":
+        size = cls.size_for(slots, listeners)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        block = cls(path, mapping, slots, listeners)
+        HEADER.pack_into(mapping, 0, MAGIC, LAYOUT_VERSION, slots, listeners,
+                         block.slot_words * 8, os.getpid(), time.time_ns(), 0)
+        return block
+
+    @classmethod
+    def attach(cls, path: str) -> "SharedBlock":
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            mapping = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        if size < HEADER_BYTES:
+            raise RuntimeError(f"shared block {path} is too small ({size} bytes)")
+        magic, version, slots, listeners, slot_bytes, *_ = HEADER.unpack_from(mapping, 0)
+        if magic != MAGIC or version != LAYOUT_VERSION:
+            raise RuntimeError(f"shared block {path} has magic {magic!r} version {version}; "
+                               f"expected {MAGIC!r} version {LAYOUT_VERSION}")
+        block = cls(path, mapping, slots, listeners)
+        if block.slot_words * 8 != slot_bytes or cls.size_for(slots, listeners) != size:
+            raise RuntimeError(f"shared block {path} layout does not match this code")
+        return block
+
+    def close(self) -> None:
+        self.words.release()
+        self._map.close()
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    # --- addressing -----------------------------------------------------------------------
+
+    @property
+    def archive_slot(self) -> int:
+        return self.slots
+
+    def slot_base(self, slot: int) -> int:
+        """Word index of the first word of a slot (0..slots; `slots` is the archive)."""
+        if not 0 <= slot <= self.slots:
+            raise IndexError(f"slot {slot} out of range 0..{self.slots}")
+        return self._slot0 + slot * self.slot_words
+
+    def worker_cell(self, slot: int, name: str, *coords: int) -> int:
+        return self.slot_base(slot) + self.worker_table.index(name, *coords)
+
+    def parent_cell(self, name: str, *coords: int) -> int:
+        return self._parent0 + self.parent_table.index(name, *coords)
+
+    # --- slot header words ----------------------------------------------------------------
+
+    def slot_pid(self, slot: int) -> int:
+        return self.words[self.slot_base(slot)]
+
+    def slot_generation(self, slot: int) -> int:
+        return self.words[self.slot_base(slot) + 1]
+
+    def slot_state(self, slot: int) -> int:
+        return self.words[self.slot_base(slot) + 2]
+
+    def slot_heartbeat(self, slot: int) -> int:
+        return self.words[self.slot_base(slot) + 3]
+
+    def claim_slot(self, slot: int, pid: int) -> None:
+        """Parent, before a worker runs in `slot`: zero it, record pid and generation."""
+        base = self.slot_base(slot)
+        generation = self.words[base + 1]
+        self.words[base:base + self.slot_words] = memoryview(bytes(8 * self.slot_words)).cast("q")
+        self.words[base] = pid
+        self.words[base + 1] = generation + 1
+        self.words[base + 3] = time.monotonic_ns()
+
+    def set_state(self, slot: int, state: int) -> None:
+        self.words[self.slot_base(slot) + 2] = state
+
+    def beat(self, slot: int) -> None:
+        self.words[self.slot_base(slot) + 3] = time.monotonic_ns()
+
+    # --- reading --------------------------------------------------------------------------
+
+    def worker_total(self, name: str, *coords: int) -> int:
+        """Sum of one worker counter cell over every slot, the archive included."""
+        offset = self.worker_table.index(name, *coords)
+        return sum(self.words[self.slot_base(slot) + offset] for slot in range(self.slots + 1))
+
+    def archive_slot_counters(self, slot: int) -> None:
+        """Parent, after a worker died: add its counters to the archive, then free the slot."""
+        base, archive = self.slot_base(slot), self.slot_base(self.archive_slot)
+        for word in range(SLOT_FIELDS, self.worker_table.words):
+            self.words[archive + word] += self.words[base + word]
+            self.words[base + word] = 0
+        self.words[base + 2] = STATE_FREE

@@ -1,0 +1,77 @@
+"""Entry point of a worker process: `python -m workers --channel FD`.
+
+The parent spawns this with one end of a socket pair as FD.  Boot: read the Boot message,
+attach the shared block, then run the Worker on a fresh uvloop.  Exit status 3 means the
+worker failed before it could serve (the parent then refuses to crash-loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import socket
+import sys
+
+WORKER_BOOT_ERROR = 3
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux for SIGTERM when the parent dies; the hand-off EOF is the portable backstop."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:
+        sys.exit(0)  # the parent died before prctl took effect
+
+
+def _boot(channel_fd: int):
+    from broker import ipc
+    from shm.block import STATE_BOOTING, SharedBlock
+    from workers.worker import Worker
+
+    channel = socket.socket(fileno=channel_fd)
+    channel.setblocking(True)
+    message, fds = ipc.receive(channel)
+    for fd in fds:
+        os.close(fd)
+    if not isinstance(message, ipc.Boot):
+        raise RuntimeError(f"expected Boot, got {type(message).__name__}")
+    block = SharedBlock.attach(message.shm_path)
+    block.set_state(message.slot, STATE_BOOTING)
+    return Worker(message, channel, block)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers")
+    parser.add_argument("--channel", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+    _die_with_parent(args.parent)
+    try:
+        import uvloop
+        worker = _boot(args.channel)
+    except Exception:  # anything at boot is fatal: report it and tell the parent not to retry
+        logging.getLogger("workers").exception("worker failed to boot")
+        return WORKER_BOOT_ERROR
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C reaches all
+    runner = uvloop.new_event_loop()
+    runner.add_signal_handler(signal.SIGTERM, worker.begin_shutdown, worker.shutdown_seconds)
+    try:
+        runner.run_until_complete(worker.serve())
+    finally:
+        runner.close()
+        worker.block.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""One client connection inside a worker: framing, in-order serving, muting, idle tracking.
+
+Reads land in the worker's shared scratch buffer (a BufferedProtocol), except the body of a
+frame too large for it, which is read straight into a buffer of exactly its size.  Each read
+is cut into frames: the 4-byte size is checked against `socket.request.max.bytes` before
+anything is allocated, then each frame is served in order.  A request is "in flight" from the
+moment its frame is complete until its response is handed to the transport; the mute state
+machine (workers.mute) records that, and every response of one read leaves in one write.
+
+While a response is pending (or the transport's write buffer is over its high-water mark) the
+connection stops reading; frames already read wait in `_pending` and are served afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from typing import TYPE_CHECKING
+
+from workers.handlers import InvalidRequest
+from workers.mute import IllegalMuteTransition, MuteEvent, MuteState, mute, transition, unmute
+
+if TYPE_CHECKING:
+    from workers.worker import Worker
+
+log = logging.getLogger("workers.connection")
+
+_SIZE = struct.Struct(">i")
+_RESPONSE_PENDING = MuteState.RESPONSE_PENDING
+_NOT_MUTED = MuteState.NOT_MUTED
+
+
+class Connection(asyncio.BufferedProtocol):
+    """A Kafka channel: size-prefixed request frames in, responses out in the same order."""
+
+    def __init__(self, worker: "Worker", conn_id: int, listener_index: int, peer: str):
+        # Per-connection state
+        self.worker = worker
+        self.conn_id = conn_id
+        self.listener_index = listener_index
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self.state = MuteState.NOT_MUTED
+        self.last_active = time.monotonic()
+        self.closing = False
+        self._close_reason = "client"
+        self._reading = True
+        self._write_paused = False
+        # Framing state: bytes read but not yet served, and the large-frame receive buffer.
+        self._pending = b""
+        self._large: bytearray | None = None
+        self._large_view: memoryview | None = None
+        self._large_got = 0
+
+    # --- Protocol interface ---------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.worker.connection_registered(self)
+
+    def connection_lost(self, exc) -> None:
+        if exc is not None and self._close_reason == "client":
+            self._close_reason = "error"
+        self.closing = True
+        self._large = self._large_view = None
+        self.worker.connection_closed(self, self._close_reason)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too: Kafka connections are not half-open
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if not self.closing:
+            self._serve(b"")
+
+    def get_buffer(self, sizehint: int):
+        if self._large_view is not None:
+            return self._large_view[self._large_got:]
+        return self.worker.scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
+        if self._large_view is not None:
+            self._large_got += nbytes
+            if self._large_got == len(self._large):
+                self._finish_large_frame()
+            return
+        self._serve(self.worker.scratch[:nbytes].tobytes())
+
+    # --- Framing and serving --------------------------------------------------------------
+
+    def _serve(self, data: bytes) -> None:
+        """Serve every complete frame in `_pending + data`, in order, with one write."""
+        if self._pending:
+            data = self._pending + data
+        out: list[bytes] = []
+        offset, end = 0, len(data)
+        handled: list[int] = []
+        try:
+            while end - offset >= 4 and self.state is _NOT_MUTED and not self._write_paused:
+                size = _SIZE.unpack_from(data, offset)[0]
+                self._check_size(size)
+                if end - offset - 4 < size:
+                    if size > self.worker.large_frame_bytes:
+                        self._start_large_frame(data, offset + 4, size)
+                        offset = end
+                    break
+                request = data[offset + 4:offset + 4 + size]
+                offset += 4 + size
+                out.append(self._serve_one(request))
+                handled.append(request[1] | request[0] << 8 if size >= 2 else -1)
+        except InvalidRequest as invalid:
+            self._flush(out, handled)
+            self._reject(invalid)
+            return
+        except IllegalMuteTransition as error:
+            log.error("connection %s from %s: %s; closing", self.conn_id, self.peer, error)
+            self._flush(out, handled)
+            self.close("error")
+            return
+        except Exception:  # a handler bug must cost one connection, never the worker
+            log.exception("connection %s from %s: request failed; closing", self.conn_id,
+                          self.peer)
+            self._flush(out, handled)
+            self.close("error")
+            return
+        self._pending = data[offset:] if offset < end else b""
+        self._flush(out, handled)
+        self._update_reading()
+
+    def _check_size(self, size: int) -> None:
+        if size < 0:
+            raise InvalidRequest("size_negative", f"negative frame size {size}")
+        if size > self.worker.max_request_bytes:
+            raise InvalidRequest("size_too_large",
+                                 f"frame size {size} larger than socket.request.max.bytes "
+                                 f"{self.worker.max_request_bytes}")
+
+    def _serve_one(self, request: bytes) -> bytes:
+        state = transition(mute(self.state), MuteEvent.REQUEST_RECEIVED)
+        self.state = state
+        response = self.worker.router.handle(request, self.listener_index)
+        self.state = unmute(transition(self.state, MuteEvent.RESPONSE_SENT))
+        return response
+
+    def _flush(self, out: list[bytes], handled: list[int]) -> None:
+        if out and not self.closing:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if handled:
+            self.worker.requests_served(self.listener_index, handled, self.last_active)
+
+    def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
+        """Receive the rest of a big frame straight into a buffer of its exact size."""
+        self._large = bytearray(size)
+        self._large_view = memoryview(self._large)
+        got = len(data) - body_start
+        self._large_view[:got] = data[body_start:]
+        self._large_got = got
+
+    def _finish_large_frame(self) -> None:
+        request = self._large_view.toreadonly()
+        self._large = self._large_view = None
+        self._large_got = 0
+        try:
+            response = self._serve_one(request)
+        except InvalidRequest as invalid:
+            self._reject(invalid)
+            return
+        api_key = request[1] | request[0] << 8 if len(request) >= 2 else -1
+        self._flush([response], [api_key])
+        self._update_reading()
+
+    def _reject(self, invalid: InvalidRequest) -> None:
+        log.warning("closing connection %s from %s: %s", self.conn_id, self.peer, invalid)
+        self.worker.invalid_request(invalid.reason)
+        self.close("invalid")
+
+    def _update_reading(self) -> None:
+        """Read only while not muted and the peer keeps up with our responses."""
+        want = self.state is _NOT_MUTED and not self._write_paused and not self.closing
+        if want != self._reading and self.transport is not None:
+            self._reading = want
+            if want:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+
+    # --- Closing --------------------------------------------------------------------------
+
+    def close(self, reason: str) -> None:
+        """Close after the responses already written; `reason` labels the metric."""
+        if self.closing:
+            return
+        self.closing = True
+        self._close_reason = reason
+        if self.transport is not None:
+            self.transport.close()
+
+    def is_idle(self) -> bool:
+        """Nothing in flight and nothing half-read: safe to close for idleness or shutdown."""
+        return self.state is _NOT_MUTED and not self._pending and self._large is None

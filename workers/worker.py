@@ -1,0 +1,279 @@
+"""A worker process: receives sockets from the parent, registers them, serves their requests.
+
+Event-loop turn, as Kafka's Processor has it:
+  1. the hand-off socket is drained into `_incoming` (the parent never hands more than
+     `pybroker.handoff.queue.size` unregistered sockets to one worker);
+  2. at most `pybroker.registrations.per.turn` of them are registered; the rest wait for the
+     next turn, so a storm of new connections cannot starve the existing ones;
+  3. each registration is acknowledged to the parent (one `Registered` message per turn),
+     which returns the hand-off credit;
+  4. connections serve their reads (workers.connection).
+A one-second timer refreshes the heartbeat in the shared block and closes idle connections.
+
+On Shutdown (or when the parent goes away) the worker stops registering, closes connections as
+soon as they have nothing in flight, and exits when none is left or the deadline passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import time
+
+from broker import ipc
+from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, STATE_DRAINING,
+                       STATE_SERVING, SharedBlock)
+from workers.connection import Connection
+from workers.handlers import BrokerView, Router
+
+log = logging.getLogger("workers.worker")
+
+SCRATCH_BYTES = 256 * 1024
+LARGE_FRAME_BYTES = 64 * 1024  # frames above this are read into a buffer of their own
+TICK_SECONDS = 1.0
+_BUCKETS = len(DURATION_BOUNDS_NS) + 1
+
+
+class WorkerStats:
+    """Writes this worker's counters into its own slot of the shared block (one writer)."""
+
+    def __init__(self, block: SharedBlock, slot: int):
+        self.words = block.words
+        listeners = range(block.listeners)
+        self._registered = [block.worker_cell(slot, "connections_registered", i) for i in listeners]
+        self._closed = [{reason: block.worker_cell(slot, "connections_closed", i, n)
+                         for n, reason in enumerate(CLOSE_REASONS)} for i in listeners]
+        self._requests = [block.worker_cell(slot, "requests", i, 0) for i in listeners]
+        self._buckets = block.worker_cell(slot, "request_duration_bucket", 0, 0)
+        self._duration = block.worker_cell(slot, "request_duration_ns", 0)
+        self._invalid = {reason: block.worker_cell(slot, "invalid_requests", n)
+                         for n, reason in enumerate(INVALID_REASONS)}
+
+    def registered(self, listener: int) -> None:
+        self.words[self._registered[listener]] += 1
+
+    def closed(self, listener: int, reason: str) -> None:
+        self.words[self._closed[listener][reason]] += 1
+
+    def invalid(self, reason: str) -> None:
+        self.words[self._invalid[reason]] += 1
+
+    def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
+        """Count requests that were all received in one read and answered `elapsed_ns` later."""
+        words, requests = self.words, self._requests[listener]
+        bucket = 0
+        while bucket < _BUCKETS - 1 and elapsed_ns > DURATION_BOUNDS_NS[bucket]:
+            bucket += 1
+        buckets, duration = self._buckets + bucket, self._duration
+        for api_key in api_keys:
+            if 0 <= api_key < 128:
+                words[requests + api_key] += 1
+                words[buckets + api_key * _BUCKETS] += 1
+                words[duration + api_key] += elapsed_ns
+
+
+class Worker:
+    """Owns the event loop's connections and the hand-off socket of one worker process."""
+
+    def __init__(self, boot: ipc.Boot, channel: socket.socket, block: SharedBlock):
+        config = boot.config
+        self.boot = boot
+        self.slot = boot.slot
+        self.name = boot.name
+        self.channel = channel
+        self.block = block
+        self.stats = WorkerStats(block, boot.slot)
+        advertised = {item.name: (item.host, item.port) for item in config.advertised}
+        self.router = Router(BrokerView(
+            node_id=config.node_id,
+            cluster_id=boot.cluster_id,
+            advertised=tuple(advertised.get(item.name) for item in config.listeners),
+        ))
+        self.max_request_bytes = config.props.socket_request_max_bytes
+        self.large_frame_bytes = LARGE_FRAME_BYTES
+        self.scratch = memoryview(bytearray(SCRATCH_BYTES))
+        self.connections: set[Connection] = set()
+        self._per_turn = config.props.pybroker_registrations_per_turn
+        self._idle_seconds = config.props.connections_max_idle_ms / 1000
+        self.shutdown_seconds = config.props.pybroker_shutdown_timeout_ms / 1000
+        self._send_buffer = config.props.socket_send_buffer_bytes
+        self._incoming: collections.deque = collections.deque()
+        self._registering = False
+        self._credits_to_return = 0
+        self._ack_scheduled = False
+        self._draining = False
+        self._deadline = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Future | None = None
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopped = self._loop.create_future()
+        self.channel.setblocking(False)
+        self._loop.add_reader(self.channel.fileno(), self._on_channel)
+        self.block.set_state(self.slot, STATE_SERVING)
+        self.block.beat(self.slot)
+        self.channel.send(ipc.encode(ipc.Ready(pid=os.getpid())))
+        self._loop.call_later(TICK_SECONDS, self._tick)
+        log.info("worker %s serving (pid %d)", self.name, os.getpid())
+        await self._stopped
+
+    def begin_shutdown(self, deadline_seconds: float) -> None:
+        """Stop taking connections; close each one once nothing is in flight."""
+        if self._draining:
+            return
+        self._draining = True
+        self._deadline = time.monotonic() + deadline_seconds
+        self.block.set_state(self.slot, STATE_DRAINING)
+        for fd, _meta in self._incoming:
+            os.close(fd)
+            self.stats.closed(_meta[1], "shutdown")
+        self._incoming.clear()
+        self._drain_step()
+
+    def _drain_step(self) -> None:
+        past_deadline = time.monotonic() >= self._deadline
+        for conn in list(self.connections):
+            if past_deadline or conn.is_idle():
+                conn.close("shutdown")
+                if past_deadline and conn.transport is not None:
+                    conn.transport.abort()
+        if not self.connections or past_deadline:
+            self._loop.call_later(0.01 if self.connections else 0, self._finish)
+        else:
+            self._loop.call_later(0.02, self._drain_step)
+
+    def _finish(self) -> None:
+        if not self._stopped.done():
+            self._stopped.set_result(None)
+
+    def _tick(self) -> None:
+        self.block.beat(self.slot)
+        if self._idle_seconds >= 0 and not self._draining:
+            cutoff = time.monotonic() - self._idle_seconds
+            for conn in [c for c in self.connections if c.last_active < cutoff and c.is_idle()]:
+                log.debug("closing idle connection %s from %s", conn.conn_id, conn.peer)
+                conn.close("idle")
+        self._loop.call_later(TICK_SECONDS, self._tick)
+
+    # --- hand-off -------------------------------------------------------------------------
+
+    def _on_channel(self) -> None:
+        while True:
+            try:
+                message, fds = ipc.receive(self.channel)
+            except BlockingIOError:
+                break
+            except (EOFError, ConnectionError):
+                log.warning("worker %s: parent went away; shutting down", self.name)
+                self._loop.remove_reader(self.channel.fileno())
+                self.begin_shutdown(0.0 if self._deadline else 1.0)
+                return
+            if isinstance(message, ipc.Handoff):
+                self._accept_handoff(message, fds)
+            elif isinstance(message, ipc.Shutdown):
+                self.begin_shutdown(message.deadline_ms / 1000)
+            else:
+                log.error("worker %s: unexpected message %r", self.name, message)
+                for fd in fds:
+                    os.close(fd)
+
+    def _accept_handoff(self, message: ipc.Handoff, fds: list[int]) -> None:
+        if len(fds) != len(message.conns):
+            log.error("hand-off carried %d fds for %d connections", len(fds), len(message.conns))
+        for fd, meta in zip(fds, message.conns):
+            if self._draining:
+                os.close(fd)
+                self.stats.closed(meta[1], "shutdown")
+                self._credits_to_return += 1
+            else:
+                self._incoming.append((fd, meta))
+        for fd in fds[len(message.conns):]:
+            os.close(fd)
+        self._schedule_ack()
+        if self._incoming and not self._registering:
+            self._registering = True
+            self._loop.call_soon(self._register_some)
+
+    def _register_some(self) -> None:
+        """Register at most `_per_turn` connections, then yield to existing connections."""
+        for _ in range(min(self._per_turn, len(self._incoming))):
+            fd, meta = self._incoming.popleft()
+            self._register(fd, meta)
+        if self._incoming:
+            self._loop.call_soon(self._register_some)
+        else:
+            self._registering = False
+
+    def _register(self, fd: int, meta: tuple[int, int, str, int]) -> None:
+        conn_id, listener, host, port = meta
+        try:
+            sock = socket.socket(fileno=fd)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if self._send_buffer > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+        except OSError as error:
+            log.info("connection %s from %s:%s failed before registration: %s",
+                     conn_id, host, port, error)
+            os.close(fd)
+            self._registration_failed(listener)
+            return
+        connection = Connection(self, conn_id, listener, f"{host}:{port}")
+        task = self._loop.create_task(
+            self._loop.connect_accepted_socket(lambda: connection, sock))
+        task.add_done_callback(lambda done: self._registration_done(done, connection, sock))
+
+    def _registration_done(self, task: asyncio.Task, connection: Connection, sock) -> None:
+        if task.cancelled() or task.exception() is not None:
+            log.info("registering connection %s failed: %r", connection.conn_id,
+                     None if task.cancelled() else task.exception())
+            sock.close()
+            self._registration_failed(connection.listener_index)
+
+    def _registration_failed(self, listener: int) -> None:
+        self.stats.closed(listener, "error")
+        self._credits_to_return += 1
+        self._schedule_ack()
+
+    def _schedule_ack(self) -> None:
+        if not self._ack_scheduled:
+            self._ack_scheduled = True
+            self._loop.call_soon(self._send_ack)
+
+    def _send_ack(self) -> None:
+        self._ack_scheduled = False
+        if not self._credits_to_return:
+            return
+        try:
+            self.channel.send(ipc.encode(ipc.Registered(count=self._credits_to_return)))
+            self._credits_to_return = 0
+        except BlockingIOError:
+            self._loop.call_later(0.001, self._schedule_ack)
+        except OSError:
+            pass  # the parent is gone; _on_channel sees the EOF and shuts down
+
+    # --- called by connections ------------------------------------------------------------
+
+    def connection_registered(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        self.stats.registered(conn.listener_index)
+        self._credits_to_return += 1
+        self._schedule_ack()
+        if self._draining:
+            conn.close("shutdown")
+
+    def connection_closed(self, conn: Connection, reason: str) -> None:
+        self.connections.discard(conn)
+        self.stats.closed(conn.listener_index, reason)
+
+    def requests_served(self, listener: int, api_keys: list[int], received_at: float) -> None:
+        elapsed = int((time.monotonic() - received_at) * 1e9)
+        self.stats.requests(listener, api_keys, elapsed)
+
+    def invalid_request(self, reason: str) -> None:
+        self.stats.invalid(reason)
