@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from workers.handlers import InvalidRequest
-from workers.mute import IllegalMuteTransition, MuteEvent, MuteState, mute, transition, unmute
+from workers.mute import IllegalMuteTransition, MuteState, request_received, response_sent
 
 if TYPE_CHECKING:
     from workers.worker import Worker
@@ -61,8 +61,9 @@ class Connection(asyncio.BufferedProtocol):
         self.worker.connection_registered(self)
 
     def connection_lost(self, exc) -> None:
-        if exc is not None and self._close_reason == "client":
-            self._close_reason = "error"
+        if exc is not None and self._close_reason == "client" and not isinstance(
+                exc, (ConnectionResetError, BrokenPipeError)):
+            self._close_reason = "error"  # a reset is the client going away, anything else is not
         self.closing = True
         self._large = self._large_view = None
         self.worker.connection_closed(self, self._close_reason)
@@ -101,10 +102,13 @@ class Connection(asyncio.BufferedProtocol):
         out: list[bytes] = []
         offset, end = 0, len(data)
         handled: list[int] = []
+        max_bytes = self.worker.max_request_bytes
+        handle = self.worker.router.handle
         try:
             while end - offset >= 4 and self.state is _NOT_MUTED and not self._write_paused:
                 size = _SIZE.unpack_from(data, offset)[0]
-                self._check_size(size)
+                if size < 0 or size > max_bytes:
+                    self._check_size(size)
                 if end - offset - 4 < size:
                     if size > self.worker.large_frame_bytes:
                         self._start_large_frame(data, offset + 4, size)
@@ -112,8 +116,11 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 request = data[offset + 4:offset + 4 + size]
                 offset += 4 + size
-                out.append(self._serve_one(request))
-                handled.append(request[1] | request[0] << 8 if size >= 2 else -1)
+                # Inlined _serve_one: this loop runs once per request.
+                self.state = request_received(self.state)
+                out.append(handle(request, self.listener_index))
+                self.state = response_sent(self.state)
+                handled.append(request[1] | request[0] << 8)
         except InvalidRequest as invalid:
             self._flush(out, handled)
             self._reject(invalid)
@@ -142,10 +149,9 @@ class Connection(asyncio.BufferedProtocol):
                                  f"{self.worker.max_request_bytes}")
 
     def _serve_one(self, request: bytes) -> bytes:
-        state = transition(mute(self.state), MuteEvent.REQUEST_RECEIVED)
-        self.state = state
+        self.state = request_received(self.state)
         response = self.worker.router.handle(request, self.listener_index)
-        self.state = unmute(transition(self.state, MuteEvent.RESPONSE_SENT))
+        self.state = response_sent(self.state)
         return response
 
     def _flush(self, out: list[bytes], handled: list[int]) -> None:

@@ -29,6 +29,10 @@ SERVED_APIS = {
     METADATA: (0, 13),
 }
 API_NAMES = {API_VERSIONS: "ApiVersions", METADATA: "Metadata"}
+# APIs whose answer depends only on the request bytes after the correlation id (and on static
+# configuration): identical requests reuse the validated answer instead of decoding again.
+PURE_APIS = frozenset({API_VERSIONS})
+_MEMO_LIMIT = 1024
 
 _NO_THROTTLE = datetime.timedelta(0)
 _ZERO_UUID = uuid.UUID(int=0)
@@ -64,8 +68,9 @@ class Router:
         for api_key, (low, high) in SERVED_APIS.items():
             for version in range(low, high + 1):
                 header_reader, body_reader = request_readers(api_key, version)
+                memo = {} if api_key in PURE_APIS else None
                 self._routes[api_key << 16 | version] = (header_reader, body_reader,
-                                                         self._handlers[api_key])
+                                                         self._handlers[api_key], memo)
         self._api_versions_bodies = {
             version: encode_entity(self._api_versions_response(version, errors.NONE))
             for version in range(SERVED_APIS[API_VERSIONS][1] + 1)
@@ -83,7 +88,14 @@ class Router:
         route = self._routes.get(api_key << 16 | api_version)
         if route is None:
             return self._unroutable(request, api_key, api_version)
-        header_reader, body_reader, handler = route
+        header_reader, body_reader, handler, memo = route
+        if memo is not None:
+            key = request[8:]  # the memo is per API version: all but the correlation id
+            if type(key) is not bytes:
+                key = bytes(key)  # a large frame arrives as a memoryview
+            answer = memo.get(key)
+            if answer is not None:
+                return b"".join((answer[0], request[4:8], answer[1]))
         try:
             header, offset = header_reader(request, 0)
         except Exception as error:  # kio raises several types for malformed input
@@ -93,7 +105,12 @@ class Router:
         except Exception as error:  # as above: any decode failure closes the connection
             raise InvalidRequest("malformed_body",
                                  f"bad {API_NAMES[api_key]} v{api_version} body: {error!r}") from None
-        return handler(request[4:8], api_version, body, listener_index)
+        response = handler(request[4:8], api_version, body, listener_index)
+        if memo is not None:
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = (response[:4], response[8:])
+        return response
 
     def _unroutable(self, request: bytes, api_key: int, api_version: int) -> bytes:
         if api_key == API_VERSIONS and api_version > SERVED_APIS[API_VERSIONS][1]:

@@ -61,6 +61,20 @@ def transition(state: MuteState, event: MuteEvent) -> MuteState:
         raise IllegalMuteTransition(f"cannot transition from {state.name} for {event.name}") from None
 
 
+def _composite(*steps) -> dict[MuteState, MuteState]:
+    """Precompute a fixed sequence of mute/unmute/events for every state where it is legal."""
+    table = {}
+    for state in MuteState:
+        try:
+            result = state
+            for step in steps:
+                result = step(result) if callable(step) else transition(result, step)
+        except IllegalMuteTransition:
+            continue
+        table[state] = result
+    return table
+
+
 def mute(state: MuteState) -> MuteState:
     """Muting is idempotent from NOT_MUTED or MUTED; a muted channel with work pending stays."""
     return MuteState.MUTED if state is MuteState.NOT_MUTED else state
@@ -69,3 +83,25 @@ def mute(state: MuteState) -> MuteState:
 def unmute(state: MuteState) -> MuteState:
     """Only a plain MUTED channel can be unmuted; pending responses or throttles keep it muted."""
     return MuteState.NOT_MUTED if state is MuteState.MUTED else state
+
+
+# The per-request pair, precomputed because it runs for every request served:
+#   request_received = mute, then REQUEST_RECEIVED;  response_sent = RESPONSE_SENT, then unmute.
+_RECEIVED = _composite(mute, MuteEvent.REQUEST_RECEIVED)
+_SENT = _composite(MuteEvent.RESPONSE_SENT, unmute)
+
+
+def request_received(state: MuteState) -> MuteState:
+    """Mute the channel and note its request in flight (only a NOT_MUTED/MUTED channel reads)."""
+    try:
+        return _RECEIVED[state]
+    except KeyError:
+        raise IllegalMuteTransition(f"cannot receive a request in state {state.name}") from None
+
+
+def response_sent(state: MuteState) -> MuteState:
+    """The response left: RESPONSE_SENT, then unmute unless a throttle still holds."""
+    try:
+        return _SENT[state]
+    except KeyError:
+        raise IllegalMuteTransition(f"cannot send a response in state {state.name}") from None

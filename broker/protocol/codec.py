@@ -78,7 +78,11 @@ def encode_entity(entity) -> bytes:
     return buffer.getvalue()
 
 
-def frame(correlation: bytes, flexible_header: bool, body: bytes) -> bytes:
-    """A size-prefixed response: size, correlation id, [empty tagged fields], body."""
-    header = correlation + b"\0" if flexible_header else correlation
-    return INT32.pack(len(header) + len(body)) + header + body
+def frame(correlation, flexible_header: bool, body: bytes) -> bytes:
+    """A size-prefixed response: size, correlation id, [empty tagged fields], body.
+
+    `correlation` is the 4 request bytes holding it, as bytes or a memoryview.
+    """
+    if flexible_header:
+        return b"".join((INT32.pack(5 + len(body)), correlation, b"\0", body))
+    return b"".join((INT32.pack(4 + len(body)), correlation, body))

@@ -1,0 +1,112 @@
+"""Configuration: .properties parsing, key validation, and start-up failures (exit status 2)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from broker.config import ConfigError, describe_keys, load_config, parse_properties
+
+
+def test_properties_syntax():
+    text = "\n".join([
+        "# comment", "! also a comment", "", "a.b = 1", "c:2", "d 3",
+        "listeners=PLAINTEXT://127.0.0.1:9092,\\", "   INTERNAL://127.0.0.1:9093",
+        "e=tab\\tnewline\\n", "f=\\u0041",
+    ])
+    assert parse_properties(text) == {
+        "a.b": "1", "c": "2", "d": "3",
+        "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+        "e": "tab\tnewline\n", "f": "A",
+    }
+
+
+def test_defaults_are_kafkas():
+    config = load_config({})
+    assert config.props.socket_request_max_bytes == 104857600
+    assert config.props.num_network_threads == 3
+    assert config.props.connections_max_idle_ms == 600000
+    assert config.props.socket_listen_backlog_size == 50
+    assert [(l.name, l.host, l.port) for l in config.listeners] == [("PLAINTEXT", "", 9092)]
+    assert config.inter_broker_listener == "PLAINTEXT"
+    assert config.prometheus == ("127.0.0.1", 9404)
+    assert config.log_dirs == ("/tmp/kafka-logs",)
+
+
+def test_listeners_advertised_and_inter_broker():
+    config = load_config({
+        "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "advertised.listeners": "CLIENT://broker.example:9092",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "broker.id": "7",
+    })
+    assert [l.name for l in config.listeners] == ["CLIENT", "INTERNAL"]
+    assert [(l.name, l.host, l.port) for l in config.advertised] == [("CLIENT", "broker.example", 9092)]
+    assert config.inter_broker_listener == "INTERNAL"
+    assert config.node_id == 7
+    bound = config.with_bound_ports({"CLIENT": 4000, "INTERNAL": 4001})
+    assert [l.port for l in bound.listeners] == [4000, 4001]
+    assert bound.advertised[0].port == 9092  # an explicit advertised port is kept
+
+
+def test_prometheus_can_be_disabled():
+    assert load_config({"prometheus.listen": ""}).prometheus is None
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"no.such.key": "1"}, "no.such.key: unknown configuration key"),
+    ({"num.network.threads": "0"}, "num.network.threads: invalid value '0' (expected int >= 1)"),
+    ({"num.network.threads": "three"}, "num.network.threads: invalid value 'three'"),
+    ({"socket.request.max.bytes": "-5"}, "socket.request.max.bytes: invalid value '-5'"),
+    ({"listeners": "SSL://:9093"}, "listeners: listener SSL uses SSL, which is not supported yet"),
+    ({"listeners": "SASL_PLAINTEXT://:9093"}, "not supported yet"),
+    ({"listeners": "FOO://:9093"}, "listeners: no security protocol for listener FOO"),
+    ({"listeners": "PLAINTEXT:9092"}, "listeners: invalid listener 'PLAINTEXT:9092'"),
+    ({"listeners": "PLAINTEXT://:99999"}, "out of range"),
+    ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "appears more than once"),
+    ({"listeners": "A://:1,B://:1", "listener.security.protocol.map": "A:PLAINTEXT,B:PLAINTEXT"},
+     "share port 1"),
+    ({"advertised.listeners": "OTHER://h:1", "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT"},
+     "advertised.listeners: listener OTHER is not in listeners"),
+    ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "non-routable"),
+    ({"inter.broker.listener.name": "NOPE"}, "inter.broker.listener.name: NOPE is not a listener"),
+    ({"node.id": "1", "broker.id": "2"}, "node.id: 1 differs from broker.id 2"),
+    ({"listener.security.protocol.map": "PLAINTEXT"}, "listener.security.protocol.map: invalid entry"),
+    ({"prometheus.listen": "nohost"}, "prometheus.listen: invalid address"),
+])
+def test_bad_configuration_names_the_key(raw, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def run_broker(*args, timeout=30):
+    return subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("override, key", [("bogus.key=1", "bogus.key"),
+                                           ("num.network.threads=abc", "num.network.threads")])
+def test_bad_config_exits_2_with_one_line(override, key):
+    result = run_broker("--override", override)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"config error: {key}:")
+
+
+def test_config_file_errors_exit_2(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text("num.network.threads=abc\n")
+    assert run_broker("--config", str(path)).returncode == 2
+    missing = run_broker("--config", str(tmp_path / "missing.properties"))
+    assert missing.returncode == 2 and "cannot read config file" in missing.stderr
+
+
+def test_every_key_is_documented():
+    table = describe_keys()
+    for line in table.splitlines()[2:]:
+        key, kind, _default, doc = [cell.strip() for cell in line.strip("|").split("|")]
+        assert key.startswith("`") and kind and doc, line

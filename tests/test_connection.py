@@ -1,0 +1,134 @@
+"""The per-connection protocol with a fake transport: framing, ordering, flow control."""
+
+import struct
+
+import pytest
+
+from tests.wire import api_versions_request, metadata_request
+from workers.connection import Connection
+from workers.handlers import BrokerView, Router
+from workers.mute import MuteState
+
+
+class FakeTransport:
+    def __init__(self):
+        self.writes, self.reading, self.closed = [], True, False
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+
+    def pause_reading(self):
+        self.reading = False
+
+    def resume_reading(self):
+        self.reading = True
+
+    def close(self):
+        self.closed = True
+
+    def responses(self):
+        data, out = b"".join(self.writes), []
+        while data:
+            size = struct.unpack_from(">i", data)[0]
+            out.append(struct.unpack_from(">i", data, 4)[0])  # correlation id
+            data = data[4 + size:]
+        return out
+
+
+class FakeWorker:
+    def __init__(self, max_request_bytes=1 << 20, large_frame_bytes=1024):
+        self.router = Router(BrokerView(node_id=0, cluster_id="c", advertised=(("h", 1),)))
+        self.max_request_bytes = max_request_bytes
+        self.large_frame_bytes = large_frame_bytes
+        self.scratch = memoryview(bytearray(4096))
+        self.served, self.invalid, self.closed = [], [], []
+
+    def connection_registered(self, conn):
+        pass
+
+    def connection_closed(self, conn, reason):
+        self.closed.append(reason)
+
+    def requests_served(self, listener, api_keys, received_at):
+        self.served.extend(api_keys)
+
+    def invalid_request(self, reason):
+        self.invalid.append(reason)
+
+
+def connect(**worker_options):
+    worker, transport = FakeWorker(**worker_options), FakeTransport()
+    conn = Connection(worker, 1, 0, "127.0.0.1:1")
+    conn.connection_made(transport)
+    return conn, transport, worker
+
+
+def feed(conn, data: bytes, chunk: int | None = None):
+    """Deliver `data` the way the event loop would: get_buffer, copy, buffer_updated."""
+    view = memoryview(data)
+    while view:
+        buffer = conn.get_buffer(-1)
+        n = min(len(buffer), len(view), chunk or len(view))
+        buffer[:n] = view[:n]
+        conn.buffer_updated(n)
+        view = view[n:]
+
+
+def test_pipelined_requests_get_one_write_in_order():
+    conn, transport, worker = connect()
+    feed(conn, b"".join(api_versions_request(3, correlation_id=i) if i % 3 else
+                        metadata_request(12, correlation_id=i) for i in range(30)))
+    assert len(transport.writes) == 1
+    assert transport.responses() == list(range(30))
+    assert worker.served.count(3) == 10 and worker.served.count(18) == 20
+    assert conn.state is MuteState.NOT_MUTED and conn.is_idle()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 50])
+def test_frames_split_anywhere_are_reassembled(chunk):
+    conn, transport, _ = connect()
+    feed(conn, b"".join(api_versions_request(3, correlation_id=i) for i in range(10)), chunk)
+    assert transport.responses() == list(range(10))
+    assert conn.is_idle()
+
+
+def test_a_large_frame_is_read_into_its_own_buffer():
+    conn, transport, worker = connect(large_frame_bytes=64)
+    topics = [f"topic-{i:04d}" for i in range(300)]  # a Metadata request of several KiB
+    request = metadata_request(12, correlation_id=5, topics=topics)
+    assert len(request) > len(worker.scratch)
+    feed(conn, request[:100])
+    assert conn.get_buffer(-1).nbytes == len(request) - 100  # exactly the rest of the frame
+    feed(conn, request[100:] + api_versions_request(3, correlation_id=6))
+    assert transport.responses() == [5, 6]
+
+
+def test_write_backpressure_stops_serving_until_the_peer_reads():
+    conn, transport, _ = connect()
+    feed(conn, api_versions_request(3, correlation_id=1))
+    conn.pause_writing()
+    feed(conn, api_versions_request(3, correlation_id=2) + api_versions_request(3, correlation_id=3))
+    assert transport.responses() == [1]
+    assert not transport.reading
+    assert not conn.is_idle()  # two requests wait
+    conn.resume_writing()
+    assert transport.responses() == [1, 2, 3]
+    assert transport.reading
+
+
+@pytest.mark.parametrize("size, reason", [(-1, "size_negative"), (1025, "size_too_large")])
+def test_bad_size_closes_before_allocating(size, reason):
+    conn, transport, worker = connect(max_request_bytes=1024)
+    feed(conn, api_versions_request(3, correlation_id=1) + struct.pack(">i", size))
+    assert transport.responses() == [1]  # the earlier request was still answered
+    assert transport.closed and worker.invalid == [reason]
+    assert conn.get_buffer(-1) is worker.scratch  # no buffer was set aside for the body
+
+
+def test_data_after_close_is_ignored():
+    conn, transport, worker = connect()
+    conn.close("shutdown")
+    feed(conn, api_versions_request(3, correlation_id=1))
+    assert transport.writes == []
+    conn.connection_lost(None)
+    assert worker.closed == ["shutdown"]

@@ -1,0 +1,80 @@
+"""The shared counter block: layout, one writer per slot, archiving a dead worker's slot."""
+
+import itertools
+import os
+import struct
+
+import pytest
+
+from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, HEADER_BYTES, INVALID_REASONS, MAGIC,
+                       STATE_FREE, STATE_SERVING, WORKER_COUNTERS, SharedBlock, duration_bucket)
+
+
+@pytest.fixture
+def block(tmp_path):
+    created = SharedBlock.create(str(tmp_path / "block"), slots=3, listeners=2)
+    yield created
+    created.close()
+
+
+def test_header_describes_the_layout(block):
+    with open(block.path, "rb") as handle:
+        raw = handle.read()
+    assert raw[:8] == MAGIC
+    version, slots, listeners, slot_bytes, pid = struct.unpack_from("=qqqqq", raw, 8)
+    assert (version, slots, listeners, pid) == (1, 3, 2, os.getpid())
+    assert slot_bytes % 64 == 0
+    assert len(raw) == SharedBlock.size_for(3, 2)
+    assert block.slot_base(0) * 8 == HEADER_BYTES
+
+
+def test_attach_sees_what_the_creator_wrote(block):
+    block.words[block.worker_cell(1, "requests", 1, 18)] = 42
+    other = SharedBlock.attach(block.path)
+    try:
+        assert other.words[other.worker_cell(1, "requests", 1, 18)] == 42
+        other.words[other.worker_cell(2, "requests", 1, 18)] = 8
+        assert block.worker_total("requests", 1, 18) == 50
+    finally:
+        other.close()
+
+
+def test_attach_rejects_a_foreign_file(tmp_path):
+    path = tmp_path / "junk"
+    path.write_bytes(b"x" * 4096)
+    with pytest.raises(RuntimeError, match="magic"):
+        SharedBlock.attach(str(path))
+
+
+def test_every_cell_has_its_own_word(block):
+    sizes = {"listener": 2, "close_reason": len(CLOSE_REASONS), "api": 128,
+             "bucket": len(DURATION_BUCKETS) + 1, "invalid_reason": len(INVALID_REASONS)}
+    seen = set()
+    for name, dims in WORKER_COUNTERS:
+        for coords in itertools.product(*(range(sizes[dim]) for dim in dims)):
+            word = block.worker_table.index(name, *coords)
+            assert word not in seen, (name, coords)
+            seen.add(word)
+    assert min(seen) == 4 and max(seen) < block.slot_words  # after pid/generation/state/beat
+
+
+def test_archiving_keeps_totals_and_frees_the_slot(block):
+    block.claim_slot(0, pid=1234)
+    block.set_state(0, STATE_SERVING)
+    block.words[block.worker_cell(0, "connections_closed", 0, 0)] = 5
+    block.words[block.worker_cell(1, "connections_closed", 0, 0)] = 2
+    assert block.worker_total("connections_closed", 0, 0) == 7
+    block.archive_slot_counters(0)
+    assert block.worker_total("connections_closed", 0, 0) == 7
+    assert block.words[block.worker_cell(0, "connections_closed", 0, 0)] == 0
+    assert block.slot_state(0) == STATE_FREE
+    generation = block.slot_generation(0)
+    block.claim_slot(0, pid=5678)
+    assert block.slot_pid(0) == 5678 and block.slot_generation(0) == generation + 1
+
+
+def test_duration_buckets():
+    assert duration_bucket(0) == 0
+    assert duration_bucket(int(DURATION_BUCKETS[0] * 1e9)) == 0
+    assert duration_bucket(int(DURATION_BUCKETS[0] * 1e9) + 1) == 1
+    assert duration_bucket(10**12) == len(DURATION_BUCKETS)
