@@ -20,7 +20,8 @@ import time
 from typing import TYPE_CHECKING
 
 from workers.handlers import InvalidRequest
-from workers.mute import IllegalMuteTransition, MuteState, request_received, response_sent
+from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteState, request_received,
+                          response_sent)
 
 if TYPE_CHECKING:
     from workers.worker import Worker
@@ -116,10 +117,14 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 request = data[offset + 4:offset + 4 + size]
                 offset += 4 + size
-                # Inlined _serve_one: this loop runs once per request.
-                self.state = request_received(self.state)
+                # _serve_one inlined, with the mute tables looked up directly: this loop runs
+                # once per request.  A state missing from a table is an illegal transition.
+                state = RECEIVED.get(self.state)
+                if state is None:
+                    raise IllegalMuteTransition(f"request received in state {self.state.name}")
+                self.state = state
                 out.append(handle(request, self.listener_index))
-                self.state = response_sent(self.state)
+                self.state = SENT[self.state]
                 handled.append(request[1] | request[0] << 8)
         except InvalidRequest as invalid:
             self._flush(out, handled)

@@ -86,15 +86,16 @@ def unmute(state: MuteState) -> MuteState:
 
 
 # The per-request pair, precomputed because it runs for every request served:
-#   request_received = mute, then REQUEST_RECEIVED;  response_sent = RESPONSE_SENT, then unmute.
-_RECEIVED = _composite(mute, MuteEvent.REQUEST_RECEIVED)
-_SENT = _composite(MuteEvent.RESPONSE_SENT, unmute)
+#   RECEIVED = mute, then REQUEST_RECEIVED;  SENT = RESPONSE_SENT, then unmute.
+# Both map a state to the next; a state missing from the table is an illegal transition.
+RECEIVED = _composite(mute, MuteEvent.REQUEST_RECEIVED)
+SENT = _composite(MuteEvent.RESPONSE_SENT, unmute)
 
 
 def request_received(state: MuteState) -> MuteState:
     """Mute the channel and note its request in flight (only a NOT_MUTED/MUTED channel reads)."""
     try:
-        return _RECEIVED[state]
+        return RECEIVED[state]
     except KeyError:
         raise IllegalMuteTransition(f"cannot receive a request in state {state.name}") from None
 
@@ -102,6 +103,6 @@ def request_received(state: MuteState) -> MuteState:
 def response_sent(state: MuteState) -> MuteState:
     """The response left: RESPONSE_SENT, then unmute unless a throttle still holds."""
     try:
-        return _SENT[state]
+        return SENT[state]
     except KeyError:
         raise IllegalMuteTransition(f"cannot send a response in state {state.name}") from None

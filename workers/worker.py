@@ -68,11 +68,13 @@ class WorkerStats:
         while bucket < _BUCKETS - 1 and elapsed_ns > DURATION_BOUNDS_NS[bucket]:
             bucket += 1
         buckets, duration = self._buckets + bucket, self._duration
-        for api_key in api_keys:
+        # A pipelined read usually holds one API many times: count per distinct key.
+        for api_key in (set(api_keys) if len(api_keys) > 1 else api_keys):
+            count = api_keys.count(api_key) if len(api_keys) > 1 else 1
             if 0 <= api_key < 128:
-                words[requests + api_key] += 1
-                words[buckets + api_key * _BUCKETS] += 1
-                words[duration + api_key] += elapsed_ns
+                words[requests + api_key] += count
+                words[buckets + api_key * _BUCKETS] += count
+                words[duration + api_key] += elapsed_ns * count
 
 
 class Worker:

@@ -1,0 +1,214 @@
+"""`make bench`: the broker against baselines measured in the same run, printed as ratios.
+
+Load comes from the C generators in loadtest/ (a Python client reaches only a fraction of what
+a uvloop server serves on this 2-core machine):
+
+  requests  rrclient, ApiVersions v3 (memoized answer) and Metadata v12 (decoded every time),
+            100 connections x 1 in flight and 10 connections x 50 pipelined, against the broker
+            with 1 and 2 workers, and the same frames against loadtest/echo_server.py;
+  accepts   two connclient processes (disjoint source addresses), each connection doing
+            connect, ApiVersions, answer, close against the broker, versus connect and wait
+            for the server's close against loadtest/accept_close_server.py.
+
+Every configuration runs once per pass, passes interleave, and ratios are taken within a pass;
+the table shows medians (min-max).  Exit status 1 if a target is missed or a client saw errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from loadtest.harness import BrokerProcess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.join(HERE, "bin")
+# The project's goals (issue 2): (broker configurations, baseline, minimum ratio).  A goal is
+# met when the best of its broker configurations reaches the ratio in the median pass.
+TARGETS = (
+    (("apiversions 1w 100x1", "apiversions 2w 100x1"), "echo 100x1", 0.8),
+    (("apiversions 1w 10x50", "apiversions 2w 10x50"), "echo 10x50", 0.4),
+    (("accept+handoff+register 2w",), "raw accept+close", 0.6),
+)
+UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),)
+SHAPES = {"100x1": (100, 1), "10x50": (10, 50)}
+
+
+def api_versions_frame() -> bytes:
+    from kafka.protocol.metadata import ApiVersionsRequest
+
+    request = ApiVersionsRequest[3](client_software_name="bench", client_software_version="1.0")
+    request.with_header(correlation_id=7, client_id="bench")
+    body = bytes(request.encode(header=True))
+    return struct.pack(">i", len(body)) + body
+
+
+def metadata_frame() -> bytes:
+    from kafka.protocol.metadata import MetadataRequest
+
+    request = MetadataRequest[12](topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False)
+    request.with_header(correlation_id=7, client_id="bench")
+    body = bytes(request.encode(header=True))
+    return struct.pack(">i", len(body)) + body
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    """A baseline server script from loadtest/, started and stopped by pid."""
+
+    def __init__(self, script: str):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, script)],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        self.port = int(line.rsplit(":", 1)[1])
+        self.pids = [self.proc.pid]
+
+    def close(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(10)
+
+
+class Broker:
+    def __init__(self, workers: int):
+        self.process = BrokerProcess(workers=workers).start()
+        self.port = self.process.port
+        self.pids = [self.process.pid] + list(self.process.worker_pids.values())
+
+    def close(self):
+        self.process.stop()
+
+
+def run_rr(port: int, pids, frame_path: str, shape: str, seconds: float, mode: str):
+    conns, depth = SHAPES[shape]
+    before = cpu_seconds(pids)
+    out = subprocess.run([os.path.join(BIN, "rrclient"), "127.0.0.1", str(port), str(conns),
+                          str(depth), str(seconds), frame_path, "0.5", mode],
+                         capture_output=True, text=True, timeout=seconds + 30)
+    result = json.loads(out.stdout)
+    result["server_cpu"] = cpu_seconds(pids) - before
+    return result
+
+
+def run_accept(port: int, pids, mode: str, frame_path: str, seconds: float):
+    before = cpu_seconds(pids)
+    procs = [subprocess.Popen([os.path.join(BIN, "connclient"), "127.0.0.1", str(port), "32",
+                               str(seconds), mode, frame_path, str(base)],
+                              stdout=subprocess.PIPE, text=True) for base in (2, 122)]
+    results = [json.loads(proc.communicate(timeout=seconds + 30)[0]) for proc in procs]
+    return {"rate": sum(r["rate"] for r in results), "errors": sum(r["errors"] for r in results),
+            "server_cpu": cpu_seconds(pids) - before,
+            "connections": sum(r["connections"] for r in results)}
+
+
+def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
+    figures = {}
+    echo = Server("echo_server.py")
+    try:
+        for shape in SHAPES:
+            figures[f"echo {shape}"] = run_rr(echo.port, echo.pids, frames["apiversions"], shape,
+                                              seconds, "echo")
+    finally:
+        echo.close()
+    for workers in (1, 2):
+        broker = Broker(workers)
+        try:
+            for shape in SHAPES:
+                figures[f"apiversions {workers}w {shape}"] = run_rr(
+                    broker.port, broker.pids, frames["apiversions"], shape, seconds, "kafka")
+            if workers == 2:
+                figures["metadata 2w 100x1"] = run_rr(broker.port, broker.pids,
+                                                      frames["metadata"], "100x1", seconds, "kafka")
+                figures["accept+handoff+register 2w"] = run_accept(
+                    broker.port, broker.pids, "req", frames["apiversions"], seconds)
+        finally:
+            broker.close()
+    raw = Server("accept_close_server.py")
+    try:
+        figures["raw accept+close"] = run_accept(raw.port, raw.pids, "fin", "-", seconds)
+    finally:
+        raw.close()
+    return figures
+
+
+def summarize(passes: list[dict[str, dict]]) -> int:
+    def spread(values):
+        return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+    print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
+    errors = 0
+    for name in passes[0]:
+        rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
+        ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
+        cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
+                                 for p, n in zip(passes, ops))
+        failed = sum(p[name]["errors"] for p in passes)
+        errors += failed
+        print(f"{name:32} {spread(rates):>34} {cost:>13.2f} {failed}")
+    print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
+    missed = 0
+    for measured_names, baseline, target in TARGETS:
+        best = 0.0
+        for measured in measured_names:
+            best = max(best, _print_ratio(passes, measured, baseline, f">= {target}"))
+        met = best >= target
+        missed += not met
+        print(f"{'':58} {'goal ' + ('met' if met else 'MISSED'):>18}")
+    for measured, baseline in UNTARGETED:
+        _print_ratio(passes, measured, baseline, "(no target)")
+    return 1 if missed or errors else 0
+
+
+def _print_ratio(passes, measured: str, baseline: str, note: str) -> float:
+    ratios = [_rate(p[measured]) / _rate(p[baseline]) for p in passes]
+    median = statistics.median(ratios)
+    print(f"{measured + ' / ' + baseline:58} {median:>6.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
+          f"{note}")
+    return median
+
+
+def _rate(result: dict) -> float:
+    return result.get("rps", result.get("rate"))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="pybroker-bench-") as tmp:
+        frames = {}
+        for name, data in (("apiversions", api_versions_frame()), ("metadata", metadata_frame())):
+            frames[name] = os.path.join(tmp, f"{name}.bin")
+            with open(frames[name], "wb") as handle:
+                handle.write(data)
+        passes = []
+        for number in range(args.passes):
+            started = time.monotonic()
+            passes.append(one_pass(frames, args.seconds))
+            print(f"pass {number + 1}/{args.passes} done in {time.monotonic() - started:.0f}s",
+                  flush=True)
+    return summarize(passes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
