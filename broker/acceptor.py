@@ -31,7 +31,7 @@ FD_EXHAUSTION_PAUSE = 0.1
 
 def bind_listener(listener: Listener, backlog: int, receive_buffer: int) -> socket.socket:
     """Bind and listen; port 0 picks an ephemeral port (read it back from getsockname)."""
-    family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+    family = listener.family()
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -15,6 +15,7 @@ Keys that are not Kafka's carry the prefix `pybroker.`, except `prometheus.liste
 from __future__ import annotations
 
 import re
+import socket
 from typing import Annotated
 
 import msgspec
@@ -110,6 +111,10 @@ class Listener(msgspec.Struct, frozen=True):
     def address(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    def family(self) -> int:
+        """AF_INET6 for an IPv6 literal, else AF_INET (an empty host binds 0.0.0.0)."""
+        return socket.AF_INET6 if ":" in self.host else socket.AF_INET
 
 
 class BrokerConfig(msgspec.Struct, frozen=True):

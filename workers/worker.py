@@ -102,6 +102,7 @@ class Worker:
         self._idle_seconds = config.props.connections_max_idle_ms / 1000
         self.shutdown_seconds = config.props.pybroker_shutdown_timeout_ms / 1000
         self._send_buffer = config.props.socket_send_buffer_bytes
+        self._families = [item.family() for item in config.listeners]
         self._incoming: collections.deque = collections.deque()
         self._registering = False
         self._credits_to_return = 0
@@ -214,15 +215,16 @@ class Worker:
 
     def _register(self, fd: int, meta: tuple[int, int, str, int]) -> None:
         conn_id, listener, host, port = meta
+        # Naming the family and type spares three getsockopt calls per socket.
+        sock = socket.socket(self._families[listener], socket.SOCK_STREAM, 0, fileno=fd)
         try:
-            sock = socket.socket(fileno=fd)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if self._send_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         except OSError as error:
             log.info("connection %s from %s:%s failed before registration: %s",
                      conn_id, host, port, error)
-            os.close(fd)
+            sock.close()
             self._registration_failed(listener)
             return
         connection = Connection(self, conn_id, listener, f"{host}:{port}")
