@@ -167,3 +167,33 @@ def test_worker_that_cannot_boot_halts_the_broker(tmp_path):
     assert broker.proc.returncode == 3
     assert "failed to boot; halting" in err
     assert err.count("spawned worker") == 2
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms():
+    with BrokerProcess(workers=1, overrides={"connections.max.idle.ms": "300"}) as broker:
+        with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=5) as idle:
+            idle.send(api_versions_request(3, correlation_id=1))
+            idle.receive()
+            started = time.monotonic()
+            assert idle.is_closed_by_peer()
+            assert time.monotonic() - started < 3  # closed by the 1 s sweep, not by the timeout
+        wait_until(lambda: broker.metric("broker_connections_closed_total", listener="PLAINTEXT",
+                                         reason="idle") == 1)
+
+
+def test_a_hung_worker_is_aborted_then_killed_and_replaced():
+    overrides = {"pybroker.worker.heartbeat.timeout.ms": "1000"}
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        hung = broker.worker_pids["data-0"]
+        os.kill(hung, signal.SIGSTOP)  # its loop stops: no heartbeat, SIGABRT stays pending
+        try:
+            broker.wait_for_line(rf"worker data-0 \(pid {hung}\) heartbeat is .* aborting it")
+            broker.wait_for_line(rf"worker data-0 \(pid {hung}\) was killed by SIGKILL", timeout=15)
+        finally:
+            if pid_alive(hung):
+                os.kill(hung, signal.SIGKILL)
+        wait_until(lambda: broker.worker_pids["data-0"] != hung)
+        wait_until(lambda: broker.metric("broker_worker_up", worker="data-0") == 1)
+        with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+            client.send(api_versions_request(3, correlation_id=4))
+            assert struct.unpack_from(">i", client.receive())[0] == 4

@@ -175,7 +175,7 @@ class Worker:
             except (EOFError, ConnectionError):
                 log.warning("worker %s: parent went away; shutting down", self.name)
                 self._loop.remove_reader(self.channel.fileno())
-                self.begin_shutdown(0.0 if self._deadline else 1.0)
+                self.begin_shutdown(1.0)
                 return
             if isinstance(message, ipc.Handoff):
                 self._accept_handoff(message, fds)
@@ -198,6 +198,9 @@ class Worker:
                 self._incoming.append((fd, meta))
         for fd in fds[len(message.conns):]:
             os.close(fd)
+        for meta in message.conns[len(fds):]:  # announced but no fd arrived: count it closed
+            self.stats.closed(meta[1], "error")
+            self._credits_to_return += 1
         self._schedule_ack()
         if self._incoming and not self._registering:
             self._registering = True
