@@ -84,6 +84,36 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Comma-separated data directories; the first also holds the broker's lock and "
         "runtime files. Defaults to log.dir.")] = ""
     log_dir: Annotated[str, _doc("Data directory used when log.dirs is not set.")] = "/tmp/kafka-logs"
+    auto_create_topics_enable: Annotated[bool, _doc(
+        "Create a topic when a client asks Metadata for an unknown one.")] = True
+    num_partitions: Annotated[int, _doc(
+        "Partitions of an auto-created topic, or of CreateTopics with -1.", ge=1, le=10000)] = 1
+    default_replication_factor: Annotated[int, _doc(
+        "Replication factor of new topics; this broker is a single node, so 1.", ge=1, le=1)] = 1
+    message_max_bytes: Annotated[int, _doc(
+        "Largest record batch accepted by Produce.", ge=0, le=INT_MAX)] = 1048588
+    log_segment_bytes: Annotated[int, _doc(
+        "A partition's active segment is rolled past this size.", ge=14, le=INT_MAX)] = 1 << 30
+    log_index_interval_bytes: Annotated[int, _doc(
+        "Bytes of batches between two offset-index entries.", ge=0, le=INT_MAX)] = 4096
+    log_retention_bytes: Annotated[int, _doc(
+        "Per partition: oldest segments are deleted while the log exceeds this; -1 = no limit.",
+        ge=-1)] = -1
+    log_retention_ms: Annotated[int, _doc(
+        "Segments older than this are deleted; -1 = no limit. Wins over minutes and hours.",
+        ge=-1)] | None = None
+    log_retention_minutes: Annotated[int, _doc(
+        "As log.retention.ms, in minutes; wins over hours.", ge=-1)] | None = None
+    log_retention_hours: Annotated[int, _doc(
+        "As log.retention.ms, in hours.", ge=-1)] = 168
+    log_retention_check_interval_ms: Annotated[int, _doc(
+        "How often the parent looks for segments to delete.", ge=1)] = 300000
+    log_flush_interval_messages: Annotated[int, _doc(
+        "fsync a partition once this many messages were appended since its last fsync.",
+        ge=1)] = 2**63 - 1
+    log_flush_interval_ms: Annotated[int, _doc(
+        "fsync every partition with unflushed messages this often (unset: never by time).",
+        ge=1)] | None = None
     prometheus_listen: Annotated[str, _doc(
         "HOST:PORT of the Prometheus /metrics endpoint; empty disables it.")] = "127.0.0.1:9404"
     pybroker_handoff_queue_size: Annotated[int, _doc(
@@ -98,6 +128,15 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_worker_heartbeat_timeout_ms: Annotated[int, _doc(
         "A worker whose heartbeat is older than this is aborted, then killed.",
         ge=1000, le=3600000)] = 30000
+
+
+def retention_ms(props: ServerProperties) -> int:
+    """Kafka's precedence: log.retention.ms, then minutes, then hours; -1 means forever."""
+    if props.log_retention_ms is not None:
+        return props.log_retention_ms
+    if props.log_retention_minutes is not None:
+        return -1 if props.log_retention_minutes < 0 else props.log_retention_minutes * 60000
+    return -1 if props.log_retention_hours < 0 else props.log_retention_hours * 3600000
 
 
 class Listener(msgspec.Struct, frozen=True):

@@ -32,6 +32,8 @@ from broker import ipc
 from broker.acceptor import Acceptor, bind_listener
 from broker.config import BrokerConfig
 from broker.handoff import Dispatcher, WorkerHandle
+from broker.log.manager import LogManager
+from broker.log.topics import Epoch
 from broker.metrics import BlockCollector, serve_metrics
 from broker.runtime import Runtime
 from shm.block import CLOSE_REASONS, SharedBlock
@@ -84,16 +86,21 @@ class Supervisor:
              for listener, sock in zip(self.config.listeners, sockets)})
         self.block = SharedBlock.create(self.runtime.shm_path, len(self.workers),
                                         len(self.config.listeners))
+        self.logs = LogManager(self.config, Epoch(self.block.words,
+                                                  self.block.parent_cell("metadata_epoch")))
         try:
+            self.logs.startup()
             for worker in self.workers:
                 self._spawn(worker)
             if await self._wait_until_ready():
                 self._start_acceptors(sockets)
                 self._start_metrics()
+                self.logs.start_maintenance()
                 log.info("broker ready node.id=%d workers=%d pid=%d", self.config.node_id,
                          len(self.workers), os.getpid())
                 await self._main_loop()
             await self._shutdown()
+            self.logs.shutdown()
         finally:
             for sock in sockets:
                 sock.close()
@@ -141,11 +148,11 @@ class Supervisor:
     def _start_metrics(self) -> None:
         if self.config.prometheus is None:
             return
-        from workers.handlers import API_NAMES
+        from workers.apis import api_names
 
         host, port = self.config.prometheus
         collector = BlockCollector(self.block, [item.name for item in self.config.listeners],
-                                   self, API_NAMES, self.metrics_lock)
+                                   self, api_names(), self.metrics_lock)
         self._metrics_server, bound = serve_metrics(host, port, collector)
         log.info("metrics listening address=%s:%d", host, bound)
 

@@ -52,7 +52,7 @@ STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
 MAX_API_KEY = 127
 CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
-                   "unsupported_version", "malformed_header", "malformed_body")
+                   "unsupported_version", "malformed_header", "malformed_body", "produce_failed")
 # Request duration histogram upper bounds, seconds; the last cell is +Inf.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -74,6 +74,7 @@ WORKER_COUNTERS = (
     ("invalid_requests", ("invalid_reason",)),
 )
 PARENT_COUNTERS = (
+    ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
     ("connections_accepted", ("listener",)),
     ("acceptor_blocked_ns", ("listener",)),
     ("worker_restarts", ()),

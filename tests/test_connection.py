@@ -4,10 +4,23 @@ import struct
 
 import pytest
 
+import tempfile
+
+from broker.config import load_config
+from broker.log.partition import LogSettings
+from broker.log.topics import Epoch, TopicRegistry
 from tests.wire import api_versions_request, metadata_request
+from workers.apis import Services, build_apis
 from workers.connection import Connection
 from workers.handlers import BrokerView, Router
 from workers.mute import MuteState
+
+
+def make_router(log_dir: str) -> Router:
+    """The worker's real router over a log directory of its own (no shared memory)."""
+    view = BrokerView(node_id=0, cluster_id="c", advertised=(("h", 1),))
+    registry = TopicRegistry((log_dir,), LogSettings(), Epoch())
+    return Router(build_apis(Services(view=view, props=load_config({}).props, registry=registry)))
 
 
 class FakeTransport:
@@ -37,7 +50,8 @@ class FakeTransport:
 
 class FakeWorker:
     def __init__(self, max_request_bytes=1 << 20, large_frame_bytes=1024):
-        self.router = Router(BrokerView(node_id=0, cluster_id="c", advertised=(("h", 1),)))
+        self._log_dir = tempfile.TemporaryDirectory(prefix="pybroker-conn-test-")
+        self.router = make_router(self._log_dir.name)
         self.max_request_bytes = max_request_bytes
         self.large_frame_bytes = large_frame_bytes
         self.scratch = memoryview(bytearray(4096))

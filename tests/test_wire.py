@@ -14,7 +14,8 @@ MAX_BYTES = 4096
 
 @pytest.fixture(scope="module")
 def broker():
-    with BrokerProcess(workers=2, overrides={"socket.request.max.bytes": str(MAX_BYTES)}) as b:
+    with BrokerProcess(workers=2, overrides={"socket.request.max.bytes": str(MAX_BYTES),
+                                             "auto.create.topics.enable": "false"}) as b:
         yield b
 
 
@@ -38,7 +39,8 @@ def test_api_versions_lists_only_what_is_served(broker):
             assert correlation == version
             assert response.error_code == 0
             assert {(k.api_key, k.min_version, k.max_version) for k in response.api_keys} == {
-                (18, 0, 4), (3, 0, 13)}
+                (0, 3, 10), (1, 4, 16), (2, 1, 11), (3, 0, 13), (10, 0, 6), (18, 0, 4),
+                (19, 2, 7), (20, 1, 6), (22, 0, 4)}
 
 
 def test_unsupported_api_versions_version_gets_a_v0_answer(broker):

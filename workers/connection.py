@@ -54,6 +54,9 @@ class Connection(asyncio.BufferedProtocol):
         self._large: bytearray | None = None
         self._large_view: memoryview | None = None
         self._large_got = 0
+        # A request whose answer is still being prepared (Fetch long poll).
+        self._waiting = None
+        self._waiting_since = 0.0
 
     # --- Protocol interface ---------------------------------------------------------------
 
@@ -67,6 +70,8 @@ class Connection(asyncio.BufferedProtocol):
             self._close_reason = "error"  # a reset is the client going away, anything else is not
         self.closing = True
         self._large = self._large_view = None
+        if self._waiting is not None:
+            self._waiting.cancel()
         self.worker.connection_closed(self, self._close_reason)
 
     def eof_received(self) -> bool:
@@ -117,33 +122,42 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 request = data[offset + 4:offset + 4 + size]
                 offset += 4 + size
-                # _serve_one inlined, with the mute tables looked up directly: this loop runs
-                # once per request.  A state missing from a table is an illegal transition.
+                # The mute tables are looked up directly: this loop runs once per request.
+                # A state missing from a table is an illegal transition.
                 state = RECEIVED.get(self.state)
                 if state is None:
                     raise IllegalMuteTransition(f"request received in state {self.state.name}")
                 self.state = state
-                out.append(handle(request, self.listener_index))
-                self.state = SENT[self.state]
-                handled.append(request[1] | request[0] << 8)
-        except InvalidRequest as invalid:
+                response = handle(request, self.listener_index)
+                api_key = request[1] | request[0] << 8
+                if type(response) is bytes:
+                    out.append(response)
+                elif response is not None:  # a Future: the answer must wait
+                    self._pending = data[offset:]
+                    self._flush(out, handled)
+                    self._park(response, api_key)
+                    return
+                self.state = SENT[self.state]  # None (acks=0) counts as sent, as in Kafka
+                handled.append(api_key)
+        except Exception as error:  # noqa: BLE001 - sorted by _fail: one connection pays
             self._flush(out, handled)
-            self._reject(invalid)
-            return
-        except IllegalMuteTransition as error:
-            log.error("connection %s from %s: %s; closing", self.conn_id, self.peer, error)
-            self._flush(out, handled)
-            self.close("error")
-            return
-        except Exception:  # a handler bug must cost one connection, never the worker
-            log.exception("connection %s from %s: request failed; closing", self.conn_id,
-                          self.peer)
-            self._flush(out, handled)
-            self.close("error")
+            self._fail(error)
             return
         self._pending = data[offset:] if offset < end else b""
         self._flush(out, handled)
         self._update_reading()
+
+    def _fail(self, error: Exception) -> None:
+        """Close this connection for `error`; a handler bug never costs the worker."""
+        if isinstance(error, InvalidRequest):
+            self._reject(error)
+        elif isinstance(error, IllegalMuteTransition):
+            log.error("connection %s from %s: %s; closing", self.conn_id, self.peer, error)
+            self.close("error")
+        else:
+            log.error("connection %s from %s: request failed; closing", self.conn_id, self.peer,
+                      exc_info=error)
+            self.close("error")
 
     def _check_size(self, size: int) -> None:
         if size < 0:
@@ -153,17 +167,32 @@ class Connection(asyncio.BufferedProtocol):
                                  f"frame size {size} larger than socket.request.max.bytes "
                                  f"{self.worker.max_request_bytes}")
 
-    def _serve_one(self, request: bytes) -> bytes:
-        self.state = request_received(self.state)
-        response = self.worker.router.handle(request, self.listener_index)
-        self.state = response_sent(self.state)
-        return response
+    def _park(self, future, api_key: int) -> None:
+        """A request whose answer waits: stay muted until the future is done."""
+        self._waiting = future
+        self._waiting_since = self.last_active
+        self._update_reading()
+        future.add_done_callback(lambda done: self._parked_done(done, api_key))
 
-    def _flush(self, out: list[bytes], handled: list[int]) -> None:
+    def _parked_done(self, future, api_key: int) -> None:
+        self._waiting = None
+        if self.closing or future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            self._fail(error)
+            return
+        response = future.result()
+        self.state = response_sent(self.state)
+        self._flush([response] if response is not None else [], [api_key], self._waiting_since)
+        self._serve(b"")  # frames that queued up behind it
+
+    def _flush(self, out: list[bytes], handled: list[int], received_at: float | None = None) -> None:
         if out and not self.closing:
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
         if handled:
-            self.worker.requests_served(self.listener_index, handled, self.last_active)
+            self.worker.requests_served(self.listener_index, handled,
+                                        self.last_active if received_at is None else received_at)
 
     def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
         """Receive the rest of a big frame straight into a buffer of its exact size."""
@@ -174,16 +203,22 @@ class Connection(asyncio.BufferedProtocol):
         self._large_got = got
 
     def _finish_large_frame(self) -> None:
+        """The big frame is complete: serve it as the next request in order."""
         request = self._large_view.toreadonly()
         self._large = self._large_view = None
         self._large_got = 0
         try:
-            response = self._serve_one(request)
-        except InvalidRequest as invalid:
-            self._reject(invalid)
+            self.state = request_received(self.state)
+            response = self.worker.router.handle(request, self.listener_index)
+        except Exception as error:  # noqa: BLE001 - as in _serve
+            self._fail(error)
             return
-        api_key = request[1] | request[0] << 8 if len(request) >= 2 else -1
-        self._flush([response], [api_key])
+        api_key = request[1] | request[0] << 8
+        if response is not None and type(response) is not bytes:
+            self._park(response, api_key)
+            return
+        self.state = response_sent(self.state)
+        self._flush([response] if response is not None else [], [api_key])
         self._update_reading()
 
     def _reject(self, invalid: InvalidRequest) -> None:
@@ -214,4 +249,5 @@ class Connection(asyncio.BufferedProtocol):
 
     def is_idle(self) -> bool:
         """Nothing in flight and nothing half-read: safe to close for idleness or shutdown."""
-        return self.state is _NOT_MUTED and not self._pending and self._large is None
+        return (self.state is _NOT_MUTED and not self._pending and self._large is None
+                and self._waiting is None)

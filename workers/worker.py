@@ -24,8 +24,12 @@ import socket
 import time
 
 from broker import ipc
+from broker.log.manager import log_settings
+from broker.log.topics import Epoch, TopicRegistry
 from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, STATE_DRAINING,
                        STATE_SERVING, SharedBlock)
+from workers.apis import Services, build_apis
+from workers.apis.fetch import FetchWaits
 from workers.connection import Connection
 from workers.handlers import BrokerView, Router
 
@@ -89,11 +93,12 @@ class Worker:
         self.block = block
         self.stats = WorkerStats(block, boot.slot)
         advertised = {item.name: (item.host, item.port) for item in config.advertised}
-        self.router = Router(BrokerView(
-            node_id=config.node_id,
-            cluster_id=boot.cluster_id,
-            advertised=tuple(advertised.get(item.name) for item in config.listeners),
-        ))
+        view = BrokerView(node_id=config.node_id, cluster_id=boot.cluster_id,
+                          advertised=tuple(advertised.get(item.name) for item in config.listeners))
+        epoch = Epoch(block.words, block.parent_cell("metadata_epoch"))
+        self.registry = TopicRegistry(config.log_dirs, log_settings(config), epoch)
+        self.services = Services(view=view, props=config.props, registry=self.registry)
+        self.router = Router(build_apis(self.services))
         self.max_request_bytes = config.props.socket_request_max_bytes
         self.large_frame_bytes = LARGE_FRAME_BYTES
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
@@ -117,6 +122,7 @@ class Worker:
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopped = self._loop.create_future()
+        self.services.waits = FetchWaits(self._loop)
         self.channel.setblocking(False)
         self._loop.add_reader(self.channel.fileno(), self._on_channel)
         self.block.set_state(self.slot, STATE_SERVING)

@@ -1,0 +1,137 @@
+"""The parent's duties for the log: start-up recovery, retention, timed flush, clean shutdown.
+
+Start-up (before any worker runs): leftovers of interrupted topic creations and deletions are
+removed; if the previous broker did not leave `.pybroker-clean-shutdown` behind, every
+partition is recovered from its files (torn trailing batches are cut).  A partition whose
+`dirty` flag is set is recovered in any case.  At shutdown, after the workers are gone, every
+partition is fsynced and the marker written.  Retention and the timed flush run on a thread
+of the parent, on their own handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from broker.config import BrokerConfig, retention_ms
+from broker.log.partition import W_DIRTY, LogSettings
+from broker.log.topics import Epoch, TopicRegistry, remove_leftovers
+
+log = logging.getLogger("broker.log")
+
+CLEAN_SHUTDOWN = ".pybroker-clean-shutdown"
+
+
+def log_settings(config: BrokerConfig) -> LogSettings:
+    props = config.props
+    return LogSettings(segment_bytes=props.log_segment_bytes,
+                       index_interval_bytes=props.log_index_interval_bytes,
+                       max_message_bytes=props.message_max_bytes,
+                       flush_interval_messages=props.log_flush_interval_messages)
+
+
+class LogManager:
+    def __init__(self, config: BrokerConfig, epoch: Epoch):
+        self.config = config
+        self.epoch = epoch
+        self.settings = log_settings(config)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def registry(self) -> TopicRegistry:
+        return TopicRegistry(self.config.log_dirs, self.settings, self.epoch)
+
+    # --- start-up and shutdown ------------------------------------------------------------
+
+    def startup(self) -> None:
+        for name in remove_leftovers(self.config.log_dirs):
+            log.info("removed unfinished topic directory %s", name)
+        markers = [os.path.join(d, CLEAN_SHUTDOWN) for d in self.config.log_dirs]
+        clean = all(os.path.exists(marker) for marker in markers)
+        registry = self.registry()
+        recovered = 0
+        try:
+            for topic in registry.topics().values():
+                for index in range(topic.partitions):
+                    partition = registry.partition(topic.name, index)
+                    if clean and not partition.state[W_DIRTY]:
+                        continue
+                    cut = partition.recover()
+                    recovered += 1
+                    if cut:
+                        log.warning("partition %s-%d: cut %d bytes of torn or corrupt data at "
+                                    "the end of the log", topic.name, index, cut)
+        finally:
+            registry.close()
+        for marker in markers:
+            if os.path.exists(marker):
+                os.unlink(marker)
+        log.info("log recovery: %d partitions checked (%s shutdown before)", recovered,
+                 "clean" if clean else "unclean")
+
+    def shutdown(self) -> None:
+        """After the workers exited: stop maintenance, fsync everything, leave the marker."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        registry = self.registry()
+        try:
+            for topic in registry.topics().values():
+                for index in range(topic.partitions):
+                    registry.partition(topic.name, index).flush()
+        finally:
+            registry.close()
+        for log_dir in self.config.log_dirs:
+            with open(os.path.join(log_dir, CLEAN_SHUTDOWN), "w", encoding="utf-8"):
+                pass
+
+    # --- maintenance thread ---------------------------------------------------------------
+
+    def start_maintenance(self) -> None:
+        self._thread = threading.Thread(target=self._maintain, name="log-maintenance", daemon=True)
+        self._thread.start()
+
+    def _maintain(self) -> None:
+        props = self.config.props
+        retention_every = props.log_retention_check_interval_ms / 1000
+        flush_every = (props.log_flush_interval_ms or 0) / 1000
+        next_retention = time.monotonic() + retention_every
+        next_flush = time.monotonic() + flush_every if flush_every else float("inf")
+        registry = self.registry()
+        try:
+            while not self._stop.wait(max(0.01, min(next_retention, next_flush) - time.monotonic())):
+                now = time.monotonic()
+                if now >= next_retention:
+                    self._retain(registry)
+                    next_retention = now + retention_every
+                if now >= next_flush:
+                    self._flush(registry)
+                    next_flush = now + flush_every
+        except Exception:  # maintenance must never take the parent down; the next start recovers
+            log.exception("log maintenance stopped")
+        finally:
+            registry.close()
+
+    def _retain(self, registry: TopicRegistry) -> None:
+        keep_bytes = self.config.props.log_retention_bytes
+        keep_ms = retention_ms(self.config.props)
+        if keep_bytes < 0 and keep_ms < 0:
+            return
+        for topic in list(registry.topics().values()):
+            for index in range(topic.partitions):
+                partition = registry.partition(topic.name, index)
+                if partition is None:
+                    continue
+                deleted = partition.enforce_retention(keep_bytes, keep_ms, time.time())
+                if deleted:
+                    log.info("partition %s-%d: retention deleted %d segments; log starts at %d",
+                             topic.name, index, deleted, partition.log_start_offset)
+
+    def _flush(self, registry: TopicRegistry) -> None:
+        for topic in list(registry.topics().values()):
+            for index in range(topic.partitions):
+                partition = registry.partition(topic.name, index)
+                if partition is not None and partition.unflushed_messages():
+                    partition.flush()

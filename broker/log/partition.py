@@ -1,0 +1,384 @@
+"""One partition: `<log dir>/<topic>-<n>/` with its segments and a shared state file.
+
+Every worker process may append to and read from every partition.  Appends are serialised by
+an exclusive `flock` on the partition's `state` file; that file is also memory-mapped by each
+process and holds (8-byte words, native endian):
+
+    0 magic               4 high watermark          8 bytes since the last index entry
+    1 dirty (writer pid)  5 active segment base     9 segments version (bumped on roll/delete)
+    2 log start offset    6 active segment size     10 messages not yet fsynced
+    3 log end offset      7 active index entries    11 last fsync, unix ns
+    32.. the idempotent-producer table (producers.py)
+
+Write order inside the lock makes readers safe without taking it: batch bytes, then the index
+entry and its count, then size and log end offset, then the high watermark (single node:
+high watermark = log end).  A reader loads the high watermark first and only returns batches
+below it.  `dirty` is set for the duration of an append: if a worker dies mid-append (kill -9),
+the next appender finds it set and repairs the partition from its files before going on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from broker.log import records
+from broker.log.producers import TABLE_WORDS, ProducerTable, Verdict
+from broker.log.segment import Segment, list_bases
+
+STATE_FILE = "state"
+STATE_MAGIC = int.from_bytes(b"PYBRKPS1", "little")
+(W_MAGIC, W_DIRTY, W_LOG_START, W_LOG_END, W_HIGH_WATERMARK, W_ACTIVE_BASE, W_ACTIVE_SIZE,
+ W_INDEX_ENTRIES, W_SINCE_INDEX, W_SEGMENTS_VERSION, W_UNFLUSHED, W_LAST_FLUSH) = range(12)
+W_APPENDS = 12
+PRODUCERS_WORD = 32
+STATE_BYTES = 8 * (PRODUCERS_WORD + TABLE_WORDS)
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    segment_bytes: int = 1 << 30
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    flush_interval_messages: int = 2**63 - 1
+
+
+@dataclass
+class AppendResult:
+    error: str | None  # a Kafka error name, None for success
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class Partition:
+    """A process's handle on one partition; cheap to keep, safe to use from any worker."""
+
+    def __init__(self, directory: str, topic: str, index: int, settings: LogSettings):
+        self.directory = directory
+        self.topic = topic
+        self.index = index
+        self.settings = settings
+        path = os.path.join(directory, STATE_FILE)
+        self._state_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._state_fd).st_size < STATE_BYTES:
+            os.ftruncate(self._state_fd, STATE_BYTES)
+        self._map = mmap.mmap(self._state_fd, STATE_BYTES)
+        self.state = memoryview(self._map).cast("q")
+        self.producers = ProducerTable(self.state, PRODUCERS_WORD)
+        self._segments: dict[int, Segment] = {}
+        self._bases: list[int] = []
+        self._segments_version = -1
+
+    def close(self) -> None:
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()
+        self.producers.words = None
+        self.state.release()
+        self._map.close()
+        os.close(self._state_fd)
+
+    # --- shared state ---------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self.state[W_HIGH_WATERMARK]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.state[W_LOG_START]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.state[W_LOG_END]
+
+    @contextmanager
+    def locked(self):
+        fcntl.flock(self._state_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._state_fd, fcntl.LOCK_UN)
+
+    # --- segments ------------------------------------------------------------------------
+
+    def _refresh_segments(self) -> None:
+        version = self.state[W_SEGMENTS_VERSION]
+        if version == self._segments_version:
+            return
+        bases = list_bases(self.directory)
+        for base in list(self._segments):
+            if base not in bases:
+                self._segments.pop(base).close()
+        self._bases, self._segments_version = bases, version
+
+    def _segment(self, base: int, create: bool = False) -> Segment:
+        segment = self._segments.get(base)
+        if segment is None:
+            segment = Segment(self.directory, base, create=create)
+            self._segments[base] = segment
+        return segment
+
+    # --- appending ------------------------------------------------------------------------
+
+    def append(self, batch_bytes: bytes) -> AppendResult:
+        """Validate, assign offsets, write; the result carries Kafka's error name on failure."""
+        try:
+            batch = records.validate(batch_bytes, self.settings.max_message_bytes)
+        except records.BatchError as error:
+            return AppendResult(error.code, message=str(error))
+        with self.locked():
+            if self.state[W_DIRTY]:
+                self._repair()
+            return self._append_locked(batch_bytes, batch)
+
+    def _append_locked(self, batch_bytes: bytes, batch: records.Batch) -> AppendResult:
+        state = self.state
+        idempotent = batch.producer_id >= 0 and batch.base_sequence >= 0
+        if idempotent:
+            verdict, original = self.producers.check(batch.producer_id, batch.producer_epoch,
+                                                     batch.base_sequence, batch.last_sequence)
+            if verdict is Verdict.DUPLICATE:
+                return AppendResult(None, original, state[W_LOG_START])
+            if verdict is not Verdict.APPEND:
+                return AppendResult(verdict.value, message=f"producer {batch.producer_id}: "
+                                                           f"{verdict.value}")
+        state[W_DIRTY] = os.getpid()
+        base_offset = state[W_LOG_END]
+        if state[W_ACTIVE_SIZE] and state[W_ACTIVE_SIZE] + batch.size > self.settings.segment_bytes:
+            self._roll(base_offset)
+        segment = self._segment(state[W_ACTIVE_BASE], create=True)
+        position = state[W_ACTIVE_SIZE]
+        segment.write(position, records.with_base_offset(batch_bytes, base_offset))
+        if state[W_SINCE_INDEX] >= self.settings.index_interval_bytes or state[W_INDEX_ENTRIES] == 0:
+            segment.add_index_entry(state[W_INDEX_ENTRIES], base_offset, position)
+            state[W_INDEX_ENTRIES] += 1
+            state[W_SINCE_INDEX] = 0
+        state[W_SINCE_INDEX] += batch.size
+        state[W_ACTIVE_SIZE] = position + batch.size
+        next_offset = base_offset + batch.last_offset_delta + 1
+        state[W_LOG_END] = next_offset
+        state[W_HIGH_WATERMARK] = next_offset
+        state[W_APPENDS] += 1
+        if idempotent:
+            self.producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                  batch.last_sequence, base_offset, state[W_APPENDS])
+        state[W_UNFLUSHED] += batch.record_count
+        if state[W_UNFLUSHED] >= self.settings.flush_interval_messages:
+            self._flush_locked()
+        state[W_DIRTY] = 0
+        return AppendResult(None, base_offset, state[W_LOG_START])
+
+    def _roll(self, base_offset: int) -> None:
+        """Start a new active segment at `base_offset` (the files exist before readers look)."""
+        state = self.state
+        old = self._segment(state[W_ACTIVE_BASE])
+        old.truncate(state[W_ACTIVE_SIZE], state[W_INDEX_ENTRIES])
+        self._segment(base_offset, create=True)
+        state[W_ACTIVE_BASE] = base_offset
+        state[W_ACTIVE_SIZE] = 0
+        state[W_INDEX_ENTRIES] = 0
+        state[W_SINCE_INDEX] = 0
+        state[W_SEGMENTS_VERSION] += 1
+
+    # --- flushing and retention -----------------------------------------------------------
+
+    def flush(self) -> None:
+        with self.locked():
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self.state[W_UNFLUSHED]:
+            self._refresh_segments()
+            for base in self._bases[-2:]:  # a roll may have left the previous one unflushed
+                self._segment(base).flush()
+            self.state[W_UNFLUSHED] = 0
+            self.state[W_LAST_FLUSH] = time.time_ns()
+
+    def unflushed_messages(self) -> int:
+        return self.state[W_UNFLUSHED]
+
+    def enforce_retention(self, retention_bytes: int, retention_ms: int, now: float) -> int:
+        """Delete whole non-active segments past either limit; return how many were deleted."""
+        deleted = 0
+        with self.locked():
+            bases = list_bases(self.directory)
+            active = self.state[W_ACTIVE_BASE]
+            sizes = {base: os.path.getsize(os.path.join(self.directory, f"{base:020d}.log"))
+                     for base in bases}
+            total = sum(sizes.values())
+            for base, following in zip(bases, bases[1:]):
+                if base == active:
+                    break
+                path = os.path.join(self.directory, f"{base:020d}.log")
+                too_big = 0 <= retention_bytes <= total - sizes[base]
+                too_old = retention_ms >= 0 and now - os.path.getmtime(path) > retention_ms / 1000
+                if not (too_big or too_old):
+                    break
+                total -= sizes[base]
+                self.state[W_LOG_START] = following
+                self.state[W_SEGMENTS_VERSION] += 1
+                for suffix in ("log", "index"):
+                    os.unlink(os.path.join(self.directory, f"{base:020d}.{suffix}"))
+                deleted += 1
+        return deleted
+
+    # --- reading --------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, at_least_one: bool = True) -> tuple[bytes, int]:
+        """Batches from the one holding `offset` on, up to `max_bytes` (but at least one whole
+        batch if `at_least_one`), never past the high watermark.  Returns (bytes, high mark)."""
+        high = self.state[W_HIGH_WATERMARK]
+        if offset >= high:
+            return b"", high
+        self._refresh_segments()
+        out, room = [], max_bytes
+        bases = self._bases
+        slot = max(0, _bisect_right(bases, offset) - 1)
+        while slot < len(bases) and offset < high:
+            base = bases[slot]
+            active = base == self.state[W_ACTIVE_BASE]
+            segment = self._segment(base)
+            end = self.state[W_ACTIVE_SIZE] if active else segment.size()
+            found = segment.find_position(offset, end, self.state[W_INDEX_ENTRIES] if active else None)
+            if found is None:
+                slot += 1
+                continue
+            position = found[0]
+            chunk = segment.read(position, min(max(room, records.HEADER_BYTES), end - position))
+            taken, next_offset = _whole_batches(chunk, high)
+            if taken == 0 and (at_least_one and not out):
+                # The first batch is bigger than max_bytes: return it whole (KIP-74).
+                header = records.read_header(segment.read(position, records.HEADER_BYTES))
+                if header.base_offset < high:
+                    out.append(segment.read(position, header.size))
+                    next_offset = header.next_offset
+                    room -= header.size
+                break
+            if taken == 0:
+                break
+            out.append(chunk[:taken])
+            room -= taken
+            offset = next_offset
+            if room <= 0 or taken < len(chunk):
+                break
+            slot += 1
+        return b"".join(out), high
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch whose max timestamp is >= `timestamp`."""
+        high = self.state[W_HIGH_WATERMARK]
+        self._refresh_segments()
+        for base in self._bases:
+            segment = self._segment(base)
+            for _position, batch in segment.scan():
+                if batch.base_offset >= high:
+                    return None
+                if batch.max_timestamp >= timestamp:
+                    return max(batch.base_offset, self.state[W_LOG_START]), batch.max_timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the batch with the largest max timestamp (ListOffsets -3)."""
+        best = None
+        high = self.state[W_HIGH_WATERMARK]
+        self._refresh_segments()
+        for base in self._bases:
+            for _position, batch in self._segment(base).scan():
+                if batch.base_offset >= high:
+                    break
+                if best is None or batch.max_timestamp > best[1]:
+                    best = (batch.last_offset, batch.max_timestamp)
+        return best
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuild the state from the files (start-up, or after a writer died mid-append).
+
+        The active (last) segment is scanned batch by batch; the first incomplete or corrupt
+        batch and everything after it is cut.  Returns the number of bytes cut.
+        """
+        with self.locked():
+            return self._repair()
+
+    def _repair(self) -> int:
+        state = self.state
+        if state[W_MAGIC] != STATE_MAGIC:
+            self._initialise_state()
+        bases = list_bases(self.directory)
+        if not bases:
+            base = max(0, state[W_LOG_END])
+            self._segment(base, create=True)
+            bases = [base]
+        active_base = bases[-1]
+        segment = self._segment(active_base)
+        size_before = segment.size()
+        position, next_offset, entries, since, interval = 0, active_base, 0, 0, self.settings.index_interval_bytes
+        for batch_position, batch in segment.scan():
+            if entries == 0 or since >= interval:
+                segment.add_index_entry(entries, batch.base_offset, batch_position)
+                entries, since = entries + 1, 0
+            since += batch.size
+            position = batch_position + batch.size
+            next_offset = batch.next_offset
+            if batch.producer_id >= 0 and batch.base_sequence >= 0:
+                verdict, _ = self.producers.check(batch.producer_id, batch.producer_epoch,
+                                                  batch.base_sequence, batch.last_sequence)
+                if verdict is Verdict.APPEND:
+                    state[W_APPENDS] += 1
+                    self.producers.record(batch.producer_id, batch.producer_epoch,
+                                          batch.base_sequence, batch.last_sequence,
+                                          batch.base_offset, state[W_APPENDS])
+        segment.truncate(position, entries)
+        state[W_LOG_START] = bases[0]  # retention only ever deletes whole segments
+        state[W_ACTIVE_BASE] = active_base
+        state[W_ACTIVE_SIZE] = position
+        state[W_INDEX_ENTRIES] = entries
+        state[W_SINCE_INDEX] = since
+        state[W_LOG_END] = next_offset
+        state[W_HIGH_WATERMARK] = next_offset
+        state[W_SEGMENTS_VERSION] += 1
+        state[W_DIRTY] = 0
+        return size_before - position
+
+    def _initialise_state(self) -> None:
+        state = self.state
+        for word in range(PRODUCERS_WORD):
+            state[word] = 0
+        self.producers.reset()
+        state[W_MAGIC] = STATE_MAGIC
+
+    def delete_files(self) -> None:
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _bisect_right(values: list[int], value: int) -> int:
+    low, high = 0, len(values)
+    while low < high:
+        middle = (low + high) // 2
+        if value < values[middle]:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _whole_batches(chunk: bytes, high: int) -> tuple[int, int]:
+    """Bytes of the whole batches at the start of `chunk` that lie below `high`, and the
+    offset after them."""
+    taken, next_offset = 0, -1
+    for batch in records.headers_in(chunk):
+        if batch.base_offset >= high:
+            break
+        taken = batch.position + batch.size
+        next_offset = batch.next_offset
+    return taken, next_offset
+

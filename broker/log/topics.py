@@ -1,0 +1,225 @@
+"""The topic registry: which topics exist, their ids and partitions, on disk as Kafka lays it out.
+
+A topic is the set of directories `<log dir>/<topic>-<n>` (n = 0..count-1) whose
+`partition.metadata` names the same topic id.  Creating and deleting topics takes an exclusive
+flock on `<first log dir>/.topics.lock` and then bumps the metadata epoch, a counter every
+process can read (a cell of the shared block, written only under that lock); each process
+re-reads the directories when the epoch moves.  Deleted partitions are renamed to
+`<topic>-<n>.<id>-delete` first, so a half-deleted topic is never seen as a topic.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import re
+import shutil
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from broker.log.partition import LogSettings, Partition
+
+LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+METADATA_FILE = "partition.metadata"
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    directories: tuple[str, ...]  # one per partition, in partition order
+
+    @property
+    def partitions(self) -> int:
+        return len(self.directories)
+
+
+class Epoch:
+    """The metadata epoch; a word of shared memory, or a plain cell for tests."""
+
+    def __init__(self, words=None, index: int = 0):
+        self.words = words if words is not None else [0]
+        self.index = index if words is not None else 0
+
+    def get(self) -> int:
+        return self.words[self.index]
+
+    def bump(self) -> None:
+        self.words[self.index] += 1
+
+
+class TopicRegistry:
+    def __init__(self, log_dirs: tuple[str, ...], settings: LogSettings, epoch: Epoch):
+        self.log_dirs = log_dirs
+        self.settings = settings
+        self.epoch = epoch
+        self._seen_epoch = None
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}
+
+    # --- reading --------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicInfo]:
+        if self.epoch.get() != self._seen_epoch:
+            self._reload()
+        return self._topics
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self.topics().get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        self.topics()
+        return self._by_id.get(topic_id)
+
+    def partition(self, name: str, index: int) -> Partition | None:
+        """A handle on an existing partition, or None."""
+        topic = self.get(name)
+        if topic is None or not 0 <= index < topic.partitions:
+            return None
+        key = (name, index)
+        handle = self._partitions.get(key)
+        if handle is None:
+            handle = Partition(topic.directories[index], name, index, self.settings)
+            self._partitions[key] = handle
+        return handle
+
+    def _reload(self) -> None:
+        epoch = self.epoch.get()
+        found: dict[str, dict[int, tuple[uuid.UUID, str]]] = {}
+        for log_dir in self.log_dirs:
+            try:
+                names = os.listdir(log_dir)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                match = _PARTITION_DIR.match(name)
+                if match is None:
+                    continue
+                directory = os.path.join(log_dir, name)
+                topic_id = _read_topic_id(directory)
+                if topic_id is not None:
+                    found.setdefault(match.group(1), {})[int(match.group(2))] = (topic_id, directory)
+        topics = {}
+        for name, partitions in found.items():
+            ids = {topic_id for topic_id, _ in partitions.values()}
+            count = 0
+            while count in partitions:
+                count += 1
+            if len(ids) == 1 and count:
+                topics[name] = TopicInfo(name, ids.pop(),
+                                         tuple(partitions[i][1] for i in range(count)))
+        for key, handle in list(self._partitions.items()):
+            topic = topics.get(key[0])
+            if topic is None or topic.topic_id != self._topics.get(key[0], topic).topic_id \
+                    or key[1] >= topic.partitions:
+                handle.close()
+                del self._partitions[key]
+        self._topics = topics
+        self._by_id = {topic.topic_id: topic for topic in topics.values()}
+        self._seen_epoch = epoch
+
+    # --- changing -------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self):
+        os.makedirs(self.log_dirs[0], exist_ok=True)
+        fd = os.open(os.path.join(self.log_dirs[0], ".topics.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._seen_epoch = None  # re-read under the lock
+            yield
+        finally:
+            os.close(fd)
+
+    def create(self, name: str, partitions: int, validate_only: bool = False) -> str | None:
+        """Create a topic; return None or a Kafka error name."""
+        if not LEGAL_NAME.match(name) or name in (".", ".."):
+            return "invalid_topic_exception"
+        if partitions < 1:
+            return "invalid_partitions"
+        with self._locked():
+            if name in self.topics():
+                return "topic_already_exists"
+            if validate_only:
+                return None
+            topic_id = uuid.uuid4()
+            for index in range(partitions):
+                self._create_partition(name, index, topic_id)
+            self.epoch.bump()
+        return None
+
+    def _create_partition(self, name: str, index: int, topic_id: uuid.UUID) -> None:
+        log_dir = min(self.log_dirs, key=_partition_count)
+        final = os.path.join(log_dir, f"{name}-{index}")
+        staging = f"{final}.{uuid.uuid4().hex}-staging"
+        os.makedirs(staging)
+        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as handle:
+            handle.write(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")
+        partition = Partition(staging, name, index, self.settings)
+        try:
+            partition.recover()  # writes a fresh state and an empty first segment
+        finally:
+            partition.close()
+        os.rename(staging, final)
+
+    def delete(self, name: str) -> str | None:
+        with self._locked():
+            topic = self.topics().get(name)
+            if topic is None:
+                return "unknown_topic_or_partition"
+            doomed = []
+            for directory in topic.directories:
+                target = f"{directory}.{encode_topic_id(topic.topic_id)}-delete"
+                os.rename(directory, target)
+                doomed.append(target)
+            self.epoch.bump()
+        for directory in doomed:
+            shutil.rmtree(directory, ignore_errors=True)
+        return None
+
+    def close(self) -> None:
+        for handle in self._partitions.values():
+            handle.close()
+        self._partitions.clear()
+
+
+def _read_topic_id(directory: str) -> uuid.UUID | None:
+    try:
+        with open(os.path.join(directory, METADATA_FILE), encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "topic_id":
+                    return decode_topic_id(value.strip())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _partition_count(log_dir: str) -> int:
+    try:
+        return sum(1 for name in os.listdir(log_dir) if _PARTITION_DIR.match(name))
+    except FileNotFoundError:
+        return 0
+
+
+def remove_leftovers(log_dirs: tuple[str, ...]) -> list[str]:
+    """Delete directories of unfinished creations and deletions (start-up, parent only)."""
+    removed = []
+    for log_dir in log_dirs:
+        for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
+            if name.endswith("-delete") or name.endswith("-staging"):
+                shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
+                removed.append(name)
+    return removed

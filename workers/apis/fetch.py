@@ -1,0 +1,198 @@
+"""Fetch (with long poll) and ListOffsets: reading the shared log.
+
+A Fetch that finds fewer than `min_bytes` waits, without blocking the loop: the handler returns
+a Future and the connection stays muted (its response order is kept).  The wait ends at
+`max_wait_ms`, or earlier when enough data arrives: an append in this worker wakes its waiters
+at once; appends in other workers are noticed by a poll of the partitions' high watermarks
+every POLL_SECONDS, which runs only while some fetch waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.protocol import errors
+from workers.handlers import NO_THROTTLE, Api, RequestContext
+
+log = logging.getLogger("workers.apis.fetch")
+
+POLL_SECONDS = 0.005
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
+
+
+class Fetch(Api):
+    key, name, versions = 1, "Fetch", (4, 16)
+
+    def handle(self, ctx: RequestContext, body):
+        if body.session_id != 0:  # this broker never creates fetch sessions
+            return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": 0, "responses": [],
+                                "error_code": errors.ErrorCode.fetch_session_id_not_found})
+        wanted = self._resolve(ctx.version, body)
+        response, total, failed = self._read(ctx, body, wanted)
+        wait_seconds = body.max_wait.total_seconds()
+        waits = self.services.waits
+        if total >= body.min_bytes or failed or wait_seconds <= 0 or waits is None:
+            return response
+        return waits.wait(wait_seconds, wanted, lambda: self._read(ctx, body, wanted),
+                          body.min_bytes)
+
+    def _resolve(self, version: int, body) -> list:
+        """[(topic name or None, topic id or None, info, [(request partition, Partition)])]."""
+        registry = self.services.registry
+        wanted = []
+        for topic in body.topics:
+            if version >= 13:
+                info = registry.by_id(topic.topic_id)
+            else:
+                info = registry.get(topic.topic)
+            name = info.name if info is not None else getattr(topic, "topic", None)
+            parts = [(part, registry.partition(info.name, part.partition) if info else None)
+                     for part in topic.partitions]
+            wanted.append((name, getattr(topic, "topic_id", None), info, parts))
+        return wanted
+
+    def _read(self, ctx: RequestContext, body, wanted) -> tuple[bytes, int, bool]:
+        room, total, failed = body.max_bytes, 0, False
+        topics = []
+        for name, topic_id, info, parts in wanted:
+            answers = []
+            for request, partition in parts:
+                answer, size = self._read_partition(ctx.version, info, request, partition,
+                                                    room, first=total == 0)
+                failed |= answer["error_code"] != errors.NONE
+                total += size
+                room -= size
+                answers.append(answer)
+            topics.append({"topic": name, "topic_id": topic_id, "partitions": answers})
+        response = ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+                                "session_id": 0, "responses": topics})
+        return response, total, failed
+
+    @staticmethod
+    def _read_partition(version: int, info, request, partition, room: int, first: bool):
+        answer = {"partition_index": request.partition, "high_watermark": -1,
+                  "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                  "preferred_read_replica": -1, "records": b""}
+        if partition is None:
+            unknown = errors.UNKNOWN_TOPIC_ID if version >= 13 and info is None \
+                else errors.UNKNOWN_TOPIC_OR_PARTITION
+            return dict(answer, error_code=unknown), 0
+        high, start = partition.high_watermark, partition.log_start_offset
+        answer.update(high_watermark=high, last_stable_offset=high, log_start_offset=start)
+        offset = request.fetch_offset
+        if offset < start or offset > high:
+            return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
+        limit = min(request.partition_max_bytes, room)
+        data, high = partition.read(offset, max(limit, 0), at_least_one=first)
+        answer.update(high_watermark=high, last_stable_offset=high, records=data)
+        return dict(answer, error_code=errors.NONE), len(data)
+
+
+class FetchWaits:
+    """Fetches waiting for data in one worker."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._waiting: list[_Waiter] = []
+        self._polling = False
+
+    def wait(self, seconds: float, wanted, read, min_bytes: int) -> asyncio.Future:
+        waiter = _Waiter(self, self.loop.create_future(), wanted, read, min_bytes)
+        waiter.timer = self.loop.call_later(seconds, waiter.finish)
+        self._waiting.append(waiter)
+        if not self._polling:
+            self._polling = True
+            self.loop.call_later(POLL_SECONDS, self._poll)
+        return waiter.future
+
+    def appended(self, partition) -> None:
+        """A local append: wake the waiters on that partition now."""
+        for waiter in [w for w in self._waiting if w.watches(partition)]:
+            waiter.try_finish()
+
+    def _poll(self) -> None:
+        for waiter in [w for w in self._waiting if w.moved()]:
+            waiter.try_finish()
+        if self._waiting:
+            self.loop.call_later(POLL_SECONDS, self._poll)
+        else:
+            self._polling = False
+
+    def discard(self, waiter: "_Waiter") -> None:
+        if waiter in self._waiting:
+            self._waiting.remove(waiter)
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+
+class _Waiter:
+    def __init__(self, waits: FetchWaits, future, wanted, read, min_bytes: int):
+        self.waits = waits
+        self.future = future
+        self.read = read
+        self.min_bytes = min_bytes
+        self.partitions = [p for _n, _i, _info, parts in wanted for _r, p in parts if p is not None]
+        self.marks = [p.high_watermark for p in self.partitions]
+        self.timer = None
+
+    def watches(self, partition) -> bool:
+        return any(p is partition for p in self.partitions)
+
+    def moved(self) -> bool:
+        return any(p.high_watermark != mark for p, mark in zip(self.partitions, self.marks))
+
+    def try_finish(self) -> None:
+        if self.future.done():
+            self._forget()
+            return
+        response, total, failed = self.read()
+        self.marks = [p.high_watermark for p in self.partitions]
+        if total >= self.min_bytes or failed:
+            self._resolve(response)
+
+    def finish(self) -> None:
+        if not self.future.done():
+            self._resolve(self.read()[0])
+        self._forget()
+
+    def _resolve(self, response: bytes) -> None:
+        if not self.future.done():
+            self.future.set_result(response)
+        self._forget()
+
+    def _forget(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.waits.discard(self)
+
+
+class ListOffsets(Api):
+    key, name, versions = 2, "ListOffsets", (1, 11)
+
+    def handle(self, ctx: RequestContext, body) -> bytes:
+        registry = self.services.registry
+        topics = []
+        for topic in body.topics:
+            answers = [self._offset(registry.partition(topic.name, part.partition_index), part)
+                       for part in topic.partitions]
+            topics.append({"name": topic.name, "partitions": answers})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})
+
+    @staticmethod
+    def _offset(partition, request) -> dict:
+        answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
+                  "leader_epoch": 0, "error_code": errors.NONE}
+        if partition is None:
+            return dict(answer, error_code=errors.UNKNOWN_TOPIC_OR_PARTITION, leader_epoch=-1)
+        wanted = request.timestamp
+        if wanted in (LATEST, LATEST_TIERED):
+            return dict(answer, offset=partition.high_watermark)
+        if wanted in (EARLIEST, EARLIEST_LOCAL):
+            return dict(answer, offset=partition.log_start_offset)
+        found = partition.max_timestamp_offset() if wanted == MAX_TIMESTAMP \
+            else partition.offset_for_timestamp(wanted)
+        if found is None:
+            return answer
+        return dict(answer, offset=found[0], timestamp=found[1])

@@ -1,0 +1,85 @@
+"""Produce and InitProducerId: appending record batches to the shared log."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from broker.protocol import errors
+from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
+
+log = logging.getLogger("workers.apis.produce")
+
+
+class Produce(Api):
+    key, name, versions = 0, "Produce", (3, 10)  # kio has no v0-2 (magic v0/v1 batches)
+
+    def __init__(self, services):
+        self.services = services
+
+    def handle(self, ctx: RequestContext, body):
+        acks = body.acks
+        refusal = None
+        if acks not in (0, 1, -1):
+            refusal = "invalid_required_acks"
+        elif body.transactional_id is not None:
+            refusal = "transactional_id_authorization_failed"  # transactions are not served
+        topics, failed = [], False
+        for topic in body.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                result = self._append(topic.name, data, refusal)
+                failed |= result["error_code"] != errors.NONE
+                partitions.append(result)
+            topics.append({"name": topic.name, "partition_responses": partitions})
+        if acks == 0:
+            if failed:  # the only way to tell an acks=0 producer: Kafka closes the connection
+                raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
+            return None
+        return ctx.respond({"responses": topics, "throttle_time": NO_THROTTLE})
+
+    def _append(self, topic: str, data, refusal: str | None) -> dict:
+        answer = {"index": data.index, "base_offset": -1, "log_append_time": None,
+                  "log_start_offset": -1, "record_errors": [], "error_message": None}
+        if refusal is not None:
+            return dict(answer, error_code=error_code(refusal))
+        partition = self.services.registry.partition(topic, data.index)
+        if partition is None:
+            return dict(answer, error_code=errors.UNKNOWN_TOPIC_OR_PARTITION)
+        if not data.records:
+            return dict(answer, error_code=error_code("invalid_record"),
+                        error_message="no record batch")
+        try:
+            result = partition.append(data.records)
+        except OSError as error:
+            log.error("append to %s-%d failed: %s", topic, data.index, error)
+            return dict(answer, error_code=error_code("kafka_storage_error"))
+        if result.error is not None:
+            log.info("produce to %s-%d refused: %s", topic, data.index, result.message)
+            return dict(answer, error_code=error_code(result.error), error_message=result.message)
+        waits = self.services.waits
+        if waits is not None:
+            waits.appended(partition)
+        return dict(answer, error_code=errors.NONE, base_offset=result.base_offset,
+                    log_start_offset=result.log_start_offset)
+
+
+class InitProducerId(Api):
+    """Hands out producer ids for idempotent producers (no transactions)."""
+
+    key, name, versions = 22, "InitProducerId", (0, 4)
+
+    def handle(self, ctx: RequestContext, body) -> bytes:
+        answer = {"throttle_time": NO_THROTTLE, "producer_id": -1, "producer_epoch": -1}
+        if body.transactional_id is not None:
+            return ctx.respond(dict(answer, error_code=error_code(
+                "transactional_id_authorization_failed")))
+        producer_id = getattr(body, "producer_id", -1)
+        epoch = getattr(body, "producer_epoch", -1)
+        if producer_id >= 0 and epoch >= 0:  # KIP-360: bump the epoch of a known producer
+            return ctx.respond(dict(answer, error_code=errors.NONE, producer_id=producer_id,
+                                    producer_epoch=(epoch + 1) % 32768))
+        # Ids are random 62-bit numbers: unique across workers and restarts without a shared
+        # counter (a collision is as likely as 2**-31 after 2**16 producers).
+        return ctx.respond(dict(answer, error_code=errors.NONE,
+                                producer_id=secrets.randbits(62), producer_epoch=0))
