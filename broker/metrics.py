@@ -82,7 +82,10 @@ class BlockCollector:
             duration.add_metric([api], buckets, total_ns / 1e9)
         for reason_index, reason in enumerate(INVALID_REASONS):
             invalid.add_metric([reason], block.worker_total("invalid_requests", reason_index))
-        yield from (requests, duration, invalid)
+        delayed = GaugeMetricFamily("broker_delayed_fetches",
+                                    "Fetch requests waiting for data (Kafka's fetch purgatory size)",
+                                    value=block.worker_total("delayed_fetches"))
+        yield from (requests, duration, invalid, delayed)
 
     def _workers(self):
         up = GaugeMetricFamily("broker_worker_up", "1 while the worker process is serving",

@@ -72,7 +72,10 @@ WORKER_COUNTERS = (
     ("request_duration_bucket", ("api", "bucket")),
     ("request_duration_ns", ("api",)),
     ("invalid_requests", ("invalid_reason",)),
+    ("delayed_fetches", ()),  # a gauge: fetches waiting for data right now
 )
+# Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
+WORKER_GAUGES = frozenset({"delayed_fetches"})
 PARENT_COUNTERS = (
     ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
     ("connections_accepted", ("listener",)),
@@ -244,7 +247,9 @@ class SharedBlock:
     def archive_slot_counters(self, slot: int) -> None:
         """Parent, after a worker died: add its counters to the archive, then free the slot."""
         base, archive = self.slot_base(slot), self.slot_base(self.archive_slot)
+        gauges = {self.worker_table.index(name) for name in WORKER_GAUGES}
         for word in range(SLOT_FIELDS, self.worker_table.words):
-            self.words[archive + word] += self.words[base + word]
+            if word not in gauges:
+                self.words[archive + word] += self.words[base + word]
             self.words[base + word] = 0
         self.words[base + 2] = STATE_FREE

@@ -78,3 +78,11 @@ def test_duration_buckets():
     assert duration_bucket(int(DURATION_BUCKETS[0] * 1e9)) == 0
     assert duration_bucket(int(DURATION_BUCKETS[0] * 1e9) + 1) == 1
     assert duration_bucket(10**12) == len(DURATION_BUCKETS)
+
+
+def test_gauges_of_a_dead_worker_are_dropped_not_archived(block):
+    block.words[block.worker_cell(0, "delayed_fetches")] = 3
+    block.words[block.worker_cell(0, "requests", 0, 1)] = 9
+    block.archive_slot_counters(0)
+    assert block.worker_total("delayed_fetches") == 0
+    assert block.worker_total("requests", 0, 1) == 9

@@ -95,3 +95,48 @@ class KafkaSocket:
             return True
         except socket.timeout:
             return False
+
+
+def produce_request(topic: str, records: bytes, partition: int = 0, acks: int = 1,
+                    correlation_id: int = 1, version: int = 9) -> bytes:
+    from kafka.protocol.producer.produce import ProduceRequest
+
+    data = ProduceRequest.TopicProduceData
+    request = ProduceRequest[version](transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
+        data(name=topic, partition_data=[data.PartitionProduceData(index=partition,
+                                                                    records=records)])])
+    request.with_header(correlation_id=correlation_id, client_id="test")
+    return frame(bytes(request.encode(header=True)))
+
+
+def fetch_request(topic: str, offset: int = 0, partition: int = 0, max_wait_ms: int = 0,
+                  min_bytes: int = 1, correlation_id: int = 1, version: int = 12) -> bytes:
+    from kafka.protocol.consumer.fetch import FetchRequest
+
+    topic_entry = FetchRequest.FetchTopic
+    request = FetchRequest[version](
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        topics=[topic_entry(topic=topic, partitions=[topic_entry.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    request.with_header(correlation_id=correlation_id, client_id="test")
+    return frame(bytes(request.encode(header=True)))
+
+
+def produce_errors(body: bytes, version: int = 9) -> list[tuple[int, int]]:
+    """[(error code, base offset)] of every partition in a Produce response frame body."""
+    _, response = decode_response(0, version, body)
+    return [(int(p.error_code), p.base_offset) for topic in response.responses
+            for p in topic.partition_responses]
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()

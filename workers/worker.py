@@ -55,6 +55,7 @@ class WorkerStats:
         self._duration = block.worker_cell(slot, "request_duration_ns", 0)
         self._invalid = {reason: block.worker_cell(slot, "invalid_requests", n)
                          for n, reason in enumerate(INVALID_REASONS)}
+        self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
 
     def registered(self, listener: int) -> None:
         self.words[self._registered[listener]] += 1
@@ -64,6 +65,9 @@ class WorkerStats:
 
     def invalid(self, reason: str) -> None:
         self.words[self._invalid[reason]] += 1
+
+    def delayed_fetches(self, count: int) -> None:
+        self.words[self._delayed_fetches] = count
 
     def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
         """Count requests that were all received in one read and answered `elapsed_ns` later."""
@@ -122,7 +126,7 @@ class Worker:
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopped = self._loop.create_future()
-        self.services.waits = FetchWaits(self._loop)
+        self.services.waits = FetchWaits(self._loop, self.stats.delayed_fetches)
         self.channel.setblocking(False)
         self._loop.add_reader(self.channel.fileno(), self._on_channel)
         self.block.set_state(self.slot, STATE_SERVING)

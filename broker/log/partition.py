@@ -272,16 +272,26 @@ class Partition:
         return b"".join(out), high
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch whose max timestamp is >= `timestamp`."""
+        """(offset, timestamp) of the first record stamped at or after `timestamp`.
+
+        Batches are skipped by their max timestamp; inside an uncompressed batch the records
+        are read one by one.  A compressed batch answers with its base offset and max timestamp
+        (decompressing to be exact is not worth it here).
+        """
         high = self.state[W_HIGH_WATERMARK]
         self._refresh_segments()
         for base in self._bases:
             segment = self._segment(base)
-            for _position, batch in segment.scan():
+            for position, batch in segment.scan():
                 if batch.base_offset >= high:
                     return None
-                if batch.max_timestamp >= timestamp:
-                    return max(batch.base_offset, self.state[W_LOG_START]), batch.max_timestamp
+                if batch.max_timestamp < timestamp:
+                    continue
+                stamps = records.record_timestamps(segment.read(position, batch.size))
+                if stamps is None:
+                    return batch.base_offset, batch.max_timestamp
+                return next((item for item in stamps if item[1] >= timestamp),
+                            (batch.base_offset, batch.max_timestamp))
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:

@@ -131,3 +131,32 @@ def headers_in(buffer, limit: int | None = None):
             return
         yield read_header(buffer, position)
         position += LOG_OVERHEAD + length
+
+
+def _varint(buffer, position: int) -> tuple[int, int]:
+    """A zigzag varint (Kafka's record fields): (value, next position)."""
+    shift = result = 0
+    while True:
+        byte = buffer[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+
+
+def record_timestamps(batch) -> list[tuple[int, int]] | None:
+    """(offset, timestamp) of each record of an uncompressed batch; None if compressed."""
+    header = read_header(batch, 0)
+    if header.attributes & 0x07:
+        return None
+    base_timestamp = struct.unpack_from(">q", batch, 27)[0]
+    position, found = HEADER_BYTES, []
+    for _ in range(header.record_count):
+        length, body = _varint(batch, position)
+        _timestamp_delta_start = body + 1  # skip the record's attributes byte
+        timestamp_delta, after = _varint(batch, _timestamp_delta_start)
+        offset_delta, _ = _varint(batch, after)
+        found.append((header.base_offset + offset_delta, base_timestamp + timestamp_delta))
+        position = body + length
+    return found

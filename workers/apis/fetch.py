@@ -92,8 +92,9 @@ class Fetch(Api):
 class FetchWaits:
     """Fetches waiting for data in one worker."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, report=lambda count: None):
         self.loop = loop
+        self._report = report  # told the number of waiting fetches whenever it changes
         self._waiting: list[_Waiter] = []
         self._polling = False
 
@@ -101,6 +102,7 @@ class FetchWaits:
         waiter = _Waiter(self, self.loop.create_future(), wanted, read, min_bytes)
         waiter.timer = self.loop.call_later(seconds, waiter.finish)
         self._waiting.append(waiter)
+        self._report(len(self._waiting))
         if not self._polling:
             self._polling = True
             self.loop.call_later(POLL_SECONDS, self._poll)
@@ -122,6 +124,7 @@ class FetchWaits:
     def discard(self, waiter: "_Waiter") -> None:
         if waiter in self._waiting:
             self._waiting.remove(waiter)
+            self._report(len(self._waiting))
 
     def waiting(self) -> int:
         return len(self._waiting)
