@@ -8,7 +8,10 @@ a uvloop server serves on this 2-core machine):
             with 1 and 2 workers, and the same frames against loadtest/echo_server.py;
   accepts   two connclient processes (disjoint source addresses), each connection doing
             connect, ApiVersions, answer, close against the broker, versus connect and wait
-            for the server's close against loadtest/accept_close_server.py.
+            for the server's close against loadtest/accept_close_server.py;
+  log       confluent-kafka producing 1 KiB records (acks=1, no compression) to a topic of
+            2 partitions for a few seconds, then a consumer reading them all back; reported
+            in MB/s, records/s and broker CPU seconds (all processes) per MB.  No baseline.
 
 Every configuration runs once per pass, passes interleave, and ratios are taken within a pass;
 the table shows medians (min-max).  Exit status 1 if a target is missed or a client saw errors.
@@ -120,6 +123,31 @@ def run_accept(port: int, pids, mode: str, frame_path: str, seconds: float):
             "connections": sum(r["connections"] for r in results)}
 
 
+def run_kafka_load(*args) -> dict:
+    out = subprocess.run([sys.executable, "-m", "loadtest.kafka_load", *map(str, args)],
+                         capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(HERE))
+    return json.loads(out.stdout)
+
+
+def produce_consume(seconds: float) -> dict[str, dict]:
+    from tests.wire import create_topic
+
+    broker = Broker(2)
+    try:
+        create_topic(broker.process.bootstrap, "bench", 2)
+        before = cpu_seconds(broker.pids)
+        produced = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
+        middle = cpu_seconds(broker.pids)
+        consumed = run_kafka_load("consume", broker.process.bootstrap, "bench", produced["records"])
+        after = cpu_seconds(broker.pids)
+    finally:
+        broker.close()
+    return {"produce 1KiB acks=1": dict(produced, server_cpu=middle - before,
+                                        errors=produced["failed"]),
+            "consume 1KiB": dict(consumed, server_cpu=after - middle, errors=consumed["missing"])}
+
+
 def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures = {}
     echo = Server("echo_server.py")
@@ -142,6 +170,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
                     broker.port, broker.pids, "req", frames["apiversions"], seconds)
         finally:
             broker.close()
+    figures.update(produce_consume(seconds))
     raw = Server("accept_close_server.py")
     try:
         figures["raw accept+close"] = run_accept(raw.port, raw.pids, "fin", "-", seconds)
@@ -156,7 +185,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
 
     print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
     errors = 0
-    for name in passes[0]:
+    for name in [n for n in passes[0] if "1KiB" not in n]:
         rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
         ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
         cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
@@ -164,6 +193,17 @@ def summarize(passes: list[dict[str, dict]]) -> int:
         failed = sum(p[name]["errors"] for p in passes)
         errors += failed
         print(f"{name:32} {spread(rates):>34} {cost:>13.2f} {failed}")
+    print(f"\n{'log (confluent-kafka, 2 partitions)':32} {'MB/s':>16} {'records/s':>16} "
+          f"{'CPU s/MB':>10} errors")
+    for name in [n for n in passes[0] if "1KiB" in n]:
+        megabytes = [p[name]["bytes"] / 1e6 / p[name]["seconds"] for p in passes]
+        rates = [p[name]["records"] / p[name]["seconds"] for p in passes]
+        cost = statistics.median(p[name]["server_cpu"] / max(1e-9, p[name]["bytes"] / 1e6)
+                                 for p in passes)
+        failed = sum(p[name]["errors"] for p in passes)
+        errors += failed
+        print(f"{name:32} {statistics.median(megabytes):>16,.1f} {statistics.median(rates):>16,.0f} "
+              f"{cost:>10.4f} {failed}")
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
     missed = 0
     for measured_names, baseline, target in TARGETS:

@@ -1,0 +1,81 @@
+"""Produce and consume load with confluent-kafka (librdkafka), for `make bench`.
+
+    python -m loadtest.kafka_load produce BOOTSTRAP TOPIC SECONDS RECORD_BYTES
+    python -m loadtest.kafka_load consume BOOTSTRAP TOPIC RECORDS
+
+Each prints one JSON line.  Produce uses acks=1 and no compression; consume reads the
+partitions from the beginning until it has RECORDS records.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def produce(bootstrap: str, topic: str, seconds: float, size: int) -> dict:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "compression.type": "none",
+                         "linger.ms": 5, "batch.size": 1 << 20, "enable.idempotence": False,
+                         "queue.buffering.max.kbytes": 1 << 20})
+    value = b"x" * size
+    delivered, failed = [0], [0]
+
+    def on_delivery(error, _message):
+        if error is None:
+            delivered[0] += 1
+        else:
+            failed[0] += 1
+
+    started = time.monotonic()
+    sent = 0
+    while time.monotonic() - started < seconds:
+        for _ in range(1000):
+            try:
+                producer.produce(topic, value, on_delivery=on_delivery)
+                sent += 1
+            except BufferError:
+                producer.poll(0.001)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    elapsed = time.monotonic() - started
+    return {"records": delivered[0], "failed": failed[0] + remaining, "seconds": elapsed,
+            "bytes": delivered[0] * size, "sent": sent}
+
+
+def consume(bootstrap: str, topic: str, records: int) -> dict:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                         "enable.auto.commit": False, "fetch.max.bytes": 50 << 20,
+                         "max.partition.fetch.bytes": 8 << 20})
+    metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions])
+    got = size = 0
+    started = time.monotonic()
+    deadline = started + 120
+    while got < records and time.monotonic() < deadline:
+        for message in consumer.consume(10000, 0.5):
+            if message.error() is None:
+                got += 1
+                size += len(message.value())
+    elapsed = time.monotonic() - started
+    consumer.close()
+    return {"records": got, "bytes": size, "seconds": elapsed, "missing": records - got}
+
+
+def main(argv: list[str]) -> int:
+    if argv[0] == "produce":
+        print(json.dumps(produce(argv[1], argv[2], float(argv[3]), int(argv[4]))))
+    elif argv[0] == "consume":
+        print(json.dumps(consume(argv[1], argv[2], int(argv[3]))))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
