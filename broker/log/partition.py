@@ -22,7 +22,6 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
-import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -364,10 +363,6 @@ class Partition:
             state[word] = 0
         self.producers.reset()
         state[W_MAGIC] = STATE_MAGIC
-
-    def delete_files(self) -> None:
-        self.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _bisect_right(values: list[int], value: int) -> int:

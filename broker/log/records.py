@@ -154,8 +154,7 @@ def record_timestamps(batch) -> list[tuple[int, int]] | None:
     position, found = HEADER_BYTES, []
     for _ in range(header.record_count):
         length, body = _varint(batch, position)
-        _timestamp_delta_start = body + 1  # skip the record's attributes byte
-        timestamp_delta, after = _varint(batch, _timestamp_delta_start)
+        timestamp_delta, after = _varint(batch, body + 1)  # past the record's attributes byte
         offset_delta, _ = _varint(batch, after)
         found.append((header.base_offset + offset_delta, base_timestamp + timestamp_delta))
         position = body + length

@@ -84,7 +84,10 @@ class Fetch(Api):
         if offset < start or offset > high:
             return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
         limit = min(request.partition_max_bytes, room)
-        data, high = partition.read(offset, max(limit, 0), at_least_one=first)
+        try:
+            data, high = partition.read(offset, max(limit, 0), at_least_one=first)
+        except FileNotFoundError:  # retention deleted the segment between two looks
+            return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
         answer.update(high_watermark=high, last_stable_offset=high, records=data)
         return dict(answer, error_code=errors.NONE), len(data)
 
@@ -150,14 +153,26 @@ class _Waiter:
         if self.future.done():
             self._forget()
             return
-        response, total, failed = self.read()
-        self.marks = [p.high_watermark for p in self.partitions]
+        try:
+            response, total, failed = self.read()
+            self.marks = [p.high_watermark for p in self.partitions]
+        except Exception as error:  # e.g. the topic was deleted: the connection must hear of it
+            self._fail(error)
+            return
         if total >= self.min_bytes or failed:
             self._resolve(response)
 
     def finish(self) -> None:
         if not self.future.done():
-            self._resolve(self.read()[0])
+            try:
+                self._resolve(self.read()[0])
+            except Exception as error:  # as in try_finish
+                self._fail(error)
+        self._forget()
+
+    def _fail(self, error: Exception) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
         self._forget()
 
     def _resolve(self, response: bytes) -> None:
