@@ -42,10 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    return _run(config, args.log_level)
+    def reload() -> dict[str, str]:
+        fresh = read_properties_file(args.config) if args.config else {}
+        fresh.update(parse_overrides(args.override))
+        return fresh
+
+    return _run(config, args.log_level, reload)
 
 
-def _run(config, log_level: str) -> int:
+def _run(config, log_level: str, reload) -> int:
     import uvloop
 
     from broker.runtime import Runtime, StartupError
@@ -62,7 +67,7 @@ def _run(config, log_level: str) -> int:
         log.error("%s", error)
         return EXIT_STARTUP
     try:
-        return uvloop.run(Supervisor(config, runtime, log_level).run())
+        return uvloop.run(Supervisor(config, runtime, log_level, reload).run())
     except OSError as error:
         log.error("start-up failed: %s", error)
         return EXIT_STARTUP

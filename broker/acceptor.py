@@ -1,32 +1,45 @@
-"""One acceptor per listener, on the parent's event loop.
+"""One acceptor per listener, on the parent's event loop, enforcing admission.
 
-When its listening socket is readable, the acceptor accepts up to the free hand-off capacity
-(and at most ACCEPT_BATCH) sockets with the raw `_accept`, counts them in the shared block, and
-gives them to the Dispatcher.  When no worker can take a socket, it stops watching the
-listening socket (the kernel backlog holds new connections) and records how long it stays
-blocked: that time is KIP-402's AcceptorBlockedPercent, exported as
-`broker_acceptor_blocked_seconds_total`.  Each acceptor blocks and resumes on its own, so one
-listener's condition never stalls another's loop callback.
+When its listening socket is readable, the acceptor accepts at most as many sockets as both
+the hand-off (free worker capacity) and the connection limits (ConnectionQuotas.room) allow,
+and judges each one (broker.admission):
+
+  * over the per-IP limit: closed at once (`per_ip_limit`);
+  * over the per-IP creation rate: kept open and unread, closed after the throttle delay
+    by the DelayedCloser, without holding up the acceptor (`per_ip_rate`);
+  * admitted: counted, given an id and handed to a worker.  If it pushed the listener or
+    broker creation rate over its limit, the acceptor pauses for the throttle time.
+
+With no room it stops watching its socket (the kernel backlog, `socket.listen.backlog.size`,
+holds new connections) until `maybe_resume` finds room again; the supervisor calls it whenever
+credit returns, a connection closes or a limit changes.  Time stopped for any reason is
+KIP-402's AcceptorBlockedPercent (`broker_acceptor_blocked_seconds_total`); time paused for a
+rate is also KIP-612's accept throttle time.  Each acceptor stops and resumes on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import heapq
 import logging
 import os
 import socket
 import time
+from typing import Callable
 
+from broker.admission import ConnectionQuotas, Verdict
 from broker.config import Listener
 from broker.handoff import Dispatcher
-from shm.block import SharedBlock
+from shm.block import REJECT_REASONS, SharedBlock
 
 log = logging.getLogger("broker.acceptor")
 
 ACCEPT_BATCH = 64
+MAX_ACCEPTS_PER_WAKEUP = 256  # bounds the loop when most sockets are refused at once
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 FD_EXHAUSTION_PAUSE = 0.1
+MAX_DELAYED_CLOSES = 10000
 
 
 def bind_listener(listener: Listener, backlog: int, receive_buffer: int) -> socket.socket:
@@ -47,21 +60,72 @@ def bind_listener(listener: Listener, backlog: int, receive_buffer: int) -> sock
     return sock
 
 
+class DelayedCloser:
+    """Sockets refused for their IP's creation rate: held unread, closed when their time is up."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._heap: list[tuple[float, int]] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def hold(self, fd: int, until: float) -> None:
+        if len(self._heap) >= MAX_DELAYED_CLOSES:
+            os.close(fd)  # never let throttled sockets exhaust the descriptors
+            return
+        heapq.heappush(self._heap, (until, fd))
+        if self._timer is None or self._heap[0] == (until, fd):  # nothing armed, or new earliest
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        if self._heap:
+            delay = max(0.0, self._heap[0][0] - time.monotonic())
+            self._timer = self.loop.call_later(delay, self._close_due)
+
+    def _close_due(self) -> None:
+        now = time.monotonic()
+        while self._heap and self._heap[0][0] <= now:
+            os.close(heapq.heappop(self._heap)[1])
+        self._timer = None
+        self._arm()
+
+    def close_all(self) -> None:
+        while self._heap:
+            os.close(heapq.heappop(self._heap)[1])
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def held(self) -> int:
+        return len(self._heap)
+
+
 class Acceptor:
-    """Accepts on one listening socket and hands the sockets to workers."""
+    """Accepts on one listening socket, admits, and hands the sockets to workers."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, index: int, listener: Listener,
-                 sock: socket.socket, dispatcher: Dispatcher, block: SharedBlock):
+                 sock: socket.socket, dispatcher: Dispatcher, block: SharedBlock,
+                 quotas: ConnectionQuotas, delayed: DelayedCloser, next_id: Callable[[], int]):
         self.loop = loop
         self.index = index
         self.listener = listener
         self.sock = sock
         self.dispatcher = dispatcher
         self.block = block
+        self.quotas = quotas
+        self.delayed = delayed
+        self._next_id = next_id
         self._accepted_cell = block.parent_cell("connections_accepted", index)
+        self._active_cell = block.parent_cell("connections_active", index)
         self._blocked_cell = block.parent_cell("acceptor_blocked_ns", index)
+        self._throttle_cell = block.parent_cell("accept_throttle_ns", index)
+        self._rejected_cells = {reason: block.parent_cell("connections_rejected", index, n)
+                                for n, reason in enumerate(REJECT_REASONS)}
         self._watching = False
         self._blocked_since = 0  # monotonic ns, 0 when not blocked
+        self._paused_until = 0.0  # monotonic seconds of a rate pause in progress
         self._closed = False
 
     def start(self) -> None:
@@ -81,6 +145,12 @@ class Acceptor:
             total += time.monotonic_ns() - self._blocked_since
         return total
 
+    def rejected(self, reason: str, count: int = 1) -> None:
+        self.block.words[self._rejected_cells[reason]] += count
+
+    def sync_active(self) -> None:
+        self.block.words[self._active_cell] = self.quotas.per_listener[self.index]
+
     # --- watching -------------------------------------------------------------------------
 
     def _watch(self) -> None:
@@ -97,38 +167,79 @@ class Acceptor:
         self._unwatch()
         if not self._blocked_since:
             self._blocked_since = time.monotonic_ns()
-        self.dispatcher.on_capacity(self._resume)
 
     def _end_block(self) -> None:
         if self._blocked_since:
             self.block.words[self._blocked_cell] += time.monotonic_ns() - self._blocked_since
             self._blocked_since = 0
 
-    def _resume(self) -> None:
-        self._end_block()
-        self._watch()
+    def _room(self) -> int:
+        return min(self.dispatcher.free_capacity(), self.quotas.room(self.index), ACCEPT_BATCH)
+
+    def maybe_resume(self) -> None:
+        """Watch again if blocked for room and room came back (not during a rate pause)."""
+        if self._closed or self._watching or self._paused_until:
+            return
+        if self._room() > 0:
+            self._end_block()
+            self._watch()
+
+    def _pause(self, seconds: float, throttle: bool = True) -> None:
+        """Stop for a creation-rate throttle (or a lack of descriptors), then resume."""
+        self._begin_block()
+        self._paused_until = time.monotonic() + seconds
+        if throttle:
+            self.block.words[self._throttle_cell] += int(seconds * 1e9)
+        self.loop.call_later(seconds, self._pause_over)
+
+    def _pause_over(self) -> None:
+        self._paused_until = 0.0
+        self.maybe_resume()
 
     # --- accepting ------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
-        room = min(self.dispatcher.free_capacity(), ACCEPT_BATCH)
+        room = self._room()
         if room == 0:
             self._begin_block()
             return
-        accepted = []
+        admitted, pause, attempts = [], 0.0, 0
         accept = self.sock._accept  # returns (fd, address) without building a socket object
-        while len(accepted) < room:
+        quotas, index = self.quotas, self.index
+        now = time.monotonic()
+        while len(admitted) < room and attempts < MAX_ACCEPTS_PER_WAKEUP:
             try:
-                accepted.append(accept())
+                fd, address = accept()
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as error:
                 self._accept_failed(error)
                 break
-        if accepted:
-            self.block.words[self._accepted_cell] += len(accepted)
-            self.dispatcher.dispatch(self.index, accepted)
-        if len(accepted) == room and self.dispatcher.free_capacity() == 0:
+            attempts += 1
+            decision = quotas.admit(index, address[0], now)
+            if decision.verdict is Verdict.REJECT_IP_LIMIT:
+                os.close(fd)
+                self.rejected("per_ip_limit")
+                log.debug("listener %s: %s over max.connections.per.ip; closed",
+                          self.listener.name, address[0])
+                continue
+            if decision.verdict is Verdict.THROTTLE_IP:
+                self.delayed.hold(fd, now + decision.delay)
+                self.rejected("per_ip_rate")
+                continue
+            conn_id = self._next_id()
+            quotas.opened(conn_id, index, address[0])
+            admitted.append((fd, address, conn_id))
+            if decision.delay > 0:
+                pause = decision.delay
+                break
+        if admitted:
+            self.block.words[self._accepted_cell] += len(admitted)
+            self.sync_active()
+            self.dispatcher.dispatch(index, admitted)
+        if pause:
+            self._pause(pause)
+        elif self._room() == 0:
             self._begin_block()
 
     def _accept_failed(self, error: OSError) -> None:
@@ -136,7 +247,6 @@ class Acceptor:
             # Out of descriptors: pause instead of spinning on a readable socket.
             log.error("listener %s: accept failed (%s); pausing %.1fs", self.listener.name,
                       os.strerror(error.errno), FD_EXHAUSTION_PAUSE)
-            self._unwatch()
-            self.loop.call_later(FD_EXHAUSTION_PAUSE, self._watch)
+            self._pause(FD_EXHAUSTION_PAUSE, throttle=False)
         elif error.errno not in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
             log.warning("listener %s: accept failed: %s", self.listener.name, error)

@@ -21,6 +21,8 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from broker.admission import parse_ip_overrides
+
 __all__ = [
     "BrokerConfig",
     "ConfigError",
@@ -84,6 +86,29 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Comma-separated data directories; the first also holds the broker's lock and "
         "runtime files. Defaults to log.dir.")] = ""
     log_dir: Annotated[str, _doc("Data directory used when log.dirs is not set.")] = "/tmp/kafka-logs"
+    max_connections: Annotated[int, _doc(
+        "Connections the broker accepts in all (the inter-broker listener may exceed it when "
+        "there are several listeners; others' least recently used connections are then "
+        "closed). Also `listener.name.<l>.max.connections`. Dynamic.", ge=0, le=INT_MAX)] = INT_MAX
+    max_connections_per_ip: Annotated[int, _doc(
+        "Connections one IP address may hold; 0 needs overrides. Dynamic.",
+        ge=0, le=INT_MAX)] = INT_MAX
+    max_connections_per_ip_overrides: Annotated[str, _doc(
+        "Comma-separated host:N, ip:N or cidr:N (most specific wins; host names resolved at "
+        "start-up and on every change). Dynamic.")] = ""
+    max_connection_creation_rate: Annotated[int, _doc(
+        "New connections per second, broker-wide (the inter-broker listener is exempt). Also "
+        "`listener.name.<l>.max.connection.creation.rate`. Dynamic.", ge=0, le=INT_MAX)] = INT_MAX
+    max_connection_creation_rate_per_ip: Annotated[int, _doc(
+        "Default connection_creation_rate quota of each IP (an `ip` entity quota wins); a "
+        "socket over it is closed after the throttle delay, unread.", ge=0, le=INT_MAX)] = INT_MAX
+    quota_window_num: Annotated[int, _doc(
+        "Samples kept by every rate quota.", ge=1, le=1000)] = 11
+    quota_window_size_seconds: Annotated[int, _doc(
+        "Length of one rate sample.", ge=1, le=3600)] = 1
+    pybroker_quota_burst_windows: Annotated[int, _doc(
+        "Initial burst of a fresh rate quota, in windows: limit x this x window size events "
+        "pass at once. Default quota.window.num - 1, as Kafka.", ge=0, le=999)] | None = None
     auto_create_topics_enable: Annotated[bool, _doc(
         "Create a topic when a client asks Metadata for an unknown one.")] = True
     num_partitions: Annotated[int, _doc(
@@ -156,10 +181,16 @@ class Listener(msgspec.Struct, frozen=True):
         return socket.AF_INET6 if ":" in self.host else socket.AF_INET
 
 
+# Keys that may also be given per listener as listener.name.<lowercase name>.<key>.
+LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
+_LISTENER_KEY = re.compile(r"^listener\.name\.([A-Za-z0-9_]+)\.(.+)$")
+
+
 class BrokerConfig(msgspec.Struct, frozen=True):
     """The validated configuration; sent as is to every worker process."""
 
     props: ServerProperties
+    listener_props: dict[str, dict[str, int]]  # listener name -> {key: value}
     node_id: int
     listeners: tuple[Listener, ...]
     advertised: tuple[Listener, ...]
@@ -385,9 +416,58 @@ def _parse_host_port(key: str, value: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _split_listener_keys(raw: dict[str, str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    plain, per_listener = {}, {}
+    for key, value in raw.items():
+        match = _LISTENER_KEY.match(key)
+        if match is None:
+            plain[key] = value
+            continue
+        name, suffix = match.group(1).upper(), match.group(2)
+        if suffix not in LISTENER_KEYS:
+            raise ConfigError(f"{key}: {suffix} cannot be set per listener "
+                              f"(only {', '.join(LISTENER_KEYS)})")
+        per_listener.setdefault(name, {})[suffix] = value
+    return plain, per_listener
+
+
+def _convert_listener_keys(per_listener: dict[str, dict[str, str]], listeners) -> dict:
+    names = {listener.name for listener in listeners}
+    result: dict[str, dict[str, int]] = {}
+    for name, values in per_listener.items():
+        for suffix, value in values.items():
+            key = f"listener.name.{name.lower()}.{suffix}"
+            if name not in names:
+                raise ConfigError(f"{key}: listener {name} is not in listeners")
+            try:
+                number = int(value)
+            except ValueError:
+                raise ConfigError(f"{key}: invalid value {value!r} (expected int)") from None
+            if not 0 <= number <= INT_MAX:
+                raise ConfigError(f"{key}: invalid value {value!r} (expected int >= 0)")
+            result.setdefault(name, {})[suffix] = number
+    return result
+
+
+def _check_quota_settings(props: ServerProperties) -> None:
+    burst = props.pybroker_quota_burst_windows
+    if burst is not None and burst > props.quota_window_num - 1:
+        raise ConfigError(f"pybroker.quota.burst.windows: {burst} is more than quota.window.num "
+                          f"- 1 ({props.quota_window_num - 1})")
+    try:
+        overrides = parse_ip_overrides(props.max_connections_per_ip_overrides)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if props.max_connections_per_ip == 0 and not overrides:
+        raise ConfigError("max.connections.per.ip: 0 is only allowed together with "
+                          "max.connections.per.ip.overrides")
+
+
 def load_config(raw: dict[str, str]) -> BrokerConfig:
     """Validate raw key/value pairs into a BrokerConfig, or raise ConfigError."""
+    raw, per_listener = _split_listener_keys(raw)
     props = _convert(raw)
+    _check_quota_settings(props)
     protocols = _parse_protocol_map(props.listener_security_protocol_map)
     listeners = _parse_listeners("listeners", props.listeners, protocols)
     _check_distinct_ports(listeners)
@@ -396,6 +476,7 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         raise ConfigError("log.dirs: at least one directory is required")
     return BrokerConfig(
         props=props,
+        listener_props=_convert_listener_keys(per_listener, listeners),
         node_id=_resolve_node_id(props),
         listeners=listeners,
         advertised=_resolve_advertised(props, listeners, protocols),

@@ -3,7 +3,7 @@
 Each worker may hold at most `pybroker.handoff.queue.size` sockets that were sent to it and
 not yet registered (KIP-402's per-processor queue).  `Dispatcher.dispatch` spreads a batch of
 accepted sockets round-robin, skipping full or dead workers, and sends each worker its share
-in one SCM_RIGHTS message.  A worker returns credit with `Registered` messages; when every
+in one SCM_RIGHTS message.  A worker returns credit with `Progress` messages; when every
 worker is full, acceptors pause until credit comes back (see broker.acceptor).
 """
 
@@ -32,6 +32,7 @@ class WorkerHandle:
     ready: bool = False
     outstanding: int = 0  # sockets sent and not yet acknowledged as registered
     handed: list[int] = field(default_factory=list)  # sockets sent, per listener index
+    conn_ids: set[int] = field(default_factory=set)  # sent and not yet reported closed
     started_at: float = 0.0
     abort_sent_at: float = 0.0
 
@@ -43,20 +44,19 @@ class Dispatcher:
     """Round-robin over the workers with free hand-off capacity."""
 
     def __init__(self, workers: list[WorkerHandle], capacity: int,
-                 next_conn_id: Callable[[], int], on_lost: Callable[[int, int], None]):
+                 on_lost: Callable[[int, list[int]], None], on_capacity: Callable[[], None]):
         self.workers = workers
-        self._on_lost = on_lost
+        self._on_lost = on_lost  # (listener, conn ids) of sockets that never reached a worker
+        self._on_capacity = on_capacity
         self.capacity = capacity
         self._next = 0
-        self._next_conn_id = next_conn_id
-        self._waiters: list[Callable[[], None]] = []
 
     def free_capacity(self) -> int:
         return sum(self.capacity - worker.outstanding
                    for worker in self.workers if worker.accepts(self.capacity))
 
-    def dispatch(self, listener: int, accepted: list[tuple[int, tuple]]) -> None:
-        """Send (fd, peer address) pairs to workers and close the parent's copies.
+    def dispatch(self, listener: int, accepted: list[tuple[int, tuple, int]]) -> None:
+        """Send (fd, peer address, conn id) to workers and close the parent's copies.
 
         The acceptor never accepts more than `free_capacity()`, so every socket finds a
         worker; should one not, it is closed and reported through `on_lost`.
@@ -64,24 +64,24 @@ class Dispatcher:
         batches: dict[WorkerHandle, tuple[list, list]] = {}
         leftover = []
         count = len(self.workers)
-        for fd, address in accepted:
+        for fd, address, conn_id in accepted:
             for _ in range(count):
                 worker = self.workers[self._next % count]
                 self._next += 1
                 if worker.accepts(self.capacity):
                     worker.outstanding += 1
                     conns, fds = batches.setdefault(worker, ([], []))
-                    conns.append((self._next_conn_id(), listener, address[0], address[1]))
+                    conns.append((conn_id, listener, address[0], address[1]))
                     fds.append(fd)
                     break
             else:
-                leftover.append(fd)
+                leftover.append((fd, conn_id))
         for worker, (conns, fds) in batches.items():
             self._send(worker, listener, conns, fds)
         if leftover:
-            for fd in leftover:
+            for fd, _ in leftover:
                 os.close(fd)
-            self._on_lost(listener, len(leftover))
+            self._on_lost(listener, [conn_id for _, conn_id in leftover])
 
     def _send(self, worker: WorkerHandle, listener: int, conns: list, fds: list[int]) -> None:
         sent = 0
@@ -89,6 +89,7 @@ class Dispatcher:
             for start in range(0, len(fds), ipc.MAX_FDS_PER_MESSAGE):
                 chunk = slice(start, start + ipc.MAX_FDS_PER_MESSAGE)
                 ipc.send_handoff(worker.channel, conns[chunk], fds[chunk])
+                worker.conn_ids.update(conn[0] for conn in conns[chunk])
                 sent += len(fds[chunk])
         except OSError as error:
             # The worker's socket is gone or full; the sockets not sent are closed here and
@@ -96,7 +97,7 @@ class Dispatcher:
             log.warning("hand-off of %d sockets to %s failed: %s", len(fds) - sent, worker.name,
                         error)
             worker.outstanding -= len(fds) - sent
-            self._on_lost(listener, len(fds) - sent)
+            self._on_lost(listener, [conn[0] for conn in conns[sent:]])
         finally:
             worker.handed[listener] += sent
             for fd in fds:
@@ -106,15 +107,5 @@ class Dispatcher:
 
     def credit(self, worker: WorkerHandle, count: int) -> None:
         worker.outstanding = max(0, worker.outstanding - count)
-        self.wake()
-
-    def on_capacity(self, callback: Callable[[], None]) -> None:
-        """Call `callback` once the next time capacity may have come back."""
-        self._waiters.append(callback)
-
-    def wake(self) -> None:
-        if not self._waiters or self.free_capacity() == 0:
-            return
-        waiters, self._waiters = self._waiters, []
-        for callback in waiters:
-            callback()
+        if count:
+            self._on_capacity()

@@ -3,8 +3,9 @@
 One datagram is one msgpack-encoded message.  A `Handoff` carries the accepted sockets
 themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same order.
 
-    parent -> worker   Boot (first, once), Handoff, Shutdown
-    worker -> parent   Ready (once booted), Registered (credits for the bounded hand-off)
+    parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse
+    worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
+                       ids), EvictCandidates, AdminRequest
 """
 
 from __future__ import annotations
@@ -41,11 +42,41 @@ class Ready(msgspec.Struct, tag=True, frozen=True):
     pid: int
 
 
-class Registered(msgspec.Struct, tag=True, frozen=True):
+class Progress(msgspec.Struct, tag=True, frozen=True):
+    registered: int  # hand-off credits returned (sockets registered or dropped)
+    closed: list[int]  # ids of connections that ended, so the parent frees their slots
+
+
+class Close(msgspec.Struct, tag=True, frozen=True):
+    conn_ids: list[int]
+    reason: str
+
+
+class EvictQuery(msgspec.Struct, tag=True, frozen=True):
+    round: int
     count: int
+    listeners: list[int]  # listener indexes whose connections may be evicted
 
 
-Message = Boot | Handoff | Shutdown | Ready | Registered
+class EvictCandidates(msgspec.Struct, tag=True, frozen=True):
+    round: int
+    candidates: list[tuple[int, int]]  # (conn id, last activity CLOCK_MONOTONIC ns), oldest first
+
+
+class AdminRequest(msgspec.Struct, tag=True, frozen=True):
+    request_id: int
+    listener: int
+    peer: str
+    frame: bytes  # the request frame, served by the parent (config and quota changes)
+
+
+class AdminResponse(msgspec.Struct, tag=True, frozen=True):
+    request_id: int
+    frame: bytes | None  # the response frame; None closes the connection
+
+
+Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
+           | AdminRequest | AdminResponse)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

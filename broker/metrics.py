@@ -17,7 +17,7 @@ import time
 from prometheus_client import CollectorRegistry, start_wsgi_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from shm.block import CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, SharedBlock
+from shm.block import CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, REJECT_REASONS, SharedBlock
 
 log = logging.getLogger("broker.metrics")
 
@@ -50,17 +50,54 @@ class BlockCollector:
         blocked = CounterMetricFamily("broker_acceptor_blocked_seconds",
                                       "Time each acceptor spent unable to hand off connections "
                                       "(KIP-402 AcceptorBlockedPercent)", labels=["listener"])
+        rejected = CounterMetricFamily("broker_connections_rejected",
+                                       "Connections refused or closed by admission",
+                                       labels=["listener", "reason"])
+        throttled = CounterMetricFamily("broker_connection_accept_throttle_seconds",
+                                        "Time each acceptor paused for a creation-rate limit "
+                                        "(KIP-612)", labels=["listener"])
         for index, name in enumerate(self.listeners):
-            accepted_total = block.words[block.parent_cell("connections_accepted", index)]
-            closed_total = 0
             for reason_index, reason in enumerate(CLOSE_REASONS):
-                value = block.worker_total("connections_closed", index, reason_index)
-                closed_total += value
-                closed.add_metric([name, reason], value)
-            accepted.add_metric([name], accepted_total)
-            active.add_metric([name], accepted_total - closed_total)
+                closed.add_metric([name, reason],
+                                  block.worker_total("connections_closed", index, reason_index))
+            for reason_index, reason in enumerate(REJECT_REASONS):
+                rejected.add_metric([name, reason], block.words[
+                    block.parent_cell("connections_rejected", index, reason_index)])
+            accepted.add_metric([name], block.words[block.parent_cell("connections_accepted", index)])
+            active.add_metric([name], block.words[block.parent_cell("connections_active", index)])
             blocked.add_metric([name], self.supervisor.acceptor_blocked_ns(index) / 1e9)
-        yield from (active, accepted, closed, blocked)
+            throttled.add_metric([name], block.words[block.parent_cell("accept_throttle_ns", index)] / 1e9)
+        yield from (active, accepted, closed, blocked, rejected, throttled)
+        yield from self._limits()
+
+    def _limits(self):
+        """Each configured limit beside its usage (absent limits are not exported)."""
+        view = self.supervisor.limit_view()
+        unlimited = 2**31 - 1
+        limit = GaugeMetricFamily("broker_connections_limit",
+                                  "Configured connection limits (max.connections and per listener)",
+                                  labels=["scope", "listener"])
+        if view["max_connections"] < unlimited:
+            limit.add_metric(["broker", ""], view["max_connections"])
+        rate_limit = GaugeMetricFamily("broker_connection_creation_rate_limit",
+                                       "Configured connection creation rate limits, per second",
+                                       labels=["scope", "listener"])
+        rate = GaugeMetricFamily("broker_connection_creation_rate",
+                                 "Measured connection creation rate (the quota's window), per second",
+                                 labels=["scope", "listener"])
+        if view["broker_rate_limit"] < unlimited:
+            rate_limit.add_metric(["broker", ""], view["broker_rate_limit"])
+        rate.add_metric(["broker", ""], view["broker_rate"])
+        for index, name in enumerate(self.listeners):
+            if view["listener_max"][index] < unlimited:
+                limit.add_metric(["listener", name], view["listener_max"][index])
+            if view["listener_rate_limit"][index] < unlimited:
+                rate_limit.add_metric(["listener", name], view["listener_rate_limit"][index])
+            rate.add_metric(["listener", name], view["listener_rate"][index])
+        held = GaugeMetricFamily("broker_throttled_sockets",
+                                 "Sockets held unread until their per-IP throttle delay ends",
+                                 value=view["throttled_sockets"])
+        yield from (limit, rate_limit, rate, held)
 
     def _requests(self):
         block = self.block

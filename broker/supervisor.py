@@ -28,10 +28,15 @@ import sys
 import threading
 import time
 
+import msgspec
+
 from broker import ipc
-from broker.acceptor import Acceptor, bind_listener
-from broker.config import BrokerConfig
-from broker.handoff import Dispatcher, WorkerHandle
+from broker.acceptor import bind_listener
+from broker.admin import AdminService
+from broker.config import BrokerConfig, ConfigError, load_config
+from broker.connections import Connections
+from broker.dynamic import DynamicConfig
+from broker.handoff import WorkerHandle
 from broker.log.manager import LogManager
 from broker.log.topics import Epoch
 from broker.metrics import BlockCollector, serve_metrics
@@ -50,19 +55,19 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Supervisor:
-    def __init__(self, config: BrokerConfig, runtime: Runtime, log_level: str = "INFO"):
+    def __init__(self, config: BrokerConfig, runtime: Runtime, log_level: str = "INFO",
+                 reload=None):
         self.config = config
         self.runtime = runtime
         self.log_level = log_level
+        self._reload = reload  # () -> raw config (file + overrides) for SIGHUP, or None
         props = config.props
         self.block: SharedBlock | None = None
         self.workers = [WorkerHandle(slot=i, name=f"data-{i}",
                                      handed=[0] * len(config.listeners))
                         for i in range(props.num_network_threads)]
-        self._conn_ids = iter(range(1, 2**63))
-        self.dispatcher = Dispatcher(self.workers, props.pybroker_handoff_queue_size,
-                                     lambda: next(self._conn_ids), self._handoff_lost)
-        self.acceptors: list[Acceptor] = []
+        self.connections: Connections | None = None
+        self.admin: AdminService | None = None
         self.metrics_lock = threading.Lock()
         self._metrics_server = None
         self._signals: collections.deque = collections.deque()
@@ -88,12 +93,17 @@ class Supervisor:
                                         len(self.config.listeners))
         self.logs = LogManager(self.config, Epoch(self.block.words,
                                                   self.block.parent_cell("metadata_epoch")))
+        dynamic = DynamicConfig(self.config)
+        dynamic.load()
+        self.connections = Connections(self._loop, self.config, self.block, self.workers,
+                                       dynamic, self.metrics_lock)
+        self.admin = AdminService(self.config.node_id, dynamic, self.connections.apply_limits)
         try:
             self.logs.startup()
             for worker in self.workers:
                 self._spawn(worker)
             if await self._wait_until_ready():
-                self._start_acceptors(sockets)
+                self.connections.start(sockets)
                 self._start_metrics()
                 self.logs.start_maintenance()
                 log.info("broker ready node.id=%d workers=%d pid=%d", self.config.node_id,
@@ -138,12 +148,6 @@ class Supervisor:
                 return False
             await self._next_event(0.05)
         return True
-
-    def _start_acceptors(self, sockets: list[socket.socket]) -> None:
-        for index, (listener, sock) in enumerate(zip(self.config.listeners, sockets)):
-            acceptor = Acceptor(self._loop, index, listener, sock, self.dispatcher, self.block)
-            self.acceptors.append(acceptor)
-            acceptor.start()
 
     def _start_metrics(self) -> None:
         if self.config.prometheus is None:
@@ -194,8 +198,22 @@ class Supervisor:
         self._request_stop()
 
     def handle_sighup(self) -> None:
-        """SIGHUP: nothing to reload yet (dynamic configuration comes through the admin API)."""
-        log.info("SIGHUP ignored")
+        """SIGHUP: re-read the config file; connection limits change, other keys need a restart."""
+        if self._reload is None:
+            log.info("SIGHUP: no config file to re-read")
+            return
+        try:
+            fresh = load_config(self._reload())
+        except ConfigError as error:
+            log.error("SIGHUP: config not reloaded: %s", error)
+            return
+        changed = [key for key in fresh.props.__struct_fields__
+                   if getattr(fresh.props, key) != getattr(self.config.props, key)]
+        self.connections.dynamic.config = msgspec.structs.replace(
+            self.connections.dynamic.config, props=fresh.props,
+            listener_props=fresh.listener_props)
+        log.info("SIGHUP: config re-read; changed: %s", ", ".join(changed) or "nothing")
+        self.connections.apply_limits()
 
     def _request_stop(self) -> None:
         if self._stopping:
@@ -241,13 +259,29 @@ class Supervisor:
                 return
             for fd in fds:
                 os.close(fd)
-            if isinstance(message, ipc.Registered):
-                self.dispatcher.credit(worker, message.count)
+            if isinstance(message, ipc.Progress):
+                self.connections.progress(worker, message)
+            elif isinstance(message, ipc.EvictCandidates):
+                self.connections.evict_candidates(worker, message)
+            elif isinstance(message, ipc.AdminRequest):
+                self._serve_admin(worker, message)
             elif isinstance(message, ipc.Ready):
                 worker.ready = True
-                self.dispatcher.wake()
+                self.connections.wake_acceptors()
             else:
                 log.error("unexpected message from %s: %r", worker.name, message)
+
+    def _serve_admin(self, worker: WorkerHandle, message: ipc.AdminRequest) -> None:
+        try:
+            answer = self.admin.handle(message.frame, message.listener, message.peer)
+        except Exception:  # a malformed forwarded request costs that connection only
+            log.exception("admin request from %s failed", worker.name)
+            answer = None
+        try:
+            worker.channel.send(ipc.encode(ipc.AdminResponse(request_id=message.request_id,
+                                                             frame=answer)))
+        except OSError:
+            pass  # the worker is gone; so is the connection that asked
 
     def _detach_channel(self, worker: WorkerHandle) -> None:
         if worker.channel is not None:
@@ -333,12 +367,7 @@ class Supervisor:
             block.archive_slot_counters(slot)
         worker.handed = [0] * len(self.config.listeners)
         worker.outstanding = 0
-
-    def _handoff_lost(self, listener: int, count: int) -> None:
-        block = self.block
-        with self.metrics_lock:
-            block.words[block.worker_cell(block.archive_slot, "connections_closed", listener,
-                                          CLOSE_REASONS.index("error"))] += count
+        self.connections.worker_gone(worker)
 
     def _check_heartbeats(self) -> None:
         timeout = self.config.props.pybroker_worker_heartbeat_timeout_ms / 1000
@@ -368,9 +397,9 @@ class Supervisor:
 
     async def _shutdown(self) -> None:
         """Stop accepting, let workers finish in-flight requests, then kill what remains."""
-        # 1. No new connections: close every listening socket.
-        for acceptor in self.acceptors:
-            acceptor.close()
+        # 1. No new connections: close every listening socket (and held throttled sockets).
+        if self.connections is not None:
+            self.connections.stop()
         # 2. Ask each worker to drain within the deadline.
         timeout_ms = self.config.props.pybroker_shutdown_timeout_ms
         for worker in self.workers:
@@ -406,9 +435,13 @@ class Supervisor:
     # --- for the metrics collector (called from its thread) -------------------------------
 
     def acceptor_blocked_ns(self, index: int) -> int:
-        if index < len(self.acceptors):
-            return self.acceptors[index].blocked_ns()
+        acceptors = self.connections.acceptors if self.connections else []
+        if index < len(acceptors):
+            return acceptors[index].blocked_ns()
         return self.block.words[self.block.parent_cell("acceptor_blocked_ns", index)]
+
+    def limit_view(self) -> dict:
+        return self.connections.limit_view()
 
     def worker_states(self):
         return [(worker.name, bool(worker.pid and worker.ready)) for worker in self.workers]

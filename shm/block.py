@@ -76,10 +76,14 @@ WORKER_COUNTERS = (
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
 WORKER_GAUGES = frozenset({"delayed_fetches"})
+REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
 PARENT_COUNTERS = (
     ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
     ("connections_accepted", ("listener",)),
+    ("connections_active", ("listener",)),  # a gauge: slots held, as admission counts them
+    ("connections_rejected", ("listener", "reject_reason")),
     ("acceptor_blocked_ns", ("listener",)),
+    ("accept_throttle_ns", ("listener",)),
     ("worker_restarts", ()),
 )
 
@@ -91,6 +95,7 @@ def _dimension_sizes(listeners: int) -> dict[str, int]:
         "api": MAX_API_KEY + 1,
         "bucket": len(DURATION_BUCKETS) + 1,
         "invalid_reason": len(INVALID_REASONS),
+        "reject_reason": len(REJECT_REASONS),
     }
 
 

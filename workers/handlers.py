@@ -12,15 +12,13 @@ ApiVersions, so the broker never promises what it cannot answer.
 
 from __future__ import annotations
 
-import datetime
 import struct
 from dataclasses import dataclass
 
 from broker.protocol import errors
-from broker.protocol.codec import (REQUEST_PREFIX, build, encode_entity, frame, request_readers,
-                                   response_class, response_header_is_flexible)
+from broker.protocol.codec import REQUEST_PREFIX, frame, request_readers
+from broker.protocol.context import NO_THROTTLE, RequestContext, error_code  # noqa: F401 (re-export)
 
-NO_THROTTLE = datetime.timedelta(0)
 # ApiVersions v0 body: error code, array of one (api key, min version, max version).
 _API_VERSIONS_V0_ERROR = struct.Struct(">hihhh")
 _MEMO_LIMIT = 1024
@@ -43,28 +41,6 @@ class BrokerView:
     advertised: tuple[tuple[str, int] | None, ...]  # per listener index: (host, port) or None
 
 
-class RequestContext:
-    """One request being served: who asked, in which version, and how to answer."""
-
-    __slots__ = ("correlation", "api_key", "version", "listener_index", "header")
-
-    def __init__(self, correlation, api_key: int, version: int, listener_index: int, header):
-        self.correlation = correlation
-        self.api_key = api_key
-        self.version = version
-        self.listener_index = listener_index
-        self.header = header
-
-    def respond(self, values: dict) -> bytes:
-        """Encode a response of this API and version from a dict (fields it lacks are dropped)."""
-        body = encode_entity(build(response_class(self.api_key, self.version), values))
-        return self.frame(body)
-
-    def frame(self, body: bytes) -> bytes:
-        return frame(self.correlation,
-                     response_header_is_flexible(self.api_key, self.version), body)
-
-
 class Api:
     """Base of the request handlers: subclasses set the class attributes and `handle`."""
 
@@ -72,17 +48,13 @@ class Api:
     name: str = ""
     versions: tuple[int, int] = (0, 0)
     pure = False  # True: the answer depends only on the request bytes after the correlation id
+    forwarded = False  # True: the raw frame goes to the parent (`forward`), undecoded here
 
     def __init__(self, services=None):
         self.services = services  # workers.apis.Services
 
     def handle(self, ctx: RequestContext, body):
         raise NotImplementedError
-
-
-def error_code(name: str | None):
-    """kio's ErrorCode member for a Kafka error name such as "corrupt_message"."""
-    return errors.NONE if name is None else errors.ErrorCode[name]
 
 
 class Router:
@@ -111,6 +83,8 @@ class Router:
         if route is None:
             return self._unroutable(request, api_key, api_version)
         header_reader, body_reader, api, memo = route
+        if api.forwarded:
+            return api.forward(request, listener_index)
         if memo is not None:
             key = request[8:]  # the memo is per API version: all but the correlation id
             if type(key) is not bytes:

@@ -5,8 +5,8 @@ Event-loop turn, as Kafka's Processor has it:
      `pybroker.handoff.queue.size` unregistered sockets to one worker);
   2. at most `pybroker.registrations.per.turn` of them are registered; the rest wait for the
      next turn, so a storm of new connections cannot starve the existing ones;
-  3. each registration is acknowledged to the parent (one `Registered` message per turn),
-     which returns the hand-off credit;
+  3. each registration is acknowledged to the parent (one `Progress` message per turn,
+     with the ids of closed connections), which returns the hand-off credit;
   4. connections serve their reads (workers.connection).
 A one-second timer refreshes the heartbeat in the shared block and closes idle connections.
 
@@ -101,12 +101,17 @@ class Worker:
                           advertised=tuple(advertised.get(item.name) for item in config.listeners))
         epoch = Epoch(block.words, block.parent_cell("metadata_epoch"))
         self.registry = TopicRegistry(config.log_dirs, log_settings(config), epoch)
-        self.services = Services(view=view, props=config.props, registry=self.registry)
+        self.services = Services(view=view, props=config.props, registry=self.registry,
+                                 forward=lambda frame, listener: self.forward_admin(frame, listener, ""))
         self.router = Router(build_apis(self.services))
         self.max_request_bytes = config.props.socket_request_max_bytes
         self.large_frame_bytes = LARGE_FRAME_BYTES
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
         self.connections: set[Connection] = set()
+        self.by_id: dict[int, Connection] = {}
+        self._closed_ids: list[int] = []
+        self._admin_ids = 0
+        self._admin_waiting: dict[int, asyncio.Future] = {}
         self._per_turn = config.props.pybroker_registrations_per_turn
         self._idle_seconds = config.props.connections_max_idle_ms / 1000
         self.shutdown_seconds = config.props.pybroker_shutdown_timeout_ms / 1000
@@ -143,10 +148,11 @@ class Worker:
         self._draining = True
         self._deadline = time.monotonic() + deadline_seconds
         self.block.set_state(self.slot, STATE_DRAINING)
-        for fd, _meta in self._incoming:
+        for fd, meta in self._incoming:
             os.close(fd)
-            self.stats.closed(_meta[1], "shutdown")
+            self._dropped(meta, "shutdown")
         self._incoming.clear()
+        self._schedule_ack()
         self._drain_step()
 
     def _drain_step(self) -> None:
@@ -189,6 +195,12 @@ class Worker:
                 return
             if isinstance(message, ipc.Handoff):
                 self._accept_handoff(message, fds)
+            elif isinstance(message, ipc.Close):
+                self._close_ids(message.conn_ids, message.reason)
+            elif isinstance(message, ipc.EvictQuery):
+                self._answer_evict_query(message)
+            elif isinstance(message, ipc.AdminResponse):
+                self._admin_answered(message)
             elif isinstance(message, ipc.Shutdown):
                 self.begin_shutdown(message.deadline_ms / 1000)
             else:
@@ -202,15 +214,13 @@ class Worker:
         for fd, meta in zip(fds, message.conns):
             if self._draining:
                 os.close(fd)
-                self.stats.closed(meta[1], "shutdown")
-                self._credits_to_return += 1
+                self._dropped(meta, "shutdown")
             else:
                 self._incoming.append((fd, meta))
         for fd in fds[len(message.conns):]:
             os.close(fd)
         for meta in message.conns[len(fds):]:  # announced but no fd arrived: count it closed
-            self.stats.closed(meta[1], "error")
-            self._credits_to_return += 1
+            self._dropped(meta, "error")
         self._schedule_ack()
         if self._incoming and not self._registering:
             self._registering = True
@@ -238,7 +248,8 @@ class Worker:
             log.info("connection %s from %s:%s failed before registration: %s",
                      conn_id, host, port, error)
             sock.close()
-            self._registration_failed(listener)
+            self._dropped(meta, "error")
+            self._schedule_ack()
             return
         connection = Connection(self, conn_id, listener, f"{host}:{port}")
         task = self._loop.create_task(
@@ -250,12 +261,14 @@ class Worker:
             log.info("registering connection %s failed: %r", connection.conn_id,
                      None if task.cancelled() else task.exception())
             sock.close()
-            self._registration_failed(connection.listener_index)
+            self._dropped((connection.conn_id, connection.listener_index), "error")
+            self._schedule_ack()
 
-    def _registration_failed(self, listener: int) -> None:
-        self.stats.closed(listener, "error")
+    def _dropped(self, meta: tuple, reason: str) -> None:
+        """A handed-off socket that never became a connection: return its credit and slot."""
+        self.stats.closed(meta[1], reason)
         self._credits_to_return += 1
-        self._schedule_ack()
+        self._closed_ids.append(meta[0])
 
     def _schedule_ack(self) -> None:
         if not self._ack_scheduled:
@@ -263,12 +276,15 @@ class Worker:
             self._loop.call_soon(self._send_ack)
 
     def _send_ack(self) -> None:
+        """One Progress message per loop turn: credits and closed ids, batched."""
         self._ack_scheduled = False
-        if not self._credits_to_return:
+        if not self._credits_to_return and not self._closed_ids:
             return
         try:
-            self.channel.send(ipc.encode(ipc.Registered(count=self._credits_to_return)))
+            self.channel.send(ipc.encode(ipc.Progress(registered=self._credits_to_return,
+                                                      closed=self._closed_ids)))
             self._credits_to_return = 0
+            self._closed_ids = []
         except BlockingIOError:
             self._loop.call_later(0.001, self._schedule_ack)
         except OSError:
@@ -278,6 +294,7 @@ class Worker:
 
     def connection_registered(self, conn: Connection) -> None:
         self.connections.add(conn)
+        self.by_id[conn.conn_id] = conn
         self.stats.registered(conn.listener_index)
         self._credits_to_return += 1
         self._schedule_ack()
@@ -286,7 +303,53 @@ class Worker:
 
     def connection_closed(self, conn: Connection, reason: str) -> None:
         self.connections.discard(conn)
+        self.by_id.pop(conn.conn_id, None)
         self.stats.closed(conn.listener_index, reason)
+        self._closed_ids.append(conn.conn_id)
+        self._schedule_ack()
+
+    # --- orders from the parent -----------------------------------------------------------
+
+    def _close_ids(self, conn_ids: list[int], reason: str) -> None:
+        for conn_id in conn_ids:
+            conn = self.by_id.get(conn_id)
+            if conn is not None:
+                conn.close(reason)
+
+    def _answer_evict_query(self, query: ipc.EvictQuery) -> None:
+        """The least recently active connections of the listeners the parent may evict."""
+        allowed = set(query.listeners)
+        candidates = sorted((c for c in self.connections
+                             if c.listener_index in allowed and not c.closing),
+                            key=lambda c: c.last_active)[:query.count]
+        reply = ipc.EvictCandidates(round=query.round, candidates=[
+            (c.conn_id, int(c.last_active * 1e9)) for c in candidates])
+        try:
+            self.channel.send(ipc.encode(reply))
+        except OSError:
+            pass  # the parent finishes the round without us
+
+    def forward_admin(self, request, listener: int, peer: str) -> asyncio.Future:
+        """Send a config or quota request to the parent, which owns configuration."""
+        self._admin_ids += 1
+        future = self._loop.create_future()
+        self._admin_waiting[self._admin_ids] = future
+        try:
+            self.channel.send(ipc.encode(ipc.AdminRequest(
+                request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request))))
+        except OSError as error:
+            self._admin_waiting.pop(self._admin_ids, None)
+            future.set_exception(error)
+        return future
+
+    def _admin_answered(self, message: ipc.AdminResponse) -> None:
+        future = self._admin_waiting.pop(message.request_id, None)
+        if future is None or future.done():
+            return
+        if message.frame is None:
+            future.set_exception(RuntimeError("the parent refused the request"))
+        else:
+            future.set_result(message.frame)
 
     def requests_served(self, listener: int, api_keys: list[int], received_at: float) -> None:
         elapsed = int((time.monotonic() - received_at) * 1e9)

@@ -4,6 +4,8 @@ discovery  ApiVersions, Metadata, FindCoordinator
 produce    Produce, InitProducerId
 fetch      Fetch (long poll), ListOffsets
 topics     CreateTopics, DeleteTopics
+admin      DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas (forwarded
+           to the parent)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Services:
     props: ServerProperties
     registry: TopicRegistry
     waits: object = None  # workers.apis.fetch.FetchWaits, set once the loop runs
+    forward: object = None  # (frame, listener index) -> Future of the parent's answer
 
 
 def build_apis(services: Services) -> list[Api]:
@@ -31,9 +34,11 @@ def build_apis(services: Services) -> list[Api]:
     from workers.apis.produce import InitProducerId, Produce
     from workers.apis.topics import CreateTopics, DeleteTopics
 
+    from workers.apis.admin import forwarded_apis
+
     apis: list[Api] = [Produce(services), Fetch(services), ListOffsets(services),
                        Metadata(services), FindCoordinator(services), CreateTopics(services),
-                       DeleteTopics(services), InitProducerId(services)]
+                       DeleteTopics(services), InitProducerId(services), *forwarded_apis(services)]
     apis.append(ApiVersions(apis))
     return apis
 
@@ -45,6 +50,10 @@ def api_names() -> dict[int, str]:
     from workers.apis.produce import InitProducerId, Produce
     from workers.apis.topics import CreateTopics, DeleteTopics
 
-    return {cls.key: cls.name for cls in (ApiVersions, Metadata, FindCoordinator, Produce,
-                                          InitProducerId, Fetch, ListOffsets, CreateTopics,
-                                          DeleteTopics)}
+    from workers.apis.admin import FORWARDED
+
+    names = {cls.key: cls.name for cls in (ApiVersions, Metadata, FindCoordinator, Produce,
+                                           InitProducerId, Fetch, ListOffsets, CreateTopics,
+                                           DeleteTopics)}
+    names.update({key: name for key, name, _ in FORWARDED})
+    return names

@@ -1,0 +1,169 @@
+"""The parent's answers to config and quota requests forwarded by workers.
+
+DescribeConfigs and IncrementalAlterConfigs on the BROKER resource (this node's id, or "" for
+the cluster default), DescribeClientQuotas and AlterClientQuotas for the `ip` entity's
+connection_creation_rate.  A change is validated whole, persisted (broker.dynamic), applied
+through `on_change`, and only then acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from broker.config import declared_keys
+from broker.dynamic import BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem, DynamicConfig
+from broker.protocol import errors
+from broker.protocol.codec import REQUEST_PREFIX, request_readers
+from broker.protocol.context import NO_THROTTLE, RequestContext, error_code
+
+log = logging.getLogger("broker.admin")
+
+BROKER_RESOURCE = 4
+CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
+
+
+class AdminService:
+    def __init__(self, node_id: int, dynamic: DynamicConfig, on_change):
+        self.node_id = node_id
+        self.dynamic = dynamic
+        self.on_change = on_change  # called after a change was persisted
+        self._handlers = {32: self._describe_configs, 44: self._alter_configs,
+                          48: self._describe_quotas, 49: self._alter_quotas}
+
+    def handle(self, request: bytes, listener: int, who: str) -> bytes:
+        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
+        header_reader, body_reader = request_readers(api_key, version)
+        header, offset = header_reader(request, 0)
+        body, _ = body_reader(request, offset)
+        ctx = RequestContext(request[4:8], api_key, version, listener, header)
+        return self._handlers[api_key](ctx, body, who)
+
+    # --- configs --------------------------------------------------------------------------
+
+    def _resource_problem(self, resource_type: int, name: str) -> tuple[str, str] | None:
+        if resource_type != BROKER_RESOURCE:
+            return "invalid_request", f"resource type {resource_type} is not supported yet"
+        if name not in ("", str(self.node_id)):
+            return "invalid_request", f"unexpected broker id {name}; this is broker {self.node_id}"
+        return None
+
+    def _describe_configs(self, ctx: RequestContext, body, _who: str) -> bytes:
+        results = []
+        for resource in body.resources:
+            problem = self._resource_problem(resource.resource_type, resource.resource_name)
+            entry = {"resource_type": resource.resource_type,
+                     "resource_name": resource.resource_name, "configs": []}
+            if problem is not None:
+                results.append(dict(entry, error_code=error_code(problem[0]),
+                                    error_message=problem[1]))
+                continue
+            keys = resource.configuration_keys or self._describable()
+            entry["configs"] = [self._describe(key, resource.resource_name == "",
+                                               getattr(body, "include_documentation", False))
+                                for key in keys]
+            results.append(dict(entry, error_code=errors.NONE, error_message=None))
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+
+    def _describable(self) -> list[str]:
+        keys = [field.encode_name for field in declared_keys()]
+        for listener in self.dynamic.config.listeners:
+            for suffix in ("max.connections", "max.connection.creation.rate"):
+                keys.append(self.dynamic.listener_key(listener.name, suffix))
+        return keys
+
+    def _describe(self, key: str, cluster_default: bool, documentation: bool) -> dict:
+        if cluster_default:
+            value = self.dynamic.stored.cluster_default.get(key)
+            source = 2 if value is not None else 5
+        else:
+            value, source = self.dynamic.value(key)
+        dynamic = key in BROKER_KEYS or key.startswith("listener.name.")
+        spec = BROKER_KEYS.get(key)
+        return {"name": key, "value": value, "read_only": not dynamic, "config_source": source,
+                "is_sensitive": False, "synonyms": [], "config_type":
+                CONFIG_TYPES.get(spec.kind if spec else "string", 2),
+                "documentation": (spec.doc if spec else None) if documentation else None}
+
+    def _alter_configs(self, ctx: RequestContext, body, who: str) -> bytes:
+        results, changed = [], False
+        for resource in body.resources:
+            entry = {"resource_type": resource.resource_type,
+                     "resource_name": resource.resource_name}
+            problem = self._resource_problem(resource.resource_type, resource.resource_name)
+            if problem is None:
+                problem = self._alter_resource(resource, body.validate_only, who)
+                changed |= problem is None and not body.validate_only
+            code, message = problem if problem is not None else (None, None)
+            results.append(dict(entry, error_code=error_code(code), error_message=message))
+        if changed:
+            self.on_change()
+        return ctx.respond({"throttle_time": NO_THROTTLE, "responses": results})
+
+    def _alter_resource(self, resource, validate_only: bool, who: str) -> tuple[str, str] | None:
+        stored = self.dynamic.stored
+        layer_name = "cluster_default" if resource.resource_name == "" else "broker"
+        layer = dict(getattr(stored, layer_name))
+        try:
+            for item in resource.configs:
+                self.dynamic.alter(layer, item.name, item.config_operation, item.value)
+        except ConfigProblem as problem:
+            return problem.code, str(problem)
+        if validate_only:
+            return None
+        setattr(stored, layer_name, layer)
+        self.dynamic.save()
+        log.info("dynamic config %s changed by %s: %s", layer_name, who or "a client",
+                 {item.name: item.value for item in resource.configs})
+        return None
+
+    # --- quotas ---------------------------------------------------------------------------
+
+    def _describe_quotas(self, ctx: RequestContext, body, _who: str) -> bytes:
+        entries = []
+        for name, rate in sorted(self.dynamic.stored.ip_quotas.items()):
+            entity = None if name == DEFAULT_ENTITY else name
+            if self._matches(body.components, body.strict, entity):
+                entries.append({"entity": [{"entity_type": "ip", "entity_name": entity}],
+                                "values": [{"key": IP_RATE_KEY, "value": rate}]})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+                            "error_message": None, "entries": entries})
+
+    @staticmethod
+    def _matches(components, strict: bool, entity: str | None) -> bool:
+        for component in components:
+            if component.entity_type != "ip":
+                return False  # other entity types hold no quota here yet
+            if component.match_type == 0 and component.match != entity:
+                return False
+            if component.match_type == 1 and entity is not None:
+                return False
+        return bool(components) or not strict
+
+    def _alter_quotas(self, ctx: RequestContext, body, who: str) -> bytes:
+        results, changed = [], False
+        quotas = dict(self.dynamic.stored.ip_quotas)
+        for entry in body.entries:
+            entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name}
+                      for e in entry.entity]
+            problem = None
+            if [e.entity_type for e in entry.entity] != ["ip"]:
+                problem = ("invalid_request", "only the ip entity is supported yet")
+            else:
+                candidate = dict(quotas)  # an entry applies whole or not at all
+                try:
+                    for op in entry.ops:
+                        self.dynamic.alter_ip_quota(candidate, entry.entity[0].entity_name,
+                                                    op.key, op.value, op.remove)
+                    quotas = candidate
+                except ConfigProblem as error:
+                    problem = (error.code, str(error))
+            changed |= problem is None
+            code, message = problem if problem is not None else (None, None)
+            results.append({"error_code": error_code(code), "error_message": message,
+                            "entity": entity})
+        if changed and not body.validate_only:
+            self.dynamic.stored.ip_quotas = quotas
+            self.dynamic.save()
+            log.info("ip quotas changed by %s: %s", who or "a client", quotas)
+            self.on_change()
+        return ctx.respond({"throttle_time": NO_THROTTLE, "entries": results})

@@ -1,0 +1,32 @@
+"""Config and quota APIs: served by the parent, which owns configuration; workers forward them.
+
+DescribeConfigs, IncrementalAlterConfigs, DescribeClientQuotas and AlterClientQuotas arrive
+on any worker; the raw frame goes to the parent (IPC `AdminRequest`) and its answer comes back
+as bytes.  The connection stays muted meanwhile, like any request whose answer waits.
+"""
+
+from __future__ import annotations
+
+from workers.handlers import Api
+
+FORWARDED = (
+    (32, "DescribeConfigs", (1, 4)),
+    (44, "IncrementalAlterConfigs", (0, 1)),
+    (48, "DescribeClientQuotas", (0, 1)),
+    (49, "AlterClientQuotas", (0, 1)),
+)
+
+
+class Forwarded(Api):
+    forwarded = True
+
+    def __init__(self, services, key: int, name: str, versions: tuple[int, int]):
+        super().__init__(services)
+        self.key, self.name, self.versions = key, name, versions
+
+    def forward(self, request, listener_index: int):
+        return self.services.forward(request, listener_index)
+
+
+def forwarded_apis(services) -> list[Api]:
+    return [Forwarded(services, key, name, versions) for key, name, versions in FORWARDED]
