@@ -107,7 +107,8 @@ class Acceptor:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, index: int, listener: Listener,
                  sock: socket.socket, dispatcher: Dispatcher, block: SharedBlock,
-                 quotas: ConnectionQuotas, delayed: DelayedCloser, next_id: Callable[[], int]):
+                 quotas: ConnectionQuotas, delayed: DelayedCloser, next_id: Callable[[], int],
+                 over_limit: Callable[[], None]):
         self.loop = loop
         self.index = index
         self.listener = listener
@@ -117,6 +118,7 @@ class Acceptor:
         self.quotas = quotas
         self.delayed = delayed
         self._next_id = next_id
+        self._over_limit = over_limit  # called when admissions leave max.connections exceeded
         self._accepted_cell = block.parent_cell("connections_accepted", index)
         self._active_cell = block.parent_cell("connections_active", index)
         self._blocked_cell = block.parent_cell("acceptor_blocked_ns", index)
@@ -237,6 +239,8 @@ class Acceptor:
             self.block.words[self._accepted_cell] += len(admitted)
             self.sync_active()
             self.dispatcher.dispatch(index, admitted)
+            if quotas.excess():
+                self._over_limit()  # only the protected listener can get here: evict others
         if pause:
             self._pause(pause)
         elif self._room() == 0:

@@ -65,7 +65,8 @@ class Connections:
     def start(self, sockets: list[socket.socket]) -> None:
         for index, (listener, sock) in enumerate(zip(self.config.listeners, sockets)):
             acceptor = Acceptor(self.loop, index, listener, sock, self.dispatcher, self.block,
-                                self.quotas, self.delayed, lambda: next(self._ids))
+                                self.quotas, self.delayed, lambda: next(self._ids),
+                                self.maybe_evict)
             self.acceptors.append(acceptor)
             acceptor.start()
 

@@ -28,7 +28,7 @@ class BrokerProcess:
 
     def __init__(self, overrides: dict[str, str] | None = None, workers: int = 2,
                  data_dir: str | None = None, env: dict[str, str] | None = None,
-                 log_level: str = "INFO"):
+                 log_level: str = "INFO", config_file: str | None = None):
         self._tmp = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="pybroker-test-")
@@ -42,6 +42,8 @@ class BrokerProcess:
         }
         settings.update(overrides or {})
         self.argv = [sys.executable, "-m", "broker", "--log-level", log_level]
+        if config_file is not None:
+            self.argv += ["--config", config_file]
         for key, value in settings.items():
             self.argv += ["--override", f"{key}={value}"]
         self.env = dict(os.environ, **(env or {}))

@@ -50,7 +50,7 @@ STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
 
 # Dimensions of the counter cells.  "api" is indexed by the Kafka API key itself.
 MAX_API_KEY = 127
-CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit")
+CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
                    "unsupported_version", "malformed_header", "malformed_body", "produce_failed")
 # Request duration histogram upper bounds, seconds; the last cell is +Inf.

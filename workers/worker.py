@@ -304,9 +304,9 @@ class Worker:
     def connection_closed(self, conn: Connection, reason: str) -> None:
         self.connections.discard(conn)
         self.by_id.pop(conn.conn_id, None)
-        self.stats.closed(conn.listener_index, reason)
-        self._closed_ids.append(conn.conn_id)
+        self._closed_ids.append(conn.conn_id)  # first: the parent's slot accounting
         self._schedule_ack()
+        self.stats.closed(conn.listener_index, reason)
 
     # --- orders from the parent -----------------------------------------------------------
 

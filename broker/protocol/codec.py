@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import io
 import struct
+import types
 import typing
 
 from kio.index import load_request_schema, load_response_schema
@@ -46,6 +47,8 @@ def _nested_types(cls) -> dict[str, type]:
     """Field name -> entity class, for fields holding a tuple of nested entities."""
     nested = {}
     for name, hint in typing.get_type_hints(cls).items():
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # e.g. tuple[X, ...] | None
+            hint = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint)
         if typing.get_origin(hint) is tuple:
             inner = typing.get_args(hint)[0]
             if dataclasses.is_dataclass(inner):
