@@ -68,7 +68,7 @@ def build(cls, values: dict):
     for key, value in values.items():
         if key not in names:
             continue
-        if key in nested:
+        if key in nested and value is not None:
             value = tuple(build(nested[key], item) if isinstance(item, dict) else item
                           for item in value)
         kwargs[key] = value
