@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
-.PHONY: install run test bench loadgen clean
+.PHONY: install run test bench loadgen loadtest clean
 
 install: $(STAMP)
 
@@ -31,6 +31,21 @@ loadtest/bin/%: loadtest/%.c
 
 bench: install loadgen
 	$(PY) -m loadtest.bench
+
+# A short connection storm with locust against a broker started here on an ephemeral port of
+# 127.0.0.1 (50 users, 10 s; LOCUST_ARGS="-t 30s -u 200" to change).  Fails if a request failed.
+LOCUST_ARGS ?=
+loadtest: install
+	$(PY) -m pip install --quiet -e '.[load]'
+	@d=$$(mktemp -d); \
+	$(PY) -m broker --override listeners=PLAINTEXT://127.0.0.1:0 --override log.dirs=$$d/logs \
+	  --override prometheus.listen=127.0.0.1:0 --override num.network.threads=2 2>$$d/broker.log & \
+	pid=$$!; trap 'kill -TERM '$$pid' 2>/dev/null; wait '$$pid'; rm -rf '$$d EXIT; \
+	for i in $$(seq 300); do grep -q 'broker ready' $$d/broker.log && break; \
+	  kill -0 $$pid 2>/dev/null || break; sleep 0.1; done; \
+	port=$$(sed -n 's/.*listening listener=PLAINTEXT address=127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' $$d/broker.log | head -n 1); \
+	if ! grep -q 'broker ready' $$d/broker.log || [ -z "$$port" ]; then cat $$d/broker.log; echo 'loadtest: broker did not start' >&2; exit 1; fi; \
+	$(VENV)/bin/locust -f loadtest/locustfile.py --config loadtest/locust.conf --host tcp://127.0.0.1:$$port $(LOCUST_ARGS)
 
 clean:
 	rm -rf $(VENV) loadtest/bin .pytest_cache

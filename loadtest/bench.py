@@ -9,6 +9,11 @@ a uvloop server serves on this 2-core machine):
   accepts   two connclient processes (disjoint source addresses), each connection doing
             connect, ApiVersions, answer, close against the broker, versus connect and wait
             for the server's close against loadtest/accept_close_server.py;
+  fairness  p99 latency of ApiVersions on 20 long-lived connections (1 in flight each, one
+            request per 5 ms per connection) alone, then during a storm of new connections
+            (two connclient processes, 8 connects in flight each), with the KIP-402 bounds (hand-off 20, 20 registrations
+            per loop turn) and with both set to 10000 (the baseline); and the accept rate with
+            non-binding limits enabled (counts, per-IP, creation rates) versus none;
   log       confluent-kafka producing 1 KiB records (acks=1, no compression) to a topic of
             2 partitions for a few seconds, then a consumer reading them all back; reported
             in MB/s, records/s and broker CPU seconds (all processes) per MB.  No baseline.
@@ -41,7 +46,9 @@ TARGETS = (
     (("apiversions 1w 10x50", "apiversions 2w 10x50"), "echo 10x50", 0.4),
     (("accept+handoff+register 2w",), "raw accept+close", 0.6),
 )
-UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),)
+UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
+              ("accept limits on", "accept+handoff+register 2w"))
+FAIRNESS_TARGET = 2.0  # p99 during a storm / p99 without one, with the KIP-402 bounds
 SHAPES = {"100x1": (100, 1), "10x50": (10, 50)}
 
 
@@ -92,8 +99,8 @@ class Server:
 
 
 class Broker:
-    def __init__(self, workers: int):
-        self.process = BrokerProcess(workers=workers).start()
+    def __init__(self, workers: int, overrides: dict[str, str] | None = None):
+        self.process = BrokerProcess(workers=workers, overrides=overrides).start()
         self.port = self.process.port
         self.pids = [self.process.pid] + list(self.process.worker_pids.values())
 
@@ -110,6 +117,40 @@ def run_rr(port: int, pids, frame_path: str, shape: str, seconds: float, mode: s
     result = json.loads(out.stdout)
     result["server_cpu"] = cpu_seconds(pids) - before
     return result
+
+
+def run_paced(port: int, frame_path: str, seconds: float) -> dict:
+    out = subprocess.run([os.path.join(BIN, "rrclient"), "127.0.0.1", str(port), "20", "1",
+                          str(seconds), frame_path, "0.5", "kafka", "5000"],
+                         capture_output=True, text=True, timeout=seconds + 30)
+    return json.loads(out.stdout)
+
+
+def storm_fairness(frame_path: str, seconds: float) -> dict[str, dict]:
+    figures = {}
+    unbounded = {"pybroker.handoff.queue.size": "10000", "pybroker.registrations.per.turn": "10000"}
+    for label, overrides in (("bounded", None), ("unbounded", unbounded)):
+        broker = Broker(2, overrides)
+        try:
+            figures[f"p99 quiet {label}"] = run_paced(broker.port, frame_path, seconds)
+            storm = [subprocess.Popen([os.path.join(BIN, "connclient"), "127.0.0.1",
+                                       str(broker.port), "8", str(seconds + 1.5), "req",
+                                       frame_path, str(base)], stdout=subprocess.PIPE, text=True)
+                     for base in (2, 122)]
+            figures[f"p99 storm {label}"] = run_paced(broker.port, frame_path, seconds)
+            storms = [json.loads(proc.communicate(timeout=seconds + 30)[0]) for proc in storm]
+            figures[f"p99 storm {label}"]["storm_rate"] = sum(s["rate"] for s in storms)
+        finally:
+            broker.close()
+    limits = {"max.connections": "1000000", "max.connections.per.ip": "1000000",
+              "max.connection.creation.rate": "1000000000",
+              "max.connection.creation.rate.per.ip": "1000000000"}
+    broker = Broker(2, limits)
+    try:
+        figures["accept limits on"] = run_accept(broker.port, broker.pids, "req", frame_path, seconds)
+    finally:
+        broker.close()
+    return figures
 
 
 def run_accept(port: int, pids, mode: str, frame_path: str, seconds: float):
@@ -171,6 +212,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
         finally:
             broker.close()
     figures.update(produce_consume(seconds))
+    figures.update(storm_fairness(frames["apiversions"], seconds))
     raw = Server("accept_close_server.py")
     try:
         figures["raw accept+close"] = run_accept(raw.port, raw.pids, "fin", "-", seconds)
@@ -185,7 +227,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
 
     print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
     errors = 0
-    for name in [n for n in passes[0] if "1KiB" not in n]:
+    for name in [n for n in passes[0] if "1KiB" not in n and not n.startswith("p99")]:
         rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
         ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
         cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
@@ -204,6 +246,16 @@ def summarize(passes: list[dict[str, dict]]) -> int:
         errors += failed
         print(f"{name:32} {statistics.median(megabytes):>16,.1f} {statistics.median(rates):>16,.0f} "
               f"{cost:>10.4f} {failed}")
+    print(f"\n{'latency on 20 existing connections':32} {'p99 us quiet':>14} {'p99 us storm':>14} "
+          f"{'ratio':>7} {'storm conn/s':>13}")
+    for label in ("bounded", "unbounded"):
+        quiet = [p[f"p99 quiet {label}"]["p99_us"] for p in passes]
+        stormy = [p[f"p99 storm {label}"]["p99_us"] for p in passes]
+        ratio = statistics.median(s / max(q, 1e-9) for q, s in zip(quiet, stormy))
+        rate = statistics.median(p[f"p99 storm {label}"]["storm_rate"] for p in passes)
+        errors += sum(p[f"p99 {kind} {label}"]["errors"] for p in passes for kind in ("quiet", "storm"))
+        print(f"{label:32} {statistics.median(quiet):>14,.0f} {statistics.median(stormy):>14,.0f} "
+              f"{ratio:>7.2f} {rate:>13,.0f}")
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
     missed = 0
     for measured_names, baseline, target in TARGETS:
@@ -215,6 +267,12 @@ def summarize(passes: list[dict[str, dict]]) -> int:
         print(f"{'':58} {'goal ' + ('met' if met else 'MISSED'):>18}")
     for measured, baseline in UNTARGETED:
         _print_ratio(passes, measured, baseline, "(no target)")
+    fairness = statistics.median(p["p99 storm bounded"]["p99_us"] / max(p["p99 quiet bounded"]["p99_us"], 1e-9)
+                                 for p in passes)
+    met = fairness <= FAIRNESS_TARGET
+    missed += not met
+    print(f"{'storm p99 / quiet p99, bounded':58} {fairness:>6.2f}{'':13}  <= {FAIRNESS_TARGET}  "
+          f"{'goal met' if met else 'goal MISSED'}")
     return 1 if missed or errors else 0
 
 
