@@ -3,14 +3,12 @@
 import os
 import signal
 import socket
-import struct
 import threading
 import time
 
-import pytest
 
 from loadtest.harness import BrokerProcess, wait_until
-from tests.wire import KafkaSocket, api_versions_request, decode_response, frame
+from tests.wire import KafkaSocket, api_versions_request, decode_response, frame, peer_closed
 
 TWO_LISTENERS = {
     "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
@@ -52,15 +50,7 @@ class Probe:
             return False
 
     def is_closed(self, wait: float = 2.0) -> bool:
-        self.sock.settimeout(wait)
-        try:
-            while True:
-                if not self.sock.recv(65536):
-                    return True
-        except ConnectionResetError:
-            return True
-        except socket.timeout:
-            return False
+        return peer_closed(self.sock, wait)
 
     def close(self):
         self.sock.close()
@@ -115,7 +105,7 @@ def test_per_ip_limits_with_exact_and_cidr_overrides():
             refused = Probe(address, source)
             assert refused.outcome(5) == "closed", source  # accepted, then closed at once
             kept[0].close()
-            wait_until(lambda: Probe(address, source).outcome(5) == "served")
+            wait_until(lambda source=source: Probe(address, source).outcome(5) == "served")
         assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
                              reason="per_ip_limit") >= 3
 

@@ -2,14 +2,11 @@
 
 import os
 import signal
-import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 
-import pytest
 
 from loadtest.harness import BrokerProcess, wait_until
 from tests.wire import KafkaSocket, api_versions_request

@@ -87,14 +87,21 @@ class KafkaSocket:
 
     def is_closed_by_peer(self) -> bool:
         """True once the broker has closed the connection (EOF or reset) within the timeout."""
-        try:
-            while True:
-                if not self.sock.recv(65536):
-                    return True
-        except ConnectionResetError:
-            return True
-        except socket.timeout:
-            return False
+        return peer_closed(self.sock)
+
+
+def peer_closed(sock: socket.socket, wait: float | None = None) -> bool:
+    """Read until EOF or reset (True) or until the socket's timeout, or `wait`, runs out."""
+    if wait is not None:
+        sock.settimeout(wait)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
 
 
 def produce_request(topic: str, records: bytes, partition: int = 0, acks: int = 1,

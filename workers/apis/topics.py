@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from broker.protocol import errors
 from workers.handlers import NO_THROTTLE, Api, RequestContext, error_code
 
 _MESSAGES = {
