@@ -39,6 +39,11 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, worker: "Worker", conn_id: int, listener_index: int, peer: str):
         # Per-connection state
         self.worker = worker
+        # Looked up once: these are used for every read and every request.
+        self._scratch = worker.scratch
+        self._handle = worker.router.handle
+        self._max_bytes = worker.max_request_bytes
+        self._large_bytes = worker.large_frame_bytes
         self.conn_id = conn_id
         self.listener_index = listener_index
         self.peer = peer
@@ -88,7 +93,7 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int):
         if self._large_view is not None:
             return self._large_view[self._large_got:]
-        return self.worker.scratch
+        return self._scratch
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
@@ -97,7 +102,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._large_got == len(self._large):
                 self._finish_large_frame()
             return
-        self._serve(self.worker.scratch[:nbytes].tobytes())
+        self._serve(self._scratch[:nbytes].tobytes())
 
     # --- Framing and serving --------------------------------------------------------------
 
@@ -108,15 +113,14 @@ class Connection(asyncio.BufferedProtocol):
         out: list[bytes] = []
         offset, end = 0, len(data)
         handled: list[int] = []
-        max_bytes = self.worker.max_request_bytes
-        handle = self.worker.router.handle
+        max_bytes, handle = self._max_bytes, self._handle
         try:
             while end - offset >= 4 and self.state is _NOT_MUTED and not self._write_paused:
                 size = _SIZE.unpack_from(data, offset)[0]
                 if size < 0 or size > max_bytes:
                     self._check_size(size)
                 if end - offset - 4 < size:
-                    if size > self.worker.large_frame_bytes:
+                    if size > self._large_bytes:
                         self._start_large_frame(data, offset + 4, size)
                         offset = end
                     break
@@ -209,7 +213,7 @@ class Connection(asyncio.BufferedProtocol):
         self._large_got = 0
         try:
             self.state = request_received(self.state)
-            response = self.worker.router.handle(request, self.listener_index)
+            response = self._handle(request, self.listener_index)
         except Exception as error:  # noqa: BLE001 - as in _serve
             self._fail(error)
             return

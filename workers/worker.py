@@ -241,6 +241,7 @@ class Worker:
         # Naming the family and type spares three getsockopt calls per socket.
         sock = socket.socket(self._families[listener], socket.SOCK_STREAM, 0, fileno=fd)
         try:
+            # As Kafka's acceptor; uvloop itself sets TCP_NODELAY on the transport.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if self._send_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
