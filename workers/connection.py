@@ -113,7 +113,8 @@ class Connection(asyncio.BufferedProtocol):
         out: list[bytes] = []
         offset, end = 0, len(data)
         handled: list[int] = []
-        max_bytes, handle = self._max_bytes, self._handle
+        max_bytes, handle, listener = self._max_bytes, self._handle, self.listener_index
+        received, sent = RECEIVED, SENT
         try:
             while end - offset >= 4 and self.state is _NOT_MUTED and not self._write_paused:
                 size = _SIZE.unpack_from(data, offset)[0]
@@ -128,11 +129,11 @@ class Connection(asyncio.BufferedProtocol):
                 offset += 4 + size
                 # The mute tables are looked up directly: this loop runs once per request.
                 # A state missing from a table is an illegal transition.
-                state = RECEIVED.get(self.state)
+                state = received.get(self.state)
                 if state is None:
                     raise IllegalMuteTransition(f"request received in state {self.state.name}")
                 self.state = state
-                response = handle(request, self.listener_index)
+                response = handle(request, listener)
                 api_key = request[1] | request[0] << 8
                 if type(response) is bytes:
                     out.append(response)
@@ -141,7 +142,7 @@ class Connection(asyncio.BufferedProtocol):
                     self._flush(out, handled)
                     self._park(response, api_key)
                     return
-                self.state = SENT[self.state]  # None (acks=0) counts as sent, as in Kafka
+                self.state = sent[self.state]  # None (acks=0) counts as sent, as in Kafka
                 handled.append(api_key)
         except Exception as error:  # noqa: BLE001 - sorted by _fail: one connection pays
             self._flush(out, handled)

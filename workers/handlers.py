@@ -19,6 +19,8 @@ from broker.protocol import errors
 from broker.protocol.codec import REQUEST_PREFIX, frame, request_readers
 from broker.protocol.context import NO_THROTTLE, RequestContext, error_code  # noqa: F401 (re-export)
 
+# The route of a request: its API key and version read as one unsigned 32-bit number.
+_ROUTE_KEY = struct.Struct(">I")
 # ApiVersions v0 body: error code, array of one (api key, min version, max version).
 _API_VERSIONS_V0_ERROR = struct.Struct(">hihhh")
 _MEMO_LIMIT = 1024
@@ -68,7 +70,8 @@ class Router:
             for version in range(low, high + 1):
                 header_reader, body_reader = request_readers(api.key, version)
                 memo = {} if api.pure else None
-                self._routes[api.key << 16 | version] = (header_reader, body_reader, api, memo)
+                self._routes[api.key << 16 | version] = (header_reader, body_reader, api, memo,
+                                                         version)
         self._api_versions_range = self.apis[18].versions if 18 in self.apis else (0, 0)
 
     def served(self) -> dict[int, tuple[int, int]]:
@@ -78,13 +81,11 @@ class Router:
         """Answer one request frame; raise InvalidRequest to close the connection."""
         if len(request) < 8:
             raise InvalidRequest("frame_too_small", f"request of {len(request)} bytes has no header")
-        api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
-        route = self._routes.get(api_key << 16 | api_version)
+        route = self._routes.get(_ROUTE_KEY.unpack_from(request, 0)[0])
         if route is None:
+            api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
             return self._unroutable(request, api_key, api_version)
-        header_reader, body_reader, api, memo = route
-        if api.forwarded:
-            return api.forward(request, listener_index)
+        header_reader, body_reader, api, memo, api_version = route
         if memo is not None:
             key = request[8:]  # the memo is per API version: all but the correlation id
             if type(key) is not bytes:
@@ -92,6 +93,8 @@ class Router:
             answer = memo.get(key)
             if answer is not None:
                 return b"".join((answer[0], request[4:8], answer[1]))
+        if api.forwarded:
+            return api.forward(request, listener_index)
         try:
             header, offset = header_reader(request, 0)
         except Exception as error:  # kio raises several types for malformed input
@@ -101,7 +104,7 @@ class Router:
         except Exception as error:  # as above: any decode failure closes the connection
             raise InvalidRequest("malformed_body",
                                  f"bad {api.name} v{api_version} body: {error!r}") from None
-        ctx = RequestContext(request[4:8], api_key, api_version, listener_index, header)
+        ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header)
         response = api.handle(ctx, body)
         if memo is not None:
             if len(memo) >= _MEMO_LIMIT:
