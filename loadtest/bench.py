@@ -12,7 +12,8 @@ a uvloop server serves on this 2-core machine):
   fairness  p99 latency of ApiVersions on 20 long-lived connections (1 in flight each, one
             request per 5 ms per connection) alone, then during a storm of new connections
             (two connclient processes, 8 connects in flight each), with the KIP-402 bounds (hand-off 20, 20 registrations
-            per loop turn) and with both set to 10000 (the baseline); and the accept rate with
+            per loop turn), with both set to 10000 (the baseline), and with the bounds plus
+            max.connection.creation.rate=500 (KIP-612 holding the storm back); and the accept rate with
             non-binding limits enabled (counts, per-IP, creation rates) versus none;
   log       confluent-kafka producing 1 KiB records (acks=1, no compression) to a topic of
             2 partitions for a few seconds, then a consumer reading them all back; reported
@@ -129,7 +130,9 @@ def run_paced(port: int, frame_path: str, seconds: float) -> dict:
 def storm_fairness(frame_path: str, seconds: float) -> dict[str, dict]:
     figures = {}
     unbounded = {"pybroker.handoff.queue.size": "10000", "pybroker.registrations.per.turn": "10000"}
-    for label, overrides in (("bounded", None), ("unbounded", unbounded)):
+    rate_limited = {"max.connection.creation.rate": "500"}
+    for label, overrides in (("bounded", None), ("unbounded", unbounded),
+                             ("bounded, creation rate 500/s", rate_limited)):
         broker = Broker(2, overrides)
         try:
             figures[f"p99 quiet {label}"] = run_paced(broker.port, frame_path, seconds)
@@ -248,7 +251,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
               f"{cost:>10.4f} {failed}")
     print(f"\n{'latency on 20 existing connections':32} {'p99 us quiet':>14} {'p99 us storm':>14} "
           f"{'ratio':>7} {'storm conn/s':>13}")
-    for label in ("bounded", "unbounded"):
+    for label in ("bounded", "unbounded", "bounded, creation rate 500/s"):
         quiet = [p[f"p99 quiet {label}"]["p99_us"] for p in passes]
         stormy = [p[f"p99 storm {label}"]["p99_us"] for p in passes]
         ratio = statistics.median(s / max(q, 1e-9) for q, s in zip(quiet, stormy))
