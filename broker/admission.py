@@ -62,6 +62,8 @@ class Limits:
         return self.listener_max_connections.get(listener, INT_MAX)
 
     def per_ip_limit(self, ip: str) -> int:
+        if not self.ip_overrides:
+            return self.max_connections_per_ip  # spares parsing the address per connection
         address = _address(ip)
         if address is not None:
             for network, limit in self.ip_overrides:
