@@ -1,0 +1,121 @@
+"""Admission arithmetic with a fake clock: Kafka's windowed rate, quotas, overrides."""
+
+import ipaddress
+
+import pytest
+
+from broker.admission import INT_MAX, ConnectionQuotas, Limits, Verdict, parse_ip_overrides
+from broker.rates import Rate
+
+
+def test_fresh_sensor_allows_the_burst_kafka_allows():
+    # Kafka's test: with 2 samples, exactly `limit` events pass at t=0 and the next violates.
+    rate = Rate(window=1.0, samples=2)
+    for _ in range(5):
+        rate.record(1, now=0.0)
+        assert rate.throttle(5, now=0.0) == 0
+    rate.record(1, now=0.0)
+    assert rate.throttle(5, now=0.0) == pytest.approx((6 - 5) / 5 * 1.0)
+
+
+def test_default_burst_is_ten_windows_and_configurable():
+    kafka_like = Rate(window=1.0, samples=11)
+    for _ in range(100):
+        kafka_like.record(1, now=0.0)
+    assert kafka_like.throttle(10, now=0.0) == 0  # 10/s x 10 windows pass at once
+    explicit = Rate(window=1.0, samples=11, burst_windows=1)
+    for _ in range(11):
+        explicit.record(1, now=0.0)
+    assert explicit.throttle(10, now=0.0) > 0  # only one window's worth
+
+
+def test_throttle_formula_and_cap():
+    rate = Rate(window=1.0, samples=11)
+    for _ in range(300):
+        rate.record(1, now=0.0)
+    # observed 30/s over the 10 s floor, limit 10/s: (30-10)/10 * 10 s = 20 s, capped at 1 s.
+    assert rate.throttle(10, now=0.0) == pytest.approx(20.0)
+    assert rate.throttle(10, now=0.0, cap=1.0) == 1.0
+
+
+def test_old_samples_expire():
+    rate = Rate(window=1.0, samples=3)
+    rate.record(50, now=0.0)
+    assert rate.measure(now=0.5) > 0
+    assert rate.measure(now=10.0) == 0
+
+
+def test_rate_validation():
+    with pytest.raises(ValueError):
+        Rate(window=0, samples=3)
+    with pytest.raises(ValueError):
+        Rate(window=1, samples=3, burst_windows=3)
+
+
+def quotas(**limits) -> ConnectionQuotas:
+    return ConnectionQuotas(2, protected=1, limits=Limits(**limits), window=1.0, samples=2,
+                            burst_windows=1)
+
+
+def test_room_respects_broker_and_listener_limits_but_not_for_the_protected_listener():
+    q = quotas(max_connections=3, listener_max_connections={1: 10})
+    for conn_id in range(3):
+        q.opened(conn_id, 0, "10.0.0.1")
+    assert q.room(0) == 0 and q.room(1) == 10
+    q.opened(99, 1, "10.0.0.2")
+    assert q.excess() == 1
+    q.closed(0)
+    assert q.excess() == 0 and q.room(0) == 0
+    assert q.closed(0) is None  # double release is ignored
+
+
+def test_per_ip_limit_is_checked_before_any_rate():
+    q = quotas(max_connections_per_ip=1, max_connection_creation_rate=1)
+    assert q.admit(0, "10.0.0.1", now=0.0).verdict is Verdict.ADMIT
+    q.opened(1, 0, "10.0.0.1")
+    assert q.admit(0, "10.0.0.1", now=0.0).verdict is Verdict.REJECT_IP_LIMIT
+    assert q.broker_rate(now=0.0) == 1.0  # the rejected one was not charged
+
+
+def test_ip_rate_throttles_without_charging_broker_or_listener():
+    q = quotas(ip_creation_rate_default=2)
+    verdicts = [q.admit(0, "10.0.0.7", now=0.0) for _ in range(3)]
+    assert [d.verdict for d in verdicts] == [Verdict.ADMIT, Verdict.ADMIT, Verdict.THROTTLE_IP]
+    assert 0 < verdicts[2].delay <= 1.0
+    assert q.listener_rate(0, now=0.0) == 2.0 and q.broker_rate(now=0.0) == 2.0
+    assert q.admit(0, "10.0.0.8", now=0.0).verdict is Verdict.ADMIT  # another IP
+
+
+def test_listener_and_broker_rates_ask_the_acceptor_to_pause():
+    q = quotas(max_connection_creation_rate=2, listener_creation_rate={0: 5})
+    delays = [q.admit(0, f"10.0.0.{i}", now=0.0).delay for i in range(3)]
+    assert delays[:2] == [0, 0] and delays[2] > 0  # the broker rate bites first
+    protected = [q.admit(1, f"10.0.1.{i}", now=0.0).delay for i in range(5)]
+    assert protected == [0] * 5  # the inter-broker listener is exempt from the broker rate
+
+
+def test_override_precedence_exact_over_cidr_over_default():
+    overrides = parse_ip_overrides("10.0.0.0/8:5,10.1.2.3:1,10.1.0.0/16:3")
+    limits = Limits(max_connections_per_ip=7, ip_overrides=overrides)
+    assert limits.per_ip_limit("10.1.2.3") == 1
+    assert limits.per_ip_limit("10.1.9.9") == 3
+    assert limits.per_ip_limit("10.9.9.9") == 5
+    assert limits.per_ip_limit("192.168.1.1") == 7
+
+
+def test_host_names_resolve_to_every_address():
+    overrides = parse_ip_overrides("localhost:4")
+    networks = {network for network, _ in overrides}
+    assert ipaddress.ip_network("127.0.0.1/32") in networks
+    assert all(limit == 4 for _, limit in overrides)
+
+
+@pytest.mark.parametrize("text", ["10.0.0.1", "10.0.0.1:x", "10.0.0.1:-1", "no-such-host.invalid:3"])
+def test_bad_override_entries_are_refused(text):
+    with pytest.raises(ValueError, match="max.connections.per.ip.overrides"):
+        parse_ip_overrides(text)
+
+
+def test_unlimited_by_default():
+    q = quotas()
+    assert q.room(0) == INT_MAX and q.admit(0, "::1", now=0.0).delay == 0
