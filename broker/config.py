@@ -109,6 +109,15 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_quota_burst_windows: Annotated[int, _doc(
         "Initial burst of a fresh rate quota, in windows: limit x this x window size events "
         "pass at once. Default quota.window.num - 1, as Kafka.", ge=0, le=999)] | None = None
+    queued_max_request_bytes: Annotated[int, _doc(
+        "Bytes all workers together may hold for requests being read or served (KIP-72); "
+        "-1 or 0 disables the pool. At least socket.request.max.bytes.", ge=-1)] = -1
+    queued_max_requests: Annotated[int, _doc(
+        "Requests read and not yet answered, broker-wide (split evenly over the workers); a "
+        "worker at its share stops reading new requests until one is answered.", ge=1)] = 500
+    pybroker_queued_max_request_bytes_reserved: Annotated[str, _doc(
+        "LISTENER:bytes,... parts of queued.max.request.bytes only requests on that listener "
+        "may use, so clients exhausting the pool cannot starve it.")] = ""
     auto_create_topics_enable: Annotated[bool, _doc(
         "Create a topic when a client asks Metadata for an unknown one.")] = True
     num_partitions: Annotated[int, _doc(
@@ -191,6 +200,7 @@ class BrokerConfig(msgspec.Struct, frozen=True):
 
     props: ServerProperties
     listener_props: dict[str, dict[str, int]]  # listener name -> {key: value}
+    pool_reserved: dict[str, int]  # listener name -> bytes reserved in the memory pool
     node_id: int
     listeners: tuple[Listener, ...]
     advertised: tuple[Listener, ...]
@@ -463,6 +473,29 @@ def _check_quota_settings(props: ServerProperties) -> None:
                           "max.connections.per.ip.overrides")
 
 
+def _parse_pool_reservations(props: ServerProperties, listeners) -> dict[str, int]:
+    key = "pybroker.queued.max.request.bytes.reserved"
+    pool = props.queued_max_request_bytes
+    if pool > 0 and pool < props.socket_request_max_bytes:
+        raise ConfigError(f"queued.max.request.bytes: {pool} is smaller than "
+                          f"socket.request.max.bytes {props.socket_request_max_bytes}")
+    reserved: dict[str, int] = {}
+    names = {listener.name for listener in listeners}
+    for item in _split_csv(props.pybroker_queued_max_request_bytes_reserved):
+        name, sep, size = item.rpartition(":")
+        if not sep or not size.isdigit() or int(size) < 1:
+            raise ConfigError(f"{key}: invalid entry {item!r} (expected LISTENER:bytes)")
+        if name.upper() not in names:
+            raise ConfigError(f"{key}: listener {name} is not in listeners")
+        reserved[name.upper()] = int(size)
+    if reserved and pool <= 0:
+        raise ConfigError(f"{key}: reservations need queued.max.request.bytes to be set")
+    if reserved and sum(reserved.values()) >= pool:
+        raise ConfigError(f"{key}: reservations ({sum(reserved.values())} bytes) leave nothing "
+                          f"of queued.max.request.bytes {pool} to share")
+    return reserved
+
+
 def load_config(raw: dict[str, str]) -> BrokerConfig:
     """Validate raw key/value pairs into a BrokerConfig, or raise ConfigError."""
     raw, per_listener = _split_listener_keys(raw)
@@ -477,6 +510,7 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
     return BrokerConfig(
         props=props,
         listener_props=_convert_listener_keys(per_listener, listeners),
+        pool_reserved=_parse_pool_reservations(props, listeners),
         node_id=_resolve_node_id(props),
         listeners=listeners,
         advertised=_resolve_advertised(props, listeners, protocols),

@@ -17,7 +17,8 @@ import time
 from prometheus_client import CollectorRegistry, start_wsgi_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from shm.block import CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, REJECT_REASONS, SharedBlock
+from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, MUTE_REASONS,
+                       REJECT_REASONS, SharedBlock)
 
 log = logging.getLogger("broker.metrics")
 
@@ -122,7 +123,22 @@ class BlockCollector:
         delayed = GaugeMetricFamily("broker_delayed_fetches",
                                     "Fetch requests waiting for data (Kafka's fetch purgatory size)",
                                     value=block.worker_total("delayed_fetches"))
-        yield from (requests, duration, invalid, delayed)
+        muted = GaugeMetricFamily("broker_muted_channels", "Connections not being read, by reason",
+                                  labels=["reason"])
+        for index, reason in enumerate(MUTE_REASONS):
+            muted.add_metric([reason], block.worker_total("muted_channels", index))
+        yield from (requests, duration, invalid, delayed, muted)
+        pool = self.supervisor.pool_view()
+        if pool is not None:
+            yield GaugeMetricFamily("broker_request_memory_used_bytes",
+                                    "Bytes held for requests by all workers (KIP-72 pool)",
+                                    value=pool["used"])
+            yield GaugeMetricFamily("broker_request_memory_limit_bytes",
+                                    "queued.max.request.bytes", value=pool["limit"])
+            depleted = CounterMetricFamily("broker_request_memory_depleted_seconds",
+                                           "Time some request waited for pool memory")
+            depleted.add_metric([], pool["depleted_ns"] / 1e9)
+            yield depleted
 
     def _workers(self):
         up = GaugeMetricFamily("broker_worker_up", "1 while the worker process is serving",

@@ -38,7 +38,9 @@ from broker.connections import Connections
 from broker.dynamic import DynamicConfig
 from broker.handoff import WorkerHandle
 from broker.log.manager import LogManager
+from broker import pool
 from broker.log.topics import Epoch
+from broker.pool import SharedPool
 from broker.metrics import BlockCollector, serve_metrics
 from broker.runtime import Runtime
 from shm.block import CLOSE_REASONS, SharedBlock
@@ -67,6 +69,7 @@ class Supervisor:
                                      handed=[0] * len(config.listeners))
                         for i in range(props.num_network_threads)]
         self.connections: Connections | None = None
+        self.pool: SharedPool | None = None
         self.admin: AdminService | None = None
         self.metrics_lock = threading.Lock()
         self._metrics_server = None
@@ -93,6 +96,7 @@ class Supervisor:
                                         len(self.config.listeners))
         self.logs = LogManager(self.config, Epoch(self.block.words,
                                                   self.block.parent_cell("metadata_epoch")))
+        self.pool = self._create_pool()
         dynamic = DynamicConfig(self.config)
         dynamic.load()
         self.connections = Connections(self._loop, self.config, self.block, self.workers,
@@ -120,6 +124,15 @@ class Supervisor:
         return self._exit_code
 
     # --- start-up -------------------------------------------------------------------------
+
+    def _create_pool(self) -> SharedPool | None:
+        limit = self.config.props.queued_max_request_bytes
+        if limit <= 0:
+            return None
+        names = [listener.name for listener in self.config.listeners]
+        reserved = {names.index(name): size for name, size in self.config.pool_reserved.items()}
+        pool.initialise(self.block, limit, reserved)
+        return SharedPool(self.block, -1, limit, reserved)
 
     def _bind(self) -> list[socket.socket]:
         props, sockets = self.config.props, []
@@ -356,6 +369,10 @@ class Supervisor:
         """Count what the dead worker held as closed and fold its counters into the archive."""
         block, slot = self.block, worker.slot
         lost_reason = CLOSE_REASONS.index("worker_exit")
+        if self.pool is not None:
+            freed = self.pool.reclaim(slot)
+            if freed:
+                log.info("returned %d bytes of request memory held by %s", freed, worker.name)
         with self.metrics_lock:
             for listener, handed in enumerate(worker.handed):
                 closed = sum(block.words[block.worker_cell(slot, "connections_closed", listener, r)]
@@ -442,6 +459,12 @@ class Supervisor:
 
     def limit_view(self) -> dict:
         return self.connections.limit_view()
+
+    def pool_view(self) -> dict | None:
+        if self.pool is None:
+            return None
+        return {"used": self.pool.used(), "limit": self.pool.limit,
+                "depleted_ns": self.pool.depleted_ns()}
 
     def worker_states(self):
         return [(worker.name, bool(worker.pid and worker.ready)) for worker in self.workers]

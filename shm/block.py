@@ -10,7 +10,7 @@ Byte layout (all integers are native-endian signed 64-bit, 8-byte aligned):
         32  q   bytes per slot
         40  q   parent pid
         48  q   creation time, unix ns
-        56  q   reserved
+        56  q   reserved; its 8 bytes carry the memory pool's lockf lock
     offset 64   slot 0 .. slot n-1: one per worker process (data workers, then others)
     then        the archive slot: what dead workers had counted, folded in by the parent
     then        the parent region
@@ -34,6 +34,8 @@ incremented by two processes.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import fcntl
 import mmap
 import os
 import struct
@@ -73,9 +75,16 @@ WORKER_COUNTERS = (
     ("request_duration_ns", ("api",)),
     ("invalid_requests", ("invalid_reason",)),
     ("delayed_fetches", ()),  # a gauge: fetches waiting for data right now
+    ("muted_channels", ("mute_reason",)),  # gauges
+    # Memory pool (broker/pool.py): written under the pool lock, by this worker or by a worker
+    # granting memory to this one, or by the parent reclaiming it after this worker died.
+    ("pool_leased", ("listener",)),  # bytes this worker holds from the pool
+    ("pool_grants", ("listener",)),  # how many of its queued requests were granted, ever
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
-WORKER_GAUGES = frozenset({"delayed_fetches"})
+WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "pool_leased", "pool_grants"})
+MUTE_REASONS = ("memory", "in_flight", "throttle")
+POOL_RING = 4096  # queued memory requests per listener, across all workers
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
 PARENT_COUNTERS = (
     ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
@@ -85,6 +94,16 @@ PARENT_COUNTERS = (
     ("acceptor_blocked_ns", ("listener",)),
     ("accept_throttle_ns", ("listener",)),
     ("worker_restarts", ()),
+    # Memory pool state, written under the pool lock (see broker/pool.py).
+    ("pool_shared_available", ()),
+    ("pool_reserved_available", ("listener",)),
+    ("pool_ticket", ()),
+    ("pool_waiting", ()),
+    ("pool_depleted_since_ns", ()),
+    ("pool_depleted_ns", ()),
+    ("pool_ring_head", ("listener",)),
+    ("pool_ring_tail", ("listener",)),
+    ("pool_ring", ("listener", "ring", "ring_field")),  # (ticket, worker slot, size)
 )
 
 
@@ -96,6 +115,9 @@ def _dimension_sizes(listeners: int) -> dict[str, int]:
         "bucket": len(DURATION_BUCKETS) + 1,
         "invalid_reason": len(INVALID_REASONS),
         "reject_reason": len(REJECT_REASONS),
+        "mute_reason": len(MUTE_REASONS),
+        "ring": POOL_RING,
+        "ring_field": 3,
     }
 
 
@@ -130,8 +152,9 @@ class CounterTable:
 class SharedBlock:
     """A mapped counter block; `create` in the parent, `attach` in a worker."""
 
-    def __init__(self, path: str, mapping: mmap.mmap, slots: int, listeners: int):
+    def __init__(self, path: str, mapping: mmap.mmap, slots: int, listeners: int, fd: int):
         self.path = path
+        self.fd = fd  # kept open for the pool lock (lockf on the header's reserved word)
         self.slots = slots  # worker slots; the archive slot comes after them
         self.listeners = listeners
         sizes = _dimension_sizes(listeners)
@@ -159,9 +182,10 @@ class SharedBlock:
         try:
             os.ftruncate(fd, size)
             mapping = mmap.mmap(fd, size)
-        finally:
+        except OSError:
             os.close(fd)
-        block = cls(path, mapping, slots, listeners)
+            raise
+        block = cls(path, mapping, slots, listeners, fd)
         HEADER.pack_into(mapping, 0, MAGIC, LAYOUT_VERSION, slots, listeners,
                          block.slot_words * 8, os.getpid(), time.time_ns(), 0)
         return block
@@ -171,16 +195,17 @@ class SharedBlock:
         fd = os.open(path, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
+            if size < HEADER_BYTES:
+                raise RuntimeError(f"shared block {path} is too small ({size} bytes)")
             mapping = mmap.mmap(fd, size)
-        finally:
+        except Exception:
             os.close(fd)
-        if size < HEADER_BYTES:
-            raise RuntimeError(f"shared block {path} is too small ({size} bytes)")
+            raise
         magic, version, slots, listeners, slot_bytes, *_ = HEADER.unpack_from(mapping, 0)
         if magic != MAGIC or version != LAYOUT_VERSION:
             raise RuntimeError(f"shared block {path} has magic {magic!r} version {version}; "
                                f"expected {MAGIC!r} version {LAYOUT_VERSION}")
-        block = cls(path, mapping, slots, listeners)
+        block = cls(path, mapping, slots, listeners, fd)
         if block.slot_words * 8 != slot_bytes or cls.size_for(slots, listeners) != size:
             raise RuntimeError(f"shared block {path} layout does not match this code")
         return block
@@ -188,6 +213,21 @@ class SharedBlock:
     def close(self) -> None:
         self.words.release()
         self._map.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    @contextlib.contextmanager
+    def pool_lock(self):
+        """The memory pool's cross-process lock: a POSIX record lock on header word 7.
+
+        The kernel drops it when its holder dies, so a killed worker cannot wedge the pool.
+        """
+        fcntl.lockf(self.fd, fcntl.LOCK_EX, 8, 56)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 56)
 
     def unlink(self) -> None:
         try:
@@ -200,6 +240,14 @@ class SharedBlock:
     @property
     def archive_slot(self) -> int:
         return self.slots
+
+    def _cells_of(self, name: str) -> range:
+        """Word offsets (within a slot) of every cell of a worker counter."""
+        table = self.worker_table
+        names = [entry[0] for entry in WORKER_COUNTERS]
+        following = names.index(name) + 1
+        end = table.base[names[following]] if following < len(names) else table.words
+        return range(table.base[name], end)
 
     def slot_base(self, slot: int) -> int:
         """Word index of the first word of a slot (0..slots; `slots` is the archive)."""
@@ -252,7 +300,7 @@ class SharedBlock:
     def archive_slot_counters(self, slot: int) -> None:
         """Parent, after a worker died: add its counters to the archive, then free the slot."""
         base, archive = self.slot_base(slot), self.slot_base(self.archive_slot)
-        gauges = {self.worker_table.index(name) for name in WORKER_GAUGES}
+        gauges = {word for name in WORKER_GAUGES for word in self._cells_of(name)}
         for word in range(SLOT_FIELDS, self.worker_table.words):
             if word not in gauges:
                 self.words[archive + word] += self.words[base + word]

@@ -56,6 +56,10 @@ class FakeWorker:
         self.large_frame_bytes = large_frame_bytes
         self.scratch = memoryview(bytearray(4096))
         self.served, self.invalid, self.closed = [], [], []
+        self.stats = self
+
+    def muted(self, reason, change):
+        pass
 
     def connection_registered(self, conn):
         pass

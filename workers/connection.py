@@ -176,11 +176,13 @@ class Connection(asyncio.BufferedProtocol):
         """A request whose answer waits: stay muted until the future is done."""
         self._waiting = future
         self._waiting_since = self.last_active
+        self.worker.stats.muted("in_flight", +1)
         self._update_reading()
         future.add_done_callback(lambda done: self._parked_done(done, api_key))
 
     def _parked_done(self, future, api_key: int) -> None:
         self._waiting = None
+        self.worker.stats.muted("in_flight", -1)
         if self.closing or future.cancelled():
             return
         error = future.exception()
@@ -256,3 +258,94 @@ class Connection(asyncio.BufferedProtocol):
         """Nothing in flight and nothing half-read: safe to close for idleness or shutdown."""
         return (self.state is _NOT_MUTED and not self._pending and self._large is None
                 and self._waiting is None)
+
+
+class PooledConnection(Connection):
+    """A channel when the memory pool is on (KIP-72): one frame at a time, as Kafka reads.
+
+    It reads the 4-byte size alone, takes that many bytes from the shared pool (broker.pool),
+    then reads the body into a buffer of exactly that size.  With no memory it stops reading
+    (memory-muted) until the pool grants the bytes; memory recovery never touches the mute
+    state machine, which alone decides about in-flight and throttled channels.  The bytes go
+    back to the pool as soon as the request was handled (after the append, for Produce), or
+    when the connection ends mid-request.
+    """
+
+    def __init__(self, worker: "Worker", conn_id: int, listener_index: int, peer: str):
+        super().__init__(worker, conn_id, listener_index, peer)
+        self._size = bytearray(4)
+        self._size_view = memoryview(self._size)
+        self._size_got = 0
+        self.memory_wait = 0  # bytes waited for from the pool, 0 when not waiting
+        self._leased = 0  # bytes held from the pool for the frame being read or served
+
+    def get_buffer(self, sizehint: int):
+        if self._large_view is not None:
+            return self._large_view[self._large_got:]
+        return self._size_view[self._size_got:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
+        if self._large_view is not None:
+            self._large_got += nbytes
+            if self._large_got == len(self._large):
+                self._finish_large_frame()
+            return
+        self._size_got += nbytes
+        if self._size_got < 4:
+            return
+        self._size_got = 0
+        size = _SIZE.unpack(self._size)[0]
+        try:
+            if size < 8:  # nothing fits a request header: refused before any allocation
+                raise InvalidRequest("size_negative" if size < 0 else "frame_too_small",
+                                     f"frame size {size}")
+            self._check_size(size)
+        except InvalidRequest as invalid:
+            self._reject(invalid)
+            return
+        if self.worker.pool.try_allocate(size, self.listener_index):
+            self._leased = size
+            self._begin_body(size)
+        else:
+            self.memory_wait = size
+            self.worker.wait_for_memory(self)
+            self._update_reading()
+
+    def memory_granted(self) -> None:
+        """The pool reserved our bytes (called by the worker, in grant order)."""
+        size, self.memory_wait = self.memory_wait, 0
+        self._leased = size
+        self._begin_body(size)
+        self._update_reading()
+
+    def _begin_body(self, size: int) -> None:
+        self._large = bytearray(size)
+        self._large_view = memoryview(self._large)
+        self._large_got = 0
+
+    def _finish_large_frame(self) -> None:
+        try:
+            super()._finish_large_frame()
+        finally:
+            self._give_back()  # handled (or refused): the frame buffer is no longer needed
+
+    def _give_back(self) -> None:
+        if self._leased:
+            leased, self._leased = self._leased, 0
+            self.worker.release_memory(leased, self.listener_index)
+
+    def connection_lost(self, exc) -> None:
+        super().connection_lost(exc)
+        self._give_back()  # a disconnect mid-request
+
+    def _update_reading(self) -> None:
+        if self.memory_wait and self._reading and self.transport is not None:
+            self._reading = False
+            self.transport.pause_reading()
+            return
+        if not self.memory_wait:
+            super()._update_reading()
+
+    def is_idle(self) -> bool:
+        return super().is_idle() and not self.memory_wait and self._size_got == 0

@@ -24,13 +24,14 @@ import socket
 import time
 
 from broker import ipc
+from broker.pool import SharedPool, wake_address
 from broker.log.manager import log_settings
 from broker.log.topics import Epoch, TopicRegistry
-from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, STATE_DRAINING,
-                       STATE_SERVING, SharedBlock)
+from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
+                       STATE_DRAINING, STATE_SERVING, SharedBlock)
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
-from workers.connection import Connection
+from workers.connection import Connection, PooledConnection
 from workers.handlers import BrokerView, Router
 
 log = logging.getLogger("workers.worker")
@@ -56,6 +57,8 @@ class WorkerStats:
         self._invalid = {reason: block.worker_cell(slot, "invalid_requests", n)
                          for n, reason in enumerate(INVALID_REASONS)}
         self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
+        self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
+                       for n, reason in enumerate(MUTE_REASONS)}
 
     def registered(self, listener: int) -> None:
         self.words[self._registered[listener]] += 1
@@ -68,6 +71,9 @@ class WorkerStats:
 
     def delayed_fetches(self, count: int) -> None:
         self.words[self._delayed_fetches] = count
+
+    def muted(self, reason: str, change: int) -> None:
+        self.words[self._muted[reason]] += change
 
     def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
         """Count requests that were all received in one read and answered `elapsed_ns` later."""
@@ -105,6 +111,17 @@ class Worker:
                                  forward=lambda frame, listener: self.forward_admin(frame, listener, ""))
         self.router = Router(build_apis(self.services))
         self.max_request_bytes = config.props.socket_request_max_bytes
+        self.pool: SharedPool | None = None
+        if config.props.queued_max_request_bytes > 0:
+            names = [listener.name for listener in config.listeners]
+            reserved = {names.index(name): size for name, size in config.pool_reserved.items()}
+            self.pool = SharedPool(block, boot.slot, config.props.queued_max_request_bytes,
+                                   reserved)
+        self._connection_class = PooledConnection if self.pool is not None else Connection
+        self._memory_waiters: dict[int, collections.deque] = {
+            index: collections.deque() for index in range(len(config.listeners))}
+        self._grants_seen = [0] * len(config.listeners)
+        self._wake_socket: socket.socket | None = None
         self.large_frame_bytes = LARGE_FRAME_BYTES
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
         self.connections: set[Connection] = set()
@@ -134,6 +151,11 @@ class Worker:
         self.services.waits = FetchWaits(self._loop, self.stats.delayed_fetches)
         self.channel.setblocking(False)
         self._loop.add_reader(self.channel.fileno(), self._on_channel)
+        if self.pool is not None:
+            self._wake_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._wake_socket.bind(wake_address(self.block, self.slot))
+            self._wake_socket.setblocking(False)
+            self._loop.add_reader(self._wake_socket.fileno(), self._on_wake)
         self.block.set_state(self.slot, STATE_SERVING)
         self.block.beat(self.slot)
         self.channel.send(ipc.encode(ipc.Ready(pid=os.getpid())))
@@ -252,7 +274,7 @@ class Worker:
             self._dropped(meta, "error")
             self._schedule_ack()
             return
-        connection = Connection(self, conn_id, listener, f"{host}:{port}")
+        connection = self._connection_class(self, conn_id, listener, f"{host}:{port}")
         task = self._loop.create_task(
             self._loop.connect_accepted_socket(lambda: connection, sock))
         task.add_done_callback(lambda done: self._registration_done(done, connection, sock))
@@ -308,6 +330,40 @@ class Worker:
         self._closed_ids.append(conn.conn_id)  # first: the parent's slot accounting
         self._schedule_ack()
         self.stats.closed(conn.listener_index, reason)
+
+    # --- memory pool ----------------------------------------------------------------------
+
+    def wait_for_memory(self, conn) -> None:
+        """A connection read a size the pool could not give yet: it waits in grant order."""
+        self._memory_waiters[conn.listener_index].append(conn)
+        self.stats.muted("memory", +1)
+        self._take_grants()  # a grant may have landed between the refusal and now
+
+    def release_memory(self, size: int, listener: int) -> None:
+        self.pool.release(size, listener)
+        self._take_grants()  # the release may have granted our own waiters
+
+    def _on_wake(self) -> None:
+        try:
+            while self._wake_socket.recv(64):
+                pass
+        except BlockingIOError:
+            pass
+        self._take_grants()
+
+    def _take_grants(self) -> None:
+        """Hand granted memory to our waiting connections, in the order they queued."""
+        for listener, waiters in self._memory_waiters.items():
+            granted = self.pool.grants(listener)
+            while self._grants_seen[listener] < granted and waiters:
+                self._grants_seen[listener] += 1
+                conn = waiters.popleft()
+                self.stats.muted("memory", -1)
+                if conn.closing:  # it went away while queued: the bytes go straight back
+                    self.pool.release(conn.memory_wait, listener)
+                    conn.memory_wait = 0
+                else:
+                    conn.memory_granted()
 
     # --- orders from the parent -----------------------------------------------------------
 
