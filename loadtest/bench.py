@@ -15,6 +15,9 @@ a uvloop server serves on this 2-core machine):
             per loop turn), with both set to 10000 (the baseline), and with the bounds plus
             max.connection.creation.rate=500 (KIP-612 holding the storm back); and the accept rate with
             non-binding limits enabled (counts, per-IP, creation rates) versus none;
+  memory    200 connections each sending two 1 MiB Produce requests at once, with the KIP-72
+            pool on (queued.max.request.bytes 16 MiB) and off: peak resident memory of all
+            broker processes together (sampled from /proc) and the time until all are answered;
   log       confluent-kafka producing 1 KiB records (acks=1, no compression) to a topic of
             2 partitions for a few seconds, then a consumer reading them all back; reported
             in MB/s, records/s and broker CPU seconds (all processes) per MB.  No baseline.
@@ -120,6 +123,63 @@ def run_rr(port: int, pids, frame_path: str, shape: str, seconds: float, mode: s
     return result
 
 
+def resident_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def memory_burst(pool: bool) -> dict:
+    import threading
+
+    from tests.batches import make_batch
+    from tests.wire import KafkaSocket, create_topic, produce_request
+
+    mib = 1 << 20
+    overrides = {"socket.request.max.bytes": str(2 * mib), "message.max.bytes": str(2 * mib)}
+    if pool:
+        overrides["queued.max.request.bytes"] = str(16 * mib)
+    broker = Broker(2, overrides)
+    try:
+        create_topic(broker.process.bootstrap, "burst", 4)
+        frames = [produce_request("burst", make_batch(1, value_size=mib - 200), partition=p,
+                                  correlation_id=p) for p in range(4)]
+        clients = [KafkaSocket(broker.process.listeners["PLAINTEXT"], timeout=120)
+                   for _ in range(200)]
+        baseline = resident_bytes(broker.pids)
+        peak, stop = [baseline], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                peak[0] = max(peak[0], resident_bytes(broker.pids))
+                time.sleep(0.005)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        started = time.monotonic()
+        senders = [threading.Thread(target=c.send, args=(frames[i % 4] * 2,))
+                   for i, c in enumerate(clients)]
+        for sender in senders:
+            sender.start()
+        answered = sum(1 for c in clients for _ in range(2) if c.receive())
+        elapsed = time.monotonic() - started
+        stop.set()
+        sampler.join()
+        for client in clients:
+            client.close()
+    finally:
+        broker.close()
+    return {"peak_rss": peak[0], "baseline_rss": baseline, "seconds": elapsed,
+            "answered": answered, "errors": 400 - answered}
+
+
 def run_paced(port: int, frame_path: str, seconds: float) -> dict:
     out = subprocess.run([os.path.join(BIN, "rrclient"), "127.0.0.1", str(port), "20", "1",
                           str(seconds), frame_path, "0.5", "kafka", "5000"],
@@ -216,6 +276,8 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
             broker.close()
     figures.update(produce_consume(seconds))
     figures.update(storm_fairness(frames["apiversions"], seconds))
+    figures["burst pool on"] = memory_burst(pool=True)
+    figures["burst pool off"] = memory_burst(pool=False)
     raw = Server("accept_close_server.py")
     try:
         figures["raw accept+close"] = run_accept(raw.port, raw.pids, "fin", "-", seconds)
@@ -230,7 +292,8 @@ def summarize(passes: list[dict[str, dict]]) -> int:
 
     print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
     errors = 0
-    for name in [n for n in passes[0] if "1KiB" not in n and not n.startswith("p99")]:
+    for name in [n for n in passes[0]
+                 if "1KiB" not in n and not n.startswith("p99") and not n.startswith("burst")]:
         rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
         ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
         cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
@@ -249,6 +312,15 @@ def summarize(passes: list[dict[str, dict]]) -> int:
         errors += failed
         print(f"{name:32} {statistics.median(megabytes):>16,.1f} {statistics.median(rates):>16,.0f} "
               f"{cost:>10.4f} {failed}")
+    print(f"\n{'200 x 2 x 1 MiB produce burst':32} {'peak RSS MiB':>14} {'idle RSS MiB':>14} "
+          f"{'seconds':>9} errors")
+    for name in ("burst pool on", "burst pool off"):
+        peak = statistics.median(p[name]["peak_rss"] for p in passes) / 2**20
+        idle = statistics.median(p[name]["baseline_rss"] for p in passes) / 2**20
+        took = statistics.median(p[name]["seconds"] for p in passes)
+        failed = sum(p[name]["errors"] for p in passes)
+        errors += failed
+        print(f"{name:32} {peak:>14,.0f} {idle:>14,.0f} {took:>9.2f} {failed}")
     print(f"\n{'latency on 20 existing connections':32} {'p99 us quiet':>14} {'p99 us storm':>14} "
           f"{'ratio':>7} {'storm conn/s':>13}")
     for label in ("bounded", "unbounded", "bounded, creation rate 500/s"):

@@ -83,7 +83,7 @@ WORKER_COUNTERS = (
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
 WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "pool_leased", "pool_grants"})
-MUTE_REASONS = ("memory", "in_flight", "throttle")
+MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
 POOL_RING = 4096  # queued memory requests per listener, across all workers
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
 PARENT_COUNTERS = (

@@ -74,6 +74,13 @@ def test_prometheus_can_be_disabled():
     ({"node.id": "1", "broker.id": "2"}, "node.id: 1 differs from broker.id 2"),
     ({"listener.security.protocol.map": "PLAINTEXT"}, "listener.security.protocol.map: invalid entry"),
     ({"prometheus.listen": "nohost"}, "prometheus.listen: invalid address"),
+    ({"queued.max.request.bytes": "1000"},
+     "queued.max.request.bytes: 1000 is smaller than socket.request.max.bytes 104857600"),
+    ({"pybroker.queued.max.request.bytes.reserved": "PLAINTEXT:10"}, "need queued.max.request.bytes"),
+    ({"queued.max.request.bytes": "200000000", "pybroker.queued.max.request.bytes.reserved": "NOPE:10"},
+     "listener NOPE is not in listeners"),
+    ({"queued.max.request.bytes": "104857600",
+      "pybroker.queued.max.request.bytes.reserved": "PLAINTEXT:104857600"}, "leave nothing"),
 ])
 def test_bad_configuration_names_the_key(raw, message):
     with pytest.raises(ConfigError) as caught:

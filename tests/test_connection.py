@@ -61,6 +61,9 @@ class FakeWorker:
     def muted(self, reason, change):
         pass
 
+    def queue_full(self):
+        return False
+
     def connection_registered(self, conn):
         pass
 

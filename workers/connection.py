@@ -62,6 +62,7 @@ class Connection(asyncio.BufferedProtocol):
         # A request whose answer is still being prepared (Fetch long poll).
         self._waiting = None
         self._waiting_since = 0.0
+        self._queue_wait = False  # the worker's share of queued.max.requests is full
 
     # --- Protocol interface ---------------------------------------------------------------
 
@@ -125,6 +126,10 @@ class Connection(asyncio.BufferedProtocol):
                         self._start_large_frame(data, offset + 4, size)
                         offset = end
                     break
+                if self.worker.queue_full():  # queued.max.requests: read no more for now
+                    self._queue_wait = True
+                    self.worker.wait_for_queue(self)
+                    break
                 request = data[offset + 4:offset + 4 + size]
                 offset += 4 + size
                 # The mute tables are looked up directly: this loop runs once per request.
@@ -176,13 +181,13 @@ class Connection(asyncio.BufferedProtocol):
         """A request whose answer waits: stay muted until the future is done."""
         self._waiting = future
         self._waiting_since = self.last_active
-        self.worker.stats.muted("in_flight", +1)
+        self.worker.request_parked()
         self._update_reading()
         future.add_done_callback(lambda done: self._parked_done(done, api_key))
 
     def _parked_done(self, future, api_key: int) -> None:
         self._waiting = None
-        self.worker.stats.muted("in_flight", -1)
+        self.worker.request_done()
         if self.closing or future.cancelled():
             return
         error = future.exception()
@@ -233,9 +238,16 @@ class Connection(asyncio.BufferedProtocol):
         self.worker.invalid_request(invalid.reason)
         self.close("invalid")
 
+    def queue_resumed(self) -> None:
+        """The worker has room for our request again (queued.max.requests)."""
+        self._queue_wait = False
+        if not self.closing:
+            self._serve(b"")
+
     def _update_reading(self) -> None:
         """Read only while not muted and the peer keeps up with our responses."""
-        want = self.state is _NOT_MUTED and not self._write_paused and not self.closing
+        want = (self.state is _NOT_MUTED and not self._write_paused and not self.closing
+                and not self._queue_wait)
         if want != self._reading and self.transport is not None:
             self._reading = want
             if want:
@@ -278,6 +290,7 @@ class PooledConnection(Connection):
         self._size_got = 0
         self.memory_wait = 0  # bytes waited for from the pool, 0 when not waiting
         self._leased = 0  # bytes held from the pool for the frame being read or served
+        self._queued_size = 0  # a size read while queued.max.requests was full
 
     def get_buffer(self, sizehint: int):
         if self._large_view is not None:
@@ -304,9 +317,25 @@ class PooledConnection(Connection):
         except InvalidRequest as invalid:
             self._reject(invalid)
             return
+        if self.worker.queue_full():  # queued.max.requests first: no memory for a queued one
+            self._queued_size = size
+            self._queue_wait = True
+            self.worker.wait_for_queue(self)
+            self._update_reading()
+            return
+        self._want_memory(size)
+
+    def queue_resumed(self) -> None:
+        self._queue_wait = False
+        size, self._queued_size = self._queued_size, 0
+        if not self.closing and size:
+            self._want_memory(size)
+
+    def _want_memory(self, size: int) -> None:
         if self.worker.pool.try_allocate(size, self.listener_index):
             self._leased = size
             self._begin_body(size)
+            self._update_reading()
         else:
             self.memory_wait = size
             self.worker.wait_for_memory(self)
@@ -348,4 +377,5 @@ class PooledConnection(Connection):
             super()._update_reading()
 
     def is_idle(self) -> bool:
-        return super().is_idle() and not self.memory_wait and self._size_got == 0
+        return (super().is_idle() and not self.memory_wait and self._size_got == 0
+                and not self._queued_size)

@@ -122,6 +122,11 @@ class Worker:
             index: collections.deque() for index in range(len(config.listeners))}
         self._grants_seen = [0] * len(config.listeners)
         self._wake_socket: socket.socket | None = None
+        # queued.max.requests is broker-wide: each worker takes an even share of it.
+        workers = config.props.num_network_threads
+        self._queue_share = max(1, -(-config.props.queued_max_requests // workers))
+        self.in_flight = 0  # requests read and not yet answered (their answer waits)
+        self._queue_waiters: collections.deque = collections.deque()
         self.large_frame_bytes = LARGE_FRAME_BYTES
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
         self.connections: set[Connection] = set()
@@ -330,6 +335,27 @@ class Worker:
         self._closed_ids.append(conn.conn_id)  # first: the parent's slot accounting
         self._schedule_ack()
         self.stats.closed(conn.listener_index, reason)
+
+    # --- queued.max.requests ----------------------------------------------------------------
+
+    def queue_full(self) -> bool:
+        return self.in_flight >= self._queue_share
+
+    def wait_for_queue(self, conn) -> None:
+        self._queue_waiters.append(conn)
+        self.stats.muted("queue", +1)
+
+    def request_parked(self) -> None:
+        self.in_flight += 1
+        self.stats.muted("in_flight", +1)
+
+    def request_done(self) -> None:
+        self.in_flight -= 1
+        self.stats.muted("in_flight", -1)
+        while self._queue_waiters and not self.queue_full():
+            conn = self._queue_waiters.popleft()
+            self.stats.muted("queue", -1)
+            conn.queue_resumed()
 
     # --- memory pool ----------------------------------------------------------------------
 
