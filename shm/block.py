@@ -25,7 +25,9 @@ A slot (SLOT_BYTES, a multiple of 64 bytes):
 The parent region holds the cells of PARENT_COUNTERS, written by the parent only.
 
 One writer per cell: a worker writes only its own slot, the parent only its region, the archive
-and the two first words of a slot whose worker is not running.  Cells are written through a
+and the two first words of a slot whose worker is not running.  Two exceptions, each written
+only under a cross-process lock: the metadata epoch (the topics flock) and the memory pool's
+cells (`pool_lock`, see broker/pool.py).  Cells are written through a
 memoryview cast to 'q', an aligned 8-byte store, so a reader never sees a torn value; readers
 sum the slots.  Python has no atomic fetch-add across processes, hence no shared cell is ever
 incremented by two processes.
