@@ -214,6 +214,10 @@ class BrokerConfig(msgspec.Struct, frozen=True):
                 return index
         raise KeyError(name)
 
+    def pool_reserved_by_index(self) -> dict[int, int]:
+        """The memory pool's reservations keyed by listener index."""
+        return {self.listener_index(name): size for name, size in self.pool_reserved.items()}
+
     def with_bound_ports(self, ports: dict[str, int]) -> "BrokerConfig":
         """Return a copy where port 0 listeners (and their advertised twins) carry `ports`."""
 

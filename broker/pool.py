@@ -37,7 +37,7 @@ def wake_address(block: SharedBlock, slot: int) -> bytes:
     return b"\0" + os.path.basename(block.path).encode() + b"-pool-%d" % slot
 
 
-def initialise(block: SharedBlock, limit: int, reserved: dict[int, int]) -> None:
+def initialise_pool(block: SharedBlock, limit: int, reserved: dict[int, int]) -> None:
     """Parent, once: fill the pool."""
     words = block.words
     words[block.parent_cell("pool_shared_available")] = limit - sum(reserved.values())

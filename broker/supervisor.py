@@ -38,10 +38,9 @@ from broker.connections import Connections
 from broker.dynamic import DynamicConfig
 from broker.handoff import WorkerHandle
 from broker.log.manager import LogManager
-from broker import pool
 from broker.log.topics import Epoch
-from broker.pool import SharedPool
 from broker.metrics import BlockCollector, serve_metrics
+from broker.pool import SharedPool, initialise_pool
 from broker.runtime import Runtime
 from shm.block import CLOSE_REASONS, SharedBlock
 
@@ -129,9 +128,8 @@ class Supervisor:
         limit = self.config.props.queued_max_request_bytes
         if limit <= 0:
             return None
-        names = [listener.name for listener in self.config.listeners]
-        reserved = {names.index(name): size for name, size in self.config.pool_reserved.items()}
-        pool.initialise(self.block, limit, reserved)
+        reserved = self.config.pool_reserved_by_index()
+        initialise_pool(self.block, limit, reserved)
         return SharedPool(self.block, -1, limit, reserved)
 
     def _bind(self) -> list[socket.socket]:

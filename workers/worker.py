@@ -9,6 +9,8 @@ Event-loop turn, as Kafka's Processor has it:
      with the ids of closed connections), which returns the hand-off credit;
   4. connections serve their reads (workers.connection).
 A one-second timer refreshes the heartbeat in the shared block and closes idle connections.
+With the memory pool on, connections that wait for memory are resumed in grant order when the
+pool wakes this worker (broker.pool); `queued.max.requests` is enforced per worker share.
 
 On Shutdown (or when the parent goes away) the worker stops registering, closes connections as
 soon as they have nothing in flight, and exits when none is left or the deadline passes.
@@ -24,9 +26,9 @@ import socket
 import time
 
 from broker import ipc
-from broker.pool import SharedPool, wake_address
 from broker.log.manager import log_settings
 from broker.log.topics import Epoch, TopicRegistry
+from broker.pool import SharedPool, wake_address
 from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
                        STATE_DRAINING, STATE_SERVING, SharedBlock)
 from workers.apis import Services, build_apis
@@ -113,10 +115,8 @@ class Worker:
         self.max_request_bytes = config.props.socket_request_max_bytes
         self.pool: SharedPool | None = None
         if config.props.queued_max_request_bytes > 0:
-            names = [listener.name for listener in config.listeners]
-            reserved = {names.index(name): size for name, size in config.pool_reserved.items()}
             self.pool = SharedPool(block, boot.slot, config.props.queued_max_request_bytes,
-                                   reserved)
+                                   config.pool_reserved_by_index())
         self._connection_class = PooledConnection if self.pool is not None else Connection
         self._memory_waiters: dict[int, collections.deque] = {
             index: collections.deque() for index in range(len(config.listeners))}
