@@ -98,12 +98,19 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
-        if self._large_view is not None:
-            self._large_got += nbytes
-            if self._large_got == len(self._large):
-                self._finish_large_frame()
-            return
-        self._serve(self._scratch[:nbytes].tobytes())
+        if self._large_view is None:  # the common case first: no call on the hot path
+            self._serve(self._scratch[:nbytes].tobytes())
+        else:
+            self._into_frame_buffer(nbytes)
+
+    def _into_frame_buffer(self, nbytes: int) -> bool:
+        """Bytes read into a frame's own buffer (False if none): serve the frame once whole."""
+        if self._large_view is None:
+            return False
+        self._large_got += nbytes
+        if self._large_got == len(self._large):
+            self._finish_large_frame()
+        return True
 
     # --- Framing and serving --------------------------------------------------------------
 
@@ -299,10 +306,7 @@ class PooledConnection(Connection):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
-        if self._large_view is not None:
-            self._large_got += nbytes
-            if self._large_got == len(self._large):
-                self._finish_large_frame()
+        if self._into_frame_buffer(nbytes):
             return
         self._size_got += nbytes
         if self._size_got < 4:
