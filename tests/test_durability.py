@@ -11,11 +11,11 @@ from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_reques
                         produce_request)
 
 
-def fetch_all(address, topic: str) -> list[tuple[int, bytes]]:
-    """(offset, key) of every record in partition 0, through raw Fetch requests."""
+def fetch_all(address, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
+    """(offset, key) of every record in partition 0 from `start`, through raw Fetch requests."""
     from kafka.record.default_records import DefaultRecordBatch
 
-    found, offset = [], 0
+    found, offset = [], start
     with KafkaSocket(address) as client:
         while True:
             client.send(fetch_request(topic, offset=offset))
@@ -146,3 +146,42 @@ def test_long_poll_wakes_on_a_produce_through_another_worker(tmp_path):
         waiter.close()
         producer_conn.close()
         wait_until(lambda: broker.metric("broker_connections", listener="PLAINTEXT") == 0)
+
+
+def test_the_parent_applies_retention_on_its_schedule(tmp_path):
+    from kafka import KafkaConsumer, TopicPartition
+
+    overrides = {"log.segment.bytes": "2000", "log.retention.bytes": "4000",
+                 "log.retention.check.interval.ms": "200"}
+    with BrokerProcess(workers=1, data_dir=str(tmp_path), overrides=overrides) as broker:
+        create_topic(broker.bootstrap, "short")
+        produce_acked(broker.listeners["PLAINTEXT"], "short", 100, b"r")
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+        partition = TopicPartition("short", 0)
+        try:
+            start = wait_until(lambda: consumer.beginning_offsets([partition])[partition], timeout=10)
+            assert consumer.end_offsets([partition]) == {partition: 100}
+        finally:
+            consumer.close()
+        broker.wait_for_line(r"partition short-0: retention deleted \d+ segments")
+        address = broker.listeners["PLAINTEXT"]
+        assert [offset for offset, _ in fetch_all(address, "short", start)] == list(range(start, 100))
+        with KafkaSocket(address) as client:  # below the log start: out of range
+            client.send(fetch_request("short", offset=0))
+            _, response = decode_response(1, 12, client.receive())
+            assert int(response.responses[0].partitions[0].error_code) == 1
+
+
+def test_fsync_on_every_append_and_on_a_timer(tmp_path):
+    overrides = {"log.flush.interval.messages": "1", "log.flush.interval.ms": "100"}
+    with BrokerProcess(workers=1, data_dir=str(tmp_path), overrides=overrides) as broker:
+        create_topic(broker.bootstrap, "synced")
+        assert produce_acked(broker.listeners["PLAINTEXT"], "synced", 5, b"s") == list(range(5))
+    from broker.log.partition import W_UNFLUSHED, LogSettings
+    from broker.log.topics import Epoch, TopicRegistry
+
+    registry = TopicRegistry((os.path.join(tmp_path, "logs"),), LogSettings(), Epoch())
+    try:
+        assert registry.partition("synced", 0).state[W_UNFLUSHED] == 0
+    finally:
+        registry.close()
