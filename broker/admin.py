@@ -2,7 +2,7 @@
 
 DescribeConfigs and IncrementalAlterConfigs on the BROKER resource (this node's id, or "" for
 the cluster default), DescribeClientQuotas and AlterClientQuotas for the `ip` entity's
-connection_creation_rate.  A change is validated whole, persisted (broker.dynamic), applied
+connection_creation_rate and the user/client-id entities' byte rates and request percentage.  A change is validated whole, persisted (broker.dynamic), applied
 through `on_change`, and only then acknowledged.
 """
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 
 from broker.config import declared_keys
-from broker.dynamic import BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem, DynamicConfig
+from broker.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
+                            DynamicConfig, alter_client_quota)
+from broker.quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.protocol import errors
 from broker.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.protocol.context import NO_THROTTLE, RequestContext, error_code
@@ -120,50 +122,78 @@ class AdminService:
 
     def _describe_quotas(self, ctx: RequestContext, body, _who: str) -> bytes:
         entries = []
-        for name, rate in sorted(self.dynamic.stored.ip_quotas.items()):
-            entity = None if name == DEFAULT_ENTITY else name
+        for entity, values in self._all_quotas():
             if self._matches(body.components, body.strict, entity):
-                entries.append({"entity": [{"entity_type": "ip", "entity_name": entity}],
-                                "values": [{"key": IP_RATE_KEY, "value": rate}]})
+                entries.append({"entity": [{"entity_type": kind, "entity_name": name}
+                                           for kind, name in entity.items()],
+                                "values": [{"key": key, "value": value}
+                                           for key, value in sorted(values.items())]})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
                             "error_message": None, "entries": entries})
 
+    def _all_quotas(self):
+        """(entity as {type: name or None for the default}, {key: value}) of every quota."""
+        stored = self.dynamic.stored
+        for name, rate in sorted(stored.ip_quotas.items()):
+            yield {"ip": None if name == DEFAULT_ENTITY else name}, {IP_RATE_KEY: rate}
+        for key, values in sorted(stored.client_quotas.items()):
+            entity = {}
+            for part in key.split(","):
+                kind, _, name = part.partition("=")
+                entity[kind] = None if name == DEFAULT else name
+            yield entity, values
+
     @staticmethod
-    def _matches(components, strict: bool, entity: str | None) -> bool:
+    def _matches(components, strict: bool, entity: dict) -> bool:
         for component in components:
-            if component.entity_type != "ip":
-                return False  # other entity types hold no quota here yet
-            if component.match_type == 0 and component.match != entity:
+            if component.entity_type not in entity:
                 return False
-            if component.match_type == 1 and entity is not None:
+            name = entity[component.entity_type]
+            if component.match_type == 0 and name != component.match:
                 return False
-        return bool(components) or not strict
+            if component.match_type == 1 and name is not None:
+                return False
+        if strict:
+            return {c.entity_type for c in components} == set(entity)
+        return True
 
     def _alter_quotas(self, ctx: RequestContext, body, who: str) -> bytes:
         results, changed = [], False
-        quotas = dict(self.dynamic.stored.ip_quotas)
+        ip_quotas = dict(self.dynamic.stored.ip_quotas)
+        client_quotas = dict(self.dynamic.stored.client_quotas)
         for entry in body.entries:
             entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name}
                       for e in entry.entity]
+            kinds = [e.entity_type for e in entry.entity]
             problem = None
-            if [e.entity_type for e in entry.entity] != ["ip"]:
-                problem = ("invalid_request", "only the ip entity is supported yet")
-            else:
-                candidate = dict(quotas)  # an entry applies whole or not at all
-                try:
+            try:
+                if kinds == ["ip"]:
+                    candidate = dict(ip_quotas)  # an entry applies whole or not at all
                     for op in entry.ops:
                         self.dynamic.alter_ip_quota(candidate, entry.entity[0].entity_name,
                                                     op.key, op.value, op.remove)
-                    quotas = candidate
-                except ConfigProblem as error:
-                    problem = (error.code, str(error))
+                    ip_quotas = candidate
+                elif kinds and len(set(kinds)) == len(kinds) and set(kinds) <= set(ENTITY_TYPES):
+                    names = {e.entity_type: e.entity_name or DEFAULT for e in entry.entity}
+                    key = entity_key(names.get("user"), names.get("client-id"))
+                    candidate = dict(client_quotas)
+                    for op in entry.ops:
+                        alter_client_quota(candidate, key, op.key, op.value, op.remove)
+                    client_quotas = candidate
+                else:
+                    raise ConfigProblem("invalid_request",
+                                        f"entity {kinds} is not supported (ip, user, client-id)")
+            except ConfigProblem as error:
+                problem = (error.code, str(error))
             changed |= problem is None
             code, message = problem if problem is not None else (None, None)
             results.append({"error_code": error_code(code), "error_message": message,
                             "entity": entity})
         if changed and not body.validate_only:
-            self.dynamic.stored.ip_quotas = quotas
+            self.dynamic.stored.ip_quotas = ip_quotas
+            self.dynamic.stored.client_quotas = client_quotas
             self.dynamic.save()
-            log.info("ip quotas changed by %s: %s", who or "a client", quotas)
+            log.info("quotas changed by %s: ip %s, clients %s", who or "a client", ip_quotas,
+                     client_quotas)
             self.on_change()
         return ctx.respond({"throttle_time": NO_THROTTLE, "entries": results})

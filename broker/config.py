@@ -103,7 +103,7 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Default connection_creation_rate quota of each IP (an `ip` entity quota wins); a "
         "socket over it is closed after the throttle delay, unread.", ge=0, le=INT_MAX)] = INT_MAX
     quota_window_num: Annotated[int, _doc(
-        "Samples kept by every rate quota.", ge=1, le=1000)] = 11
+        "Samples kept by every rate quota.", ge=1, le=32)] = 11
     quota_window_size_seconds: Annotated[int, _doc(
         "Length of one rate sample.", ge=1, le=3600)] = 1
     pybroker_quota_burst_windows: Annotated[int, _doc(
@@ -118,6 +118,19 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_queued_max_request_bytes_reserved: Annotated[str, _doc(
         "LISTENER:bytes,... parts of queued.max.request.bytes only requests on that listener "
         "may use, so clients exhausting the pool cannot starve it.")] = ""
+    quota_producer_default: Annotated[int, _doc(
+        "producer_byte_rate of every client-id with no quota of its own (Kafka's old static "
+        "default; AlterClientQuotas values win).", ge=1)] | None = None
+    quota_consumer_default: Annotated[int, _doc(
+        "consumer_byte_rate of every client-id with no quota of its own.", ge=1)] | None = None
+    pybroker_quota_request_percentage_default: Annotated[int, _doc(
+        "request_percentage of every client-id with no quota of its own (100 = one worker's "
+        "handler time).", ge=1)] | None = None
+    pybroker_quota_max_throttle_ms: Annotated[int, _doc(
+        "Cap on one throttle: Kafka's byte-rate throttles are uncapped and push clients into "
+        "request timeouts.", ge=1)] = 10000
+    pybroker_quota_exempt_client_ids: Annotated[str, _doc(
+        "Comma-separated client ids never throttled by client quotas.")] = ""
     auto_create_topics_enable: Annotated[bool, _doc(
         "Create a topic when a client asks Metadata for an unknown one.")] = True
     num_partitions: Annotated[int, _doc(

@@ -54,6 +54,7 @@ class Stored(msgspec.Struct):
     broker: dict[str, str] = {}
     cluster_default: dict[str, str] = {}
     ip_quotas: dict[str, float] = {}
+    client_quotas: dict[str, dict[str, float]] = {}  # broker.quotas.entity_key -> values
 
 
 class DynamicConfig:
@@ -190,6 +191,28 @@ class DynamicConfig:
         if value < 0 or value != int(value) or value > INT_MAX:
             raise ConfigProblem("invalid_request", f"{IP_RATE_KEY} must be a whole number >= 0")
         quotas[name] = float(value)
+
+
+CLIENT_QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+
+
+def alter_client_quota(quotas: dict[str, dict[str, float]], entity: str, key: str, value: float,
+                       remove: bool) -> None:
+    """One AlterClientQuotas op on a user/client-id entity (copy-on-write dict of dicts)."""
+    if key not in CLIENT_QUOTA_KEYS:
+        raise ConfigProblem("invalid_request", f"{key} is not a quota of user/client-id entities "
+                                               f"(one of {', '.join(CLIENT_QUOTA_KEYS)})")
+    values = dict(quotas.get(entity, {}))
+    if remove:
+        values.pop(key, None)
+    elif value <= 0:
+        raise ConfigProblem("invalid_request", f"{key} must be positive, not {value}")
+    else:
+        values[key] = float(value)
+    if values:
+        quotas[entity] = values
+    else:
+        quotas.pop(entity, None)
 
 
 def _checked_int(spec: DynamicKey, value: str) -> int:

@@ -3,7 +3,8 @@
 One datagram is one msgpack-encoded message.  A `Handoff` carries the accepted sockets
 themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same order.
 
-    parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse
+    parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
+                       Quotas (after Boot and after every client-quota change)
     worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
                        ids), EvictCandidates, AdminRequest
 """
@@ -63,6 +64,12 @@ class EvictCandidates(msgspec.Struct, tag=True, frozen=True):
     candidates: list[tuple[int, int]]  # (conn id, last activity CLOCK_MONOTONIC ns), oldest first
 
 
+class Quotas(msgspec.Struct, tag=True, frozen=True):
+    """The client quotas in force (entity key -> {quota key: value}), after every change."""
+
+    entries: dict[str, dict[str, float]]
+
+
 class AdminRequest(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     listener: int
@@ -76,7 +83,7 @@ class AdminResponse(msgspec.Struct, tag=True, frozen=True):
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
-           | AdminRequest | AdminResponse)
+           | AdminRequest | AdminResponse | Quotas)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_wsgi_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, MUTE_REASONS,
-                       REJECT_REASONS, SharedBlock)
+                       QUOTA_TYPES, REJECT_REASONS, SharedBlock)
 
 log = logging.getLogger("broker.metrics")
 
@@ -128,6 +128,7 @@ class BlockCollector:
         for index, reason in enumerate(MUTE_REASONS):
             muted.add_metric([reason], block.worker_total("muted_channels", index))
         yield from (requests, duration, invalid, delayed, muted)
+        yield from self._throttles()
         pool = self.supervisor.pool_view()
         if pool is not None:
             yield GaugeMetricFamily("broker_request_memory_used_bytes",
@@ -156,6 +157,28 @@ class BlockCollector:
             if beat:
                 heartbeat.add_metric([name], max(0, now - beat) / 1e9)
         yield from (up, restarts, heartbeat)
+
+
+    def _throttles(self):
+        block = self.block
+        total = CounterMetricFamily("broker_throttle_time_seconds",
+                                    "Throttle time handed to clients (KIP-219)", labels=["quota"])
+        histogram = HistogramMetricFamily("broker_throttle_seconds",
+                                          "Single throttles handed to clients", labels=["quota"])
+        for quota_index, quota in enumerate(QUOTA_TYPES):
+            total.add_metric([quota], block.worker_total("throttle_ns", quota_index) / 1e9)
+            cumulative, buckets = 0, []
+            for bucket, bound in enumerate(DURATION_BUCKETS + (float("inf"),)):
+                cumulative += block.worker_total("throttle_bucket", quota_index, bucket)
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            histogram.add_metric([quota], buckets, block.worker_total("throttle_ns", quota_index) / 1e9)
+        rates = GaugeMetricFamily("broker_quota_rate",
+                                  "Measured rate of the busiest quota entities (top 10 per quota "
+                                  "type; bytes/s, or percent for request_percentage)",
+                                  labels=["quota", "entity"])
+        for quota, entity, rate in self.supervisor.quota_rates():
+            rates.add_metric([quota, entity], rate)
+        yield from (total, histogram, rates)
 
 
 def serve_metrics(host: str, port: int, collector: BlockCollector):

@@ -41,6 +41,7 @@ from broker.log.manager import LogManager
 from broker.log.topics import Epoch
 from broker.metrics import BlockCollector, serve_metrics
 from broker.pool import SharedPool, initialise_pool
+from broker.quotas import DEFAULT, QUOTA_KEYS, QuotaSensors
 from broker.runtime import Runtime
 from shm.block import CLOSE_REASONS, SharedBlock
 
@@ -69,6 +70,7 @@ class Supervisor:
                         for i in range(props.num_network_threads)]
         self.connections: Connections | None = None
         self.pool: SharedPool | None = None
+        self._quota_sensors: QuotaSensors | None = None
         self.admin: AdminService | None = None
         self.metrics_lock = threading.Lock()
         self._metrics_server = None
@@ -100,7 +102,7 @@ class Supervisor:
         dynamic.load()
         self.connections = Connections(self._loop, self.config, self.block, self.workers,
                                        dynamic, self.metrics_lock)
-        self.admin = AdminService(self.config.node_id, dynamic, self.connections.apply_limits)
+        self.admin = AdminService(self.config.node_id, dynamic, self._config_changed)
         try:
             self.logs.startup()
             for worker in self.workers:
@@ -254,6 +256,8 @@ class Supervisor:
         boot = ipc.Boot(config=self.config, slot=worker.slot, shm_path=self.block.path,
                         cluster_id=self.runtime.cluster_id, name=worker.name)
         parent_end.send(ipc.encode(boot))
+        if self.connections is not None:
+            self._send_quotas(worker)
         self._loop.add_reader(parent_end.fileno(), self._on_worker_message, worker)
         worker.pidfd = os.pidfd_open(pid)
         self._loop.add_reader(worker.pidfd, self._reap)
@@ -281,6 +285,20 @@ class Supervisor:
                 self.connections.wake_acceptors()
             else:
                 log.error("unexpected message from %s: %r", worker.name, message)
+
+    def _config_changed(self) -> None:
+        """A dynamic change was persisted: apply connection limits, tell workers the quotas."""
+        self.connections.apply_limits()
+        for worker in self.workers:
+            if worker.channel is not None:
+                self._send_quotas(worker)
+
+    def _send_quotas(self, worker: WorkerHandle) -> None:
+        quotas = ipc.Quotas(entries=self.connections.dynamic.stored.client_quotas)
+        try:
+            worker.channel.send(ipc.encode(quotas))
+        except OSError:
+            pass  # a dead worker gets them again when it is respawned
 
     def _serve_admin(self, worker: WorkerHandle, message: ipc.AdminRequest) -> None:
         try:
@@ -457,6 +475,26 @@ class Supervisor:
 
     def limit_view(self) -> dict:
         return self.connections.limit_view()
+
+    def quota_rates(self, top: int = 10) -> list[tuple[str, str, float]]:
+        """(quota, entity, rate) of the busiest named entities, per quota type."""
+        if self.connections is None:
+            return []
+        if self._quota_sensors is None:
+            props = self.config.props
+            self._quota_sensors = QuotaSensors(self.block, -1, props.quota_window_size_seconds,
+                                               props.quota_window_num,
+                                               props.pybroker_quota_burst_windows)
+        found = []
+        for quota_index, quota in enumerate(QUOTA_KEYS):
+            named = [key for key, values in self.connections.dynamic.stored.client_quotas.items()
+                     if quota in values and DEFAULT not in key]
+            unit = 1_000_000 if quota == "request_percentage" else 1  # see workers.quotas.UNITS
+            rates = [(self._quota_sensors.measure(quota_index,
+                                                  self._quota_sensors.entity(key))[0] / unit, key)
+                     for key in named]
+            found += [(quota, key, rate) for rate, key in sorted(rates, reverse=True)[:top]]
+        return found
 
     def pool_view(self) -> dict | None:
         if self.pool is None:

@@ -51,7 +51,8 @@ TARGETS = (
     (("accept+handoff+register 2w",), "raw accept+close", 0.6),
 )
 UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
-              ("accept limits on", "accept+handoff+register 2w"))
+              ("accept limits on", "accept+handoff+register 2w"),
+              ("produce 1KiB, others quoted", "produce 1KiB acks=1"))
 FAIRNESS_TARGET = 2.0  # p99 during a storm / p99 without one, with the KIP-402 bounds
 SHAPES = {"100x1": (100, 1), "10x50": (10, 50)}
 
@@ -235,7 +236,7 @@ def run_kafka_load(*args) -> dict:
 
 
 def produce_consume(seconds: float) -> dict[str, dict]:
-    from tests.wire import create_topic
+    from tests.wire import alter_client_quota, create_topic
 
     broker = Broker(2)
     try:
@@ -245,11 +246,21 @@ def produce_consume(seconds: float) -> dict[str, dict]:
         middle = cpu_seconds(broker.pids)
         consumed = run_kafka_load("consume", broker.process.bootstrap, "bench", produced["records"])
         after = cpu_seconds(broker.pids)
+        # The cost of quota accounting: the same producer, unthrottled, while other clients
+        # have quotas (so every request resolves its quotas).
+        address = broker.process.listeners["PLAINTEXT"]
+        for key in ("producer_byte_rate", "consumer_byte_rate", "request_percentage"):
+            alter_client_quota(address, {"client-id": "someone-else"}, key, 1000)
+        quoted_before = cpu_seconds(broker.pids)
+        quoted = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
+        quoted_after = cpu_seconds(broker.pids)
     finally:
         broker.close()
     return {"produce 1KiB acks=1": dict(produced, server_cpu=middle - before,
                                         errors=produced["failed"]),
-            "consume 1KiB": dict(consumed, server_cpu=after - middle, errors=consumed["missing"])}
+            "consume 1KiB": dict(consumed, server_cpu=after - middle, errors=consumed["missing"]),
+            "produce 1KiB, others quoted": dict(quoted, server_cpu=quoted_after - quoted_before,
+                                                errors=quoted["failed"])}
 
 
 def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
@@ -360,7 +371,9 @@ def _print_ratio(passes, measured: str, baseline: str, note: str) -> float:
 
 
 def _rate(result: dict) -> float:
-    return result.get("rps", result.get("rate"))
+    if "rps" in result or "rate" in result:
+        return result.get("rps", result.get("rate"))
+    return result["bytes"] / result["seconds"]
 
 
 def main(argv=None) -> int:

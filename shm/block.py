@@ -25,9 +25,9 @@ A slot (SLOT_BYTES, a multiple of 64 bytes):
 The parent region holds the cells of PARENT_COUNTERS, written by the parent only.
 
 One writer per cell: a worker writes only its own slot, the parent only its region, the archive
-and the two first words of a slot whose worker is not running.  Two exceptions, each written
-only under a cross-process lock: the metadata epoch (the topics flock) and the memory pool's
-cells (`pool_lock`, see broker/pool.py).  Cells are written through a
+and the two first words of a slot whose worker is not running.  Three exceptions, each written
+only under a cross-process lock: the metadata epoch (the topics flock), the memory pool's
+cells (`pool_lock`, see broker/pool.py) and the quota entity table (`quota_lock`).  Cells are written through a
 memoryview cast to 'q', an aligned 8-byte store, so a reader never sees a torn value; readers
 sum the slots.  Python has no atomic fetch-add across processes, hence no shared cell is ever
 incremented by two processes.
@@ -77,14 +77,23 @@ WORKER_COUNTERS = (
     ("request_duration_ns", ("api",)),
     ("invalid_requests", ("invalid_reason",)),
     ("delayed_fetches", ()),  # a gauge: fetches waiting for data right now
+    ("throttle_ns", ("quota_type",)),  # throttle time handed out (KIP-219)
+    ("throttle_bucket", ("quota_type", "bucket")),  # histogram of single throttles
     ("muted_channels", ("mute_reason",)),  # gauges
     # Memory pool (broker/pool.py): written under the pool lock, by this worker or by a worker
     # granting memory to this one, or by the parent reclaiming it after this worker died.
     ("pool_leased", ("listener",)),  # bytes this worker holds from the pool
     ("pool_grants", ("listener",)),  # how many of its queued requests were granted, ever
+    # Client quota sensors (broker/quotas.py): this worker's share of each entity's windows.
+    ("quota_window", ("quota_type", "quota_entity", "quota_window")),  # window id of the count
+    ("quota_count", ("quota_type", "quota_entity", "quota_window")),
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
-WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "pool_leased", "pool_grants"})
+WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "pool_leased", "pool_grants",
+                           "quota_window", "quota_count"})
+QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+QUOTA_ENTITIES = 256  # distinct quota sensors (user/client-id) the broker tracks at once
+QUOTA_WINDOWS = 32  # the most samples a quota may keep (quota.window.num)
 MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
 POOL_RING = 4096  # queued memory requests per listener, across all workers
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
@@ -106,6 +115,8 @@ PARENT_COUNTERS = (
     ("pool_ring_head", ("listener",)),
     ("pool_ring_tail", ("listener",)),
     ("pool_ring", ("listener", "ring", "ring_field")),  # (ticket, worker slot, size)
+    # Client quota entities: a 63-bit hash of each sensor's key, 0 when free (quota lock).
+    ("quota_entity", ("quota_entity",)),
 )
 
 
@@ -120,6 +131,9 @@ def _dimension_sizes(listeners: int) -> dict[str, int]:
         "mute_reason": len(MUTE_REASONS),
         "ring": POOL_RING,
         "ring_field": 3,
+        "quota_type": len(QUOTA_TYPES),
+        "quota_entity": QUOTA_ENTITIES,
+        "quota_window": QUOTA_WINDOWS,
     }
 
 
@@ -218,6 +232,15 @@ class SharedBlock:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    @contextlib.contextmanager
+    def quota_lock(self):
+        """Guards the quota entity table: a POSIX record lock on header word 6."""
+        fcntl.lockf(self.fd, fcntl.LOCK_EX, 8, 48)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 48)
 
     @contextlib.contextmanager
     def pool_lock(self):

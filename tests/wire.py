@@ -147,3 +147,18 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
         admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
     finally:
         admin.close()
+
+
+def alter_client_quota(address, entity: dict, key: str, value: float, remove: bool = False) -> int:
+    """AlterClientQuotas for one entity ({'client-id': 'x'}, {'user': None}, ...); error code."""
+    from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest
+
+    entry = AlterClientQuotasRequest.EntryData
+    request = AlterClientQuotasRequest[1](validate_only=False, entries=[entry(
+        entity=[entry.EntityData(entity_type=kind, entity_name=name) for kind, name in entity.items()],
+        ops=[entry.OpData(key=key, value=float(value), remove=remove)])])
+    request.with_header(correlation_id=1, client_id="test-admin")
+    with KafkaSocket(address) as client:
+        client.send(frame(bytes(request.encode(header=True))))
+        _, response = decode_response(49, 1, client.receive())
+    return int(response.entries[0].error_code)

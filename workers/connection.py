@@ -20,8 +20,9 @@ import time
 from typing import TYPE_CHECKING
 
 from workers.handlers import InvalidRequest
-from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteState, request_received,
-                          response_sent)
+from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
+                          request_received, response_sent, transition, unmute)
+from workers.quotas import Throttled
 
 if TYPE_CHECKING:
     from workers.worker import Worker
@@ -31,6 +32,11 @@ log = logging.getLogger("workers.connection")
 _SIZE = struct.Struct(">i")
 _RESPONSE_PENDING = MuteState.RESPONSE_PENDING
 _NOT_MUTED = MuteState.NOT_MUTED
+
+
+def _resolve(future, value) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -149,10 +155,9 @@ class Connection(asyncio.BufferedProtocol):
                 api_key = request[1] | request[0] << 8
                 if type(response) is bytes:
                     out.append(response)
-                elif response is not None:  # a Future: the answer must wait
-                    self._pending = data[offset:]
+                elif response is not None and self._special(response, api_key, out):
+                    self._pending = data[offset:]  # parked: the answer must wait
                     self._flush(out, handled)
-                    self._park(response, api_key)
                     return
                 self.state = sent[self.state]  # None (acks=0) counts as sent, as in Kafka
                 handled.append(api_key)
@@ -163,6 +168,35 @@ class Connection(asyncio.BufferedProtocol):
         self._pending = data[offset:] if offset < end else b""
         self._flush(out, handled)
         self._update_reading()
+
+    def _special(self, response, api_key: int, out: list[bytes]) -> bool:
+        """A Future or a Throttled answer; True when the connection parks until it is done."""
+        if type(response) is not Throttled:
+            self._park(response, api_key)
+            return True
+        if response.delay:  # an old version: the broker holds the response back itself
+            future = self.worker.loop.create_future()
+            self.worker.loop.call_later(response.ms / 1000, _resolve, future, response.frame)
+            self._park(future, api_key)
+            return True
+        # KIP-219: the response leaves now, carrying the throttle; then the channel stays muted.
+        self.state = transition(self.state, MuteEvent.THROTTLE_STARTED)
+        if response.frame is not None:
+            out.append(response.frame)
+        self.worker.stats.muted("throttle", +1)
+        self.worker.loop.call_later(response.ms / 1000, self._throttle_over)
+        return False
+
+    def _throttle_over(self) -> None:
+        self.worker.stats.muted("throttle", -1)
+        if self.closing:
+            return
+        try:
+            self.state = unmute(transition(self.state, MuteEvent.THROTTLE_ENDED))
+        except IllegalMuteTransition as error:
+            self._fail(error)
+            return
+        self._serve(b"")  # requests that arrived meanwhile, then reading again
 
     def _fail(self, error: Exception) -> None:
         """Close this connection for `error`; a handler bug never costs the worker."""
@@ -202,8 +236,11 @@ class Connection(asyncio.BufferedProtocol):
             self._fail(error)
             return
         response = future.result()
+        out = [response] if type(response) is bytes else []
+        if type(response) is Throttled and self._special(response, api_key, out):
+            return  # held back once more (a delayed throttle)
         self.state = response_sent(self.state)
-        self._flush([response] if response is not None else [], [api_key], self._waiting_since)
+        self._flush(out, [api_key], self._waiting_since)
         self._serve(b"")  # frames that queued up behind it
 
     def _flush(self, out: list[bytes], handled: list[int], received_at: float | None = None) -> None:
@@ -233,11 +270,12 @@ class Connection(asyncio.BufferedProtocol):
             self._fail(error)
             return
         api_key = request[1] | request[0] << 8
-        if response is not None and type(response) is not bytes:
-            self._park(response, api_key)
+        out = [response] if type(response) is bytes else []
+        if response is not None and type(response) is not bytes and \
+                self._special(response, api_key, out):
             return
         self.state = response_sent(self.state)
-        self._flush([response] if response is not None else [], [api_key])
+        self._flush(out, [api_key])
         self._update_reading()
 
     def _reject(self, invalid: InvalidRequest) -> None:

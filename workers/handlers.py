@@ -62,8 +62,9 @@ class Api:
 class Router:
     """Decodes each request with kio and dispatches it by API key."""
 
-    def __init__(self, apis: list[Api]):
+    def __init__(self, apis: list[Api], quotas=None):
         self.apis = {api.key: api for api in apis}
+        self.quotas = quotas  # workers.quotas.ClientQuotas, for request_percentage
         self._routes = {}
         for api in apis:
             low, high = api.versions
@@ -105,6 +106,9 @@ class Router:
             raise InvalidRequest("malformed_body",
                                  f"bad {api.name} v{api_version} body: {error!r}") from None
         ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header)
+        quotas = self.quotas
+        if quotas is not None and quotas.active():
+            return quotas.timed(api.handle, ctx, body)
         response = api.handle(ctx, body)
         if memo is not None:
             if len(memo) >= _MEMO_LIMIT:

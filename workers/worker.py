@@ -29,12 +29,14 @@ from broker import ipc
 from broker.log.manager import log_settings
 from broker.log.topics import Epoch, TopicRegistry
 from broker.pool import SharedPool, wake_address
+from broker.quotas import QuotaSensors
 from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
                        STATE_DRAINING, STATE_SERVING, SharedBlock)
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
 from workers.connection import Connection, PooledConnection
 from workers.handlers import BrokerView, Router
+from workers.quotas import ClientQuotas
 
 log = logging.getLogger("workers.worker")
 
@@ -61,6 +63,8 @@ class WorkerStats:
         self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
         self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
                        for n, reason in enumerate(MUTE_REASONS)}
+        self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
+        self._throttle_buckets = block.worker_cell(slot, "throttle_bucket", 0, 0)
 
     def registered(self, listener: int) -> None:
         self.words[self._registered[listener]] += 1
@@ -76,6 +80,15 @@ class WorkerStats:
 
     def muted(self, reason: str, change: int) -> None:
         self.words[self._muted[reason]] += change
+
+    def throttled(self, quota: int, seconds: float) -> None:
+        nanoseconds = int(seconds * 1e9)
+        words = self.words
+        words[self._throttle_ns + quota] += nanoseconds
+        bucket = 0
+        while bucket < _BUCKETS - 1 and nanoseconds > DURATION_BOUNDS_NS[bucket]:
+            bucket += 1
+        words[self._throttle_buckets + quota * _BUCKETS + bucket] += 1
 
     def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
         """Count requests that were all received in one read and answered `elapsed_ns` later."""
@@ -111,7 +124,11 @@ class Worker:
         self.registry = TopicRegistry(config.log_dirs, log_settings(config), epoch)
         self.services = Services(view=view, props=config.props, registry=self.registry,
                                  forward=lambda frame, listener: self.forward_admin(frame, listener, ""))
-        self.router = Router(build_apis(self.services))
+        props = config.props
+        sensors = QuotaSensors(block, boot.slot, props.quota_window_size_seconds,
+                               props.quota_window_num, props.pybroker_quota_burst_windows)
+        self.services.quotas = ClientQuotas(props, sensors, self.stats)
+        self.router = Router(build_apis(self.services), self.services.quotas)
         self.max_request_bytes = config.props.socket_request_max_bytes
         self.pool: SharedPool | None = None
         if config.props.queued_max_request_bytes > 0:
@@ -149,6 +166,10 @@ class Worker:
         self._stopped: asyncio.Future | None = None
 
     # --- life cycle -----------------------------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -228,6 +249,8 @@ class Worker:
                 self._answer_evict_query(message)
             elif isinstance(message, ipc.AdminResponse):
                 self._admin_answered(message)
+            elif isinstance(message, ipc.Quotas):
+                self.services.quotas.update(message.entries)
             elif isinstance(message, ipc.Shutdown):
                 self.begin_shutdown(message.deadline_ms / 1000)
             else:

@@ -26,6 +26,7 @@ class Services:
     registry: TopicRegistry
     waits: object = None  # workers.apis.fetch.FetchWaits, set once the loop runs
     forward: object = None  # (frame, listener index) -> Future of the parent's answer
+    quotas: object = None  # workers.quotas.ClientQuotas
 
 
 def build_apis(services: Services) -> list[Api]:

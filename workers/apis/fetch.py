@@ -10,10 +10,13 @@ every POLL_SECONDS, which runs only while some fetch waits.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 
 from broker.protocol import errors
+from broker.quotas import FETCH
 from workers.handlers import NO_THROTTLE, Api, RequestContext
+from workers.quotas import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.fetch")
 
@@ -28,14 +31,36 @@ class Fetch(Api):
         if body.session_id != 0:  # this broker never creates fetch sessions
             return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": 0, "responses": [],
                                 "error_code": errors.ErrorCode.fetch_session_id_not_found})
+        quotas = self.services.quotas
+        if quotas is not None and quotas.active():
+            already = quotas.current(FETCH, ctx.header.client_id)
+            if already > 0:  # over the consumer quota: answer empty, read nothing
+                return self._throttled(ctx, [], already)
         wanted = self._resolve(ctx.version, body)
-        response, total, failed = self._read(ctx, body, wanted)
+        topics, total, failed = self._read(ctx, body, wanted)
         wait_seconds = body.max_wait.total_seconds()
         waits = self.services.waits
         if total >= body.min_bytes or failed or wait_seconds <= 0 or waits is None:
-            return response
+            return self._answer(ctx, topics, total)
         return waits.wait(wait_seconds, wanted, lambda: self._read(ctx, body, wanted),
-                          body.min_bytes)
+                          body.min_bytes, lambda found, size: self._answer(ctx, found, size))
+
+    def _answer(self, ctx: RequestContext, topics: list, total: int):
+        """Encode the answer; charge its bytes to the consumer quota (KIP-219 throttle)."""
+        quotas = self.services.quotas
+        if quotas is not None and quotas.active() and total:
+            seconds = quotas.record(FETCH, ctx.header.client_id, total)
+            if seconds > 0:
+                return self._throttled(ctx, topics, seconds)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+                            "session_id": 0, "responses": topics})
+
+    @staticmethod
+    def _throttled(ctx: RequestContext, topics: list, seconds: float) -> Throttled:
+        ms = max(1, int(seconds * 1000))
+        frame = ctx.respond({"throttle_time": datetime.timedelta(milliseconds=ms),
+                             "error_code": errors.NONE, "session_id": 0, "responses": topics})
+        return Throttled(frame, ms, delay=not throttle_applies_client_side(1, ctx.version))
 
     def _resolve(self, version: int, body) -> list:
         """[(topic name or None, topic id or None, info, [(request partition, Partition)])]."""
@@ -52,7 +77,7 @@ class Fetch(Api):
             wanted.append((name, getattr(topic, "topic_id", None), info, parts))
         return wanted
 
-    def _read(self, ctx: RequestContext, body, wanted) -> tuple[bytes, int, bool]:
+    def _read(self, ctx: RequestContext, body, wanted) -> tuple[list, int, bool]:
         room, total, failed = body.max_bytes, 0, False
         topics = []
         for name, topic_id, info, parts in wanted:
@@ -65,9 +90,7 @@ class Fetch(Api):
                 room -= size
                 answers.append(answer)
             topics.append({"topic": name, "topic_id": topic_id, "partitions": answers})
-        response = ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
-                                "session_id": 0, "responses": topics})
-        return response, total, failed
+        return topics, total, failed
 
     @staticmethod
     def _read_partition(version: int, info, request, partition, room: int, first: bool):
@@ -101,8 +124,10 @@ class FetchWaits:
         self._waiting: list[_Waiter] = []
         self._polling = False
 
-    def wait(self, seconds: float, wanted, read, min_bytes: int) -> asyncio.Future:
-        waiter = _Waiter(self, self.loop.create_future(), wanted, read, min_bytes)
+    def wait(self, seconds: float, wanted, read, min_bytes: int, answer) -> asyncio.Future:
+        """Wait for data: `read()` gives (topics, bytes, failed); `answer(topics, bytes)` the
+        response the future resolves to."""
+        waiter = _Waiter(self, self.loop.create_future(), wanted, read, min_bytes, answer)
         waiter.timer = self.loop.call_later(seconds, waiter.finish)
         self._waiting.append(waiter)
         self._report(len(self._waiting))
@@ -134,10 +159,11 @@ class FetchWaits:
 
 
 class _Waiter:
-    def __init__(self, waits: FetchWaits, future, wanted, read, min_bytes: int):
+    def __init__(self, waits: FetchWaits, future, wanted, read, min_bytes: int, answer):
         self.waits = waits
         self.future = future
         self.read = read
+        self.answer = answer
         self.min_bytes = min_bytes
         self.partitions = [p for _n, _i, _info, parts in wanted for _r, p in parts if p is not None]
         self.marks = [p.high_watermark for p in self.partitions]
@@ -154,18 +180,18 @@ class _Waiter:
             self._forget()
             return
         try:
-            response, total, failed = self.read()
+            topics, total, failed = self.read()
             self.marks = [p.high_watermark for p in self.partitions]
+            if total >= self.min_bytes or failed:
+                self._resolve(self.answer(topics, total))
         except Exception as error:  # e.g. the topic was deleted: the connection must hear of it
             self._fail(error)
-            return
-        if total >= self.min_bytes or failed:
-            self._resolve(response)
 
     def finish(self) -> None:
         if not self.future.done():
             try:
-                self._resolve(self.read()[0])
+                topics, total, _ = self.read()
+                self._resolve(self.answer(topics, total))
             except Exception as error:  # as in try_finish
                 self._fail(error)
         self._forget()
@@ -175,7 +201,7 @@ class _Waiter:
             self.future.set_exception(error)
         self._forget()
 
-    def _resolve(self, response: bytes) -> None:
+    def _resolve(self, response) -> None:
         if not self.future.done():
             self.future.set_result(response)
         self._forget()

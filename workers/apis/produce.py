@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import secrets
 
 from broker.protocol import errors
+from broker.quotas import PRODUCE
 from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
+from workers.quotas import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.produce")
 
@@ -32,11 +35,27 @@ class Produce(Api):
                 failed |= result["error_code"] != errors.NONE
                 partitions.append(result)
             topics.append({"name": topic.name, "partition_responses": partitions})
+        if acks == 0 and failed:  # the only way to tell an acks=0 producer: Kafka closes
+            raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
+        seconds = self._charge(ctx, body)
+        if seconds <= 0:
+            return None if acks == 0 else ctx.respond({"responses": topics,
+                                                       "throttle_time": NO_THROTTLE})
+        ms = max(1, int(seconds * 1000))
         if acks == 0:
-            if failed:  # the only way to tell an acks=0 producer: Kafka closes the connection
-                raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
-            return None
-        return ctx.respond({"responses": topics, "throttle_time": NO_THROTTLE})
+            return Throttled(None, ms, delay=False)  # muted, but no response
+        frame = ctx.respond({"responses": topics,
+                            "throttle_time": datetime.timedelta(milliseconds=ms)})
+        return Throttled(frame, ms, delay=not throttle_applies_client_side(0, ctx.version))
+
+    def _charge(self, ctx: RequestContext, body) -> float:
+        """Record the produced bytes against the producer quota; the throttle earned."""
+        quotas = self.services.quotas
+        if quotas is None or not quotas.active():
+            return 0.0
+        size = sum(len(data.records or b"") for topic in body.topic_data
+                   for data in topic.partition_data)
+        return quotas.record(PRODUCE, ctx.header.client_id, size)
 
     def _append(self, topic: str, data, refusal: str | None) -> dict:
         answer = {"index": data.index, "base_offset": -1, "log_append_time": None,

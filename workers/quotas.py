@@ -1,0 +1,128 @@
+"""Client quotas inside a worker: which throttle a request earns (KIP-219).
+
+The quota values come from the parent (IPC `Quotas`) and the static defaults; the sensors are
+broker-wide (broker.quotas.QuotaSensors over the shared block).  Produce records the request
+size after the append; Fetch first checks whether the client is already over its quota (a
+throttled fetch is answered empty, without reading data that would be thrown away), then
+records what it returns.  Every throttle is capped by `pybroker.quota.max.throttle.ms`;
+client ids in `pybroker.quota.exempt.client.ids` are never throttled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from broker.config import ServerProperties
+from broker.quotas import ANONYMOUS, FETCH, PRODUCE, QUOTA_KEYS, REQUEST, QuotaSensors, resolve
+
+log = logging.getLogger("workers.quotas")
+
+# First response version where the client itself backs off (KIP-219); older ones are delayed.
+CLIENT_SIDE_THROTTLE = {0: 6, 1: 8, 3: 6, 18: 2, 10: 2, 12: 2, 13: 2, 14: 2, 11: 3, 2: 3,
+                        19: 3, 8: 4, 9: 4, 22: 1}
+LOG_EVERY_SECONDS = 1.0
+# Sensors count whole numbers: request time is counted in millionths of a percent-second.
+UNITS = {PRODUCE: 1, FETCH: 1, REQUEST: 1_000_000}
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """A response (or None for acks=0) that earned a throttle of `ms` milliseconds."""
+
+    frame: bytes | None
+    ms: int
+    delay: bool  # an old version: the broker delays the response itself
+
+
+def throttle_applies_client_side(api_key: int, version: int) -> bool:
+    return version >= CLIENT_SIDE_THROTTLE.get(api_key, 0)
+
+
+class ClientQuotas:
+    def __init__(self, props: ServerProperties, sensors: QuotaSensors, stats):
+        self.sensors = sensors
+        self.stats = stats
+        self.entries: dict[str, dict[str, float]] = {}
+        self.static = {key: value for key, value in (
+            ("producer_byte_rate", props.quota_producer_default),
+            ("consumer_byte_rate", props.quota_consumer_default),
+            ("request_percentage", props.pybroker_quota_request_percentage_default))
+            if value is not None}
+        self.cap = props.pybroker_quota_max_throttle_ms / 1000
+        self.exempt = {item.strip() for item in props.pybroker_quota_exempt_client_ids.split(",")
+                       if item.strip()}
+        self._resolved: dict[tuple[int, str], tuple[float, int] | None] = {}
+        self._last_log: dict[str, float] = {}
+
+    def update(self, entries: dict[str, dict[str, float]]) -> None:
+        self.entries = entries
+        self._resolved.clear()
+
+    def active(self) -> bool:
+        return bool(self.entries or self.static)
+
+    def _quota(self, quota: int, client_id: str | None) -> tuple[float, int] | None:
+        client = client_id or ""
+        found = self._resolved.get((quota, client), False)
+        if found is False:
+            found = None
+            if client not in self.exempt:
+                match = resolve(self.entries, self.static, ANONYMOUS, client, QUOTA_KEYS[quota])
+                if match is not None:
+                    found = (match[0] * UNITS[quota], self.sensors.entity(match[1]))
+            if len(self._resolved) > 10000:
+                self._resolved.clear()
+            self._resolved[(quota, client)] = found
+        return found
+
+    def record(self, quota: int, client_id: str | None, amount: float) -> float:
+        """Count `amount` for the client; return the throttle (seconds) it has now earned."""
+        found = self._quota(quota, client_id)
+        if found is None:
+            return 0.0
+        limit, entity = found
+        self.sensors.record(quota, entity, amount)
+        return self._throttle(quota, entity, limit, client_id)
+
+    def current(self, quota: int, client_id: str | None) -> float:
+        """The throttle the client has already earned, recording nothing."""
+        found = self._quota(quota, client_id)
+        if found is None:
+            return 0.0
+        return self._throttle(quota, found[1], found[0], client_id)
+
+    def timed(self, handle, ctx, body):
+        """Run a handler and charge its time to the request_percentage quota (percent of one
+        worker's time).  A violation mutes the channel like any throttle; the throttle time is
+        written into Produce and Fetch answers, the other answers keep 0 (see ARCHITECTURE)."""
+        started = time.perf_counter()
+        response = handle(ctx, body)
+        busy = (time.perf_counter() - started) * 100 * UNITS[REQUEST]
+        seconds = self.record(REQUEST, ctx.header.client_id, busy)
+        if seconds <= 0 or type(response) is not bytes:
+            return response  # already throttled for bytes, parked, or no answer
+        return Throttled(response, max(1, int(seconds * 1000)),
+                         delay=not throttle_applies_client_side(ctx.api_key, ctx.version))
+
+    def _throttle(self, quota: int, entity: int, limit: float, client_id: str | None) -> float:
+        seconds = min(self.sensors.throttle(quota, entity, limit), self.cap)
+        if seconds > 0:
+            self.stats.throttled(quota, seconds)
+            self._tell(quota, client_id, seconds)
+        return seconds
+
+    def _tell(self, quota: int, client_id: str | None, seconds: float) -> None:
+        """Who is being throttled: one log line per client and quota per second at most."""
+        key = f"{quota}/{client_id}"
+        now = time.monotonic()
+        if now - self._last_log.get(key, 0.0) >= LOG_EVERY_SECONDS:
+            if len(self._last_log) > 10000:
+                self._last_log.clear()
+            self._last_log[key] = now
+            log.info("throttled client-id=%s quota=%s throttle_ms=%d", client_id,
+                     QUOTA_KEYS[quota], seconds * 1000)
+
+
+__all__ = ["ClientQuotas", "FETCH", "PRODUCE", "Throttled", "throttle_applies_client_side"]
