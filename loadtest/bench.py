@@ -246,8 +246,13 @@ def produce_consume(seconds: float) -> dict[str, dict]:
         middle = cpu_seconds(broker.pids)
         consumed = run_kafka_load("consume", broker.process.bootstrap, "bench", produced["records"])
         after = cpu_seconds(broker.pids)
-        # The cost of quota accounting: the same producer, unthrottled, while other clients
-        # have quotas (so every request resolves its quotas).
+    finally:
+        broker.close()
+    # The cost of quota accounting: the same producer, unthrottled, on a fresh broker where
+    # other clients have quotas (so every request resolves its quotas).
+    broker = Broker(2)
+    try:
+        create_topic(broker.process.bootstrap, "bench", 2)
         address = broker.process.listeners["PLAINTEXT"]
         for key in ("producer_byte_rate", "consumer_byte_rate", "request_percentage"):
             alter_client_quota(address, {"client-id": "someone-else"}, key, 1000)
