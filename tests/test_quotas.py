@@ -217,6 +217,8 @@ def test_request_percentage_throttles_a_busy_client():
                 assert time.monotonic() < deadline, "never throttled"
                 client.send(produce_request("busy", make_batch(50, value_size=1000)))
                 assert produce_errors(client.receive())[0][0] == 0
-        # The busiest named entities are visible with their measured rate.
-        assert broker.metric("broker_quota_rate", quota="request_percentage",
-                             entity="client-id=test") > 0
+        # The busiest named entities are visible with their measured rate, in percent: just
+        # past a violation it is near the 0.5 % quota (it decays as the window grows, so the
+        # bound leaves room; a unit error would be off by orders of magnitude).
+        assert 0.25 < broker.metric("broker_quota_rate", quota="request_percentage",
+                                    entity="client-id=test") < 50
