@@ -212,6 +212,10 @@ class ConnectionQuotas:
     def broker_rate(self, now: float) -> float:
         return self._broker_rate.measure(now)
 
+    def tracked_ips(self) -> int:
+        """How many per-IP rate sensors are kept."""
+        return len(self._ip_rates)
+
     def expire_ip_sensors(self, now: float) -> None:
         for ip in [ip for ip, s in self._ip_rates.items() if s.idle_since(now) > IP_SENSOR_EXPIRY]:
             del self._ip_rates[ip]

@@ -119,3 +119,12 @@ def test_bad_override_entries_are_refused(text):
 def test_unlimited_by_default():
     q = quotas()
     assert q.room(0) == INT_MAX and q.admit(0, "::1", now=0.0).delay == 0
+
+
+def test_idle_ip_sensors_expire():
+    q = quotas(ip_creation_rate_default=100)
+    q.admit(0, "10.0.0.1", now=0.0)
+    q.expire_ip_sensors(now=10.0)
+    assert q.tracked_ips() == 1  # still in use
+    q.expire_ip_sensors(now=4000.0)
+    assert q.tracked_ips() == 0

@@ -31,7 +31,7 @@ from broker.log.topics import Epoch, TopicRegistry
 from broker.pool import SharedPool, wake_address
 from broker.quotas import QuotaSensors
 from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
-                       STATE_DRAINING, STATE_SERVING, SharedBlock)
+                       STATE_DRAINING, STATE_SERVING, SharedBlock, duration_bucket)
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
 from workers.connection import Connection, PooledConnection
@@ -85,18 +85,12 @@ class WorkerStats:
         nanoseconds = int(seconds * 1e9)
         words = self.words
         words[self._throttle_ns + quota] += nanoseconds
-        bucket = 0
-        while bucket < _BUCKETS - 1 and nanoseconds > DURATION_BOUNDS_NS[bucket]:
-            bucket += 1
-        words[self._throttle_buckets + quota * _BUCKETS + bucket] += 1
+        words[self._throttle_buckets + quota * _BUCKETS + duration_bucket(nanoseconds)] += 1
 
     def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
         """Count requests that were all received in one read and answered `elapsed_ns` later."""
         words, requests = self.words, self._requests[listener]
-        bucket = 0
-        while bucket < _BUCKETS - 1 and elapsed_ns > DURATION_BOUNDS_NS[bucket]:
-            bucket += 1
-        buckets, duration = self._buckets + bucket, self._duration
+        buckets, duration = self._buckets + duration_bucket(elapsed_ns), self._duration
         # A pipelined read usually holds one API many times: count per distinct key.
         for api_key in (set(api_keys) if len(api_keys) > 1 else api_keys):
             count = api_keys.count(api_key) if len(api_keys) > 1 else 1

@@ -24,8 +24,6 @@ LOG_OVERHEAD = 12  # base offset + batch length: the bytes not counted in batch 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
-TRANSACTIONAL_FLAG = 0x10
-CONTROL_FLAG = 0x20
 
 
 class BatchError(ValueError):

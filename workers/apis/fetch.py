@@ -154,9 +154,6 @@ class FetchWaits:
             self._waiting.remove(waiter)
             self._report(len(self._waiting))
 
-    def waiting(self) -> int:
-        return len(self._waiting)
-
 
 class _Waiter:
     def __init__(self, waits: FetchWaits, future, wanted, read, min_bytes: int, answer):
