@@ -2,8 +2,10 @@
 
 DescribeConfigs and IncrementalAlterConfigs on the BROKER resource (this node's id, or "" for
 the cluster default), DescribeClientQuotas and AlterClientQuotas for the `ip` entity's
-connection_creation_rate and the user/client-id entities' byte rates and request percentage.  A change is validated whole, persisted (broker.dynamic), applied
-through `on_change`, and only then acknowledged.
+connection_creation_rate and the user/client-id entities' byte rates and request percentage.
+A change is validated whole, persisted (broker.dynamic), applied through `on_change`, and only
+then acknowledged.  With a control plane (KIP-291) changes are served only on its listener
+(`may_alter`); on data listeners every resource or entry gets CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
 
 
 class AdminService:
-    def __init__(self, node_id: int, dynamic: DynamicConfig, on_change):
+    def __init__(self, node_id: int, dynamic: DynamicConfig, on_change, may_alter=None):
         self.node_id = node_id
         self.dynamic = dynamic
         self.on_change = on_change  # called after a change was persisted
+        self.may_alter = may_alter or (lambda _listener: True)
         self._handlers = {32: self._describe_configs, 44: self._alter_configs,
                           48: self._describe_quotas, 49: self._alter_quotas}
 
@@ -88,10 +91,12 @@ class AdminService:
 
     def _alter_configs(self, ctx: RequestContext, body, who: str) -> bytes:
         results, changed = [], False
+        refusal = self._refusal(ctx.listener_index)
         for resource in body.resources:
             entry = {"resource_type": resource.resource_type,
                      "resource_name": resource.resource_name}
-            problem = self._resource_problem(resource.resource_type, resource.resource_name)
+            problem = refusal or self._resource_problem(resource.resource_type,
+                                                        resource.resource_name)
             if problem is None:
                 problem = self._alter_resource(resource, body.validate_only, who)
                 changed |= problem is None and not body.validate_only
@@ -117,6 +122,12 @@ class AdminService:
         log.info("dynamic config %s changed by %s: %s", layer_name, who or "a client",
                  {item.name: item.value for item in resource.configs})
         return None
+
+    def _refusal(self, listener: int) -> tuple[str, str] | None:
+        if self.may_alter(listener):
+            return None
+        return ("cluster_authorization_failed",
+                "changes are served on the control-plane listener only")
 
     # --- quotas ---------------------------------------------------------------------------
 
@@ -161,12 +172,15 @@ class AdminService:
         results, changed = [], False
         ip_quotas = dict(self.dynamic.stored.ip_quotas)
         client_quotas = dict(self.dynamic.stored.client_quotas)
+        refusal = self._refusal(ctx.listener_index)
         for entry in body.entries:
             entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name}
                       for e in entry.entity]
             kinds = [e.entity_type for e in entry.entity]
             problem = None
             try:
+                if refusal is not None:
+                    raise ConfigProblem(*refusal)
                 if kinds == ["ip"]:
                     candidate = dict(ip_quotas)  # an entry applies whole or not at all
                     for op in entry.ops:

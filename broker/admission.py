@@ -16,8 +16,13 @@ decisions the acceptor acts on:
 
 Unlike Kafka, a connection refused for its IP is not charged to the broker and listener
 rates, and per-IP count rejections happen before any rate is touched.  The protected
-(inter-broker) listener, when there is more than one listener, may exceed max.connections
+(inter-broker) listener, when there is more than one data listener, may exceed max.connections
 and is exempt from the broker-wide rate (not from its own).
+
+The control-plane listener (KIP-291), when there is one, is outside the data plane's limits
+altogether: its connections are not counted in max.connections or per IP, are not charged to
+the broker rate and are never evicted; only its own listener limits apply to it.  An operator
+connecting from an address a storm exhausted can still get in.
 """
 
 from __future__ import annotations
@@ -120,9 +125,11 @@ class ConnectionQuotas:
     """Counts and rate sensors of the parent; `now` is time.monotonic() seconds."""
 
     def __init__(self, listeners: int, protected: int | None, limits: Limits,
-                 window: float = 1.0, samples: int = 11, burst_windows: int | None = None):
+                 window: float = 1.0, samples: int = 11, burst_windows: int | None = None,
+                 control_plane: int | None = None):
         self.listeners = listeners
         self.protected = protected  # listener index exempt from max.connections, or None
+        self.control_plane = control_plane  # listener index outside the data plane, or None
         self.limits = limits
         self._window, self._samples, self._burst = window, samples, burst_windows
         self.total = 0
@@ -141,7 +148,7 @@ class ConnectionQuotas:
     def room(self, listener: int) -> int:
         """How many more connections this listener may have right now."""
         free = self.limits.listener_max(listener) - self.per_listener[listener]
-        if listener != self.protected:
+        if listener != self.protected and listener != self.control_plane:
             free = min(free, self.limits.max_connections - self.total)
         return max(0, free)
 
@@ -152,6 +159,8 @@ class ConnectionQuotas:
 
     def admit(self, listener: int, ip: str, now: float) -> Decision:
         """Judge one accepted socket; on ADMIT the caller must call `opened` for it."""
+        if listener == self.control_plane:
+            return Decision(Verdict.ADMIT, self._charge_rates(listener, now))
         if self.per_ip.get(ip, 0) >= self.limits.per_ip_limit(ip):
             return Decision(Verdict.REJECT_IP_LIMIT)
         ip_limit = self.limits.ip_rate(ip)
@@ -173,7 +182,7 @@ class ConnectionQuotas:
         limit = self.limits.listener_creation_rate.get(listener, INT_MAX)
         if limit < INT_MAX:
             delay = sensor.throttle(limit, now, cap=self._window)
-        if listener != self.protected:
+        if listener != self.protected and listener != self.control_plane:
             self._broker_rate.record(1, now)
             if self.limits.max_connection_creation_rate < INT_MAX:
                 delay = max(delay, self._broker_rate.throttle(
@@ -182,9 +191,10 @@ class ConnectionQuotas:
 
     def opened(self, conn_id: int, listener: int, ip: str) -> None:
         self._owners[conn_id] = (listener, ip)
-        self.total += 1
         self.per_listener[listener] += 1
-        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+        if listener != self.control_plane:
+            self.total += 1
+            self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
 
     def closed(self, conn_id: int) -> tuple[int, str] | None:
         """Release a connection's slots; None if it was unknown (already released)."""
@@ -192,8 +202,10 @@ class ConnectionQuotas:
         if owner is None:
             return None
         listener, ip = owner
-        self.total -= 1
         self.per_listener[listener] -= 1
+        if listener == self.control_plane:
+            return owner
+        self.total -= 1
         left = self.per_ip[ip] - 1
         if left:
             self.per_ip[ip] = left

@@ -14,6 +14,7 @@ Keys that are not Kafka's carry the prefix `pybroker.`, except `prometheus.liste
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from typing import Annotated
@@ -68,6 +69,20 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     inter_broker_listener_name: Annotated[str, _doc(
         "Listener for broker-to-broker traffic; defaults to the listener named PLAINTEXT, "
         "else the first listener.")] = ""
+    control_plane_listener_name: Annotated[str, _doc(
+        "Listener served by a dedicated acceptor and control-plane worker process (KIP-291): "
+        "admin and control requests there never queue behind data-plane traffic. Must be in "
+        "listeners and differ from inter.broker.listener.name; unset means no control plane.")] = ""
+    pybroker_control_plane_queue_size: Annotated[int, _doc(
+        "Requests the control-plane worker holds read and not yet answered (KIP-291's "
+        "control-plane request queue); at that count it stops reading until one is answered.",
+        ge=1, le=10000)] = 20
+    pybroker_control_plane_cpu: Annotated[int, _doc(
+        "CPU the control-plane worker is pinned to (sched_setaffinity); unset: not pinned.",
+        ge=0, le=4095)] | None = None
+    pybroker_control_plane_alter_on_data_listeners: Annotated[bool, _doc(
+        "With a control plane, also serve config/quota changes and topic creation/deletion on "
+        "data listeners (by default they get CLUSTER_AUTHORIZATION_FAILED there).")] = False
     num_network_threads: Annotated[int, _doc(
         "Number of data-plane worker processes.", ge=1, le=64)] = 3
     socket_request_max_bytes: Annotated[int, _doc(
@@ -117,7 +132,8 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "worker at its share stops reading new requests until one is answered.", ge=1)] = 500
     pybroker_queued_max_request_bytes_reserved: Annotated[str, _doc(
         "LISTENER:bytes,... parts of queued.max.request.bytes only requests on that listener "
-        "may use, so clients exhausting the pool cannot starve it.")] = ""
+        "may use, so clients exhausting the pool cannot starve it. The control-plane listener "
+        "gets min(1 MiB, pool / 4) unless named here.")] = ""
     quota_producer_default: Annotated[int, _doc(
         "producer_byte_rate of every client-id with no quota of its own (Kafka's old static "
         "default; AlterClientQuotas values win).", ge=1)] | None = None
@@ -218,6 +234,7 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     listeners: tuple[Listener, ...]
     advertised: tuple[Listener, ...]
     inter_broker_listener: str
+    control_plane_listener: str | None
     log_dirs: tuple[str, ...]
     prometheus: tuple[str, int] | None
 
@@ -226,6 +243,22 @@ class BrokerConfig(msgspec.Struct, frozen=True):
             if listener.name == name:
                 return index
         raise KeyError(name)
+
+    def control_plane_index(self) -> int | None:
+        """Index of the control-plane listener, or None without a control plane."""
+        if self.control_plane_listener is None:
+            return None
+        return self.listener_index(self.control_plane_listener)
+
+    def data_listener_indexes(self) -> list[int]:
+        control = self.control_plane_index()
+        return [index for index in range(len(self.listeners)) if index != control]
+
+    def may_alter(self, listener_index: int) -> bool:
+        """Whether config, quota and topic changes are served on this listener."""
+        control = self.control_plane_index()
+        return (control is None or listener_index == control
+                or self.props.pybroker_control_plane_alter_on_data_listeners)
 
     def pool_reserved_by_index(self) -> dict[int, int]:
         """The memory pool's reservations keyed by listener index."""
@@ -431,7 +464,44 @@ def _resolve_inter_broker(props: ServerProperties, listeners) -> str:
             raise ConfigError(f"inter.broker.listener.name: {wanted} is not a listener in "
                               f"listeners ({', '.join(names)})")
         return wanted
-    return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
+    control = props.control_plane_listener_name.upper()
+    data = [name for name in names if name != control] or names
+    return "PLAINTEXT" if "PLAINTEXT" in data else data[0]
+
+
+def _resolve_control_plane(props: ServerProperties, protocols: dict[str, str], listeners,
+                           advertised, inter_broker: str) -> str | None:
+    """KIP-291's checks on control.plane.listener.name; None when it is unset."""
+    key, name = "control.plane.listener.name", props.control_plane_listener_name.upper()
+    if not name:
+        if props.pybroker_control_plane_cpu is not None:
+            raise ConfigError("pybroker.control.plane.cpu: set, but control.plane.listener.name "
+                              "is not")
+        return None
+    if name not in protocols:
+        raise ConfigError(f"{key}: {name} has no security protocol in "
+                          "listener.security.protocol.map")
+    names = [listener.name for listener in listeners]
+    if name not in names:
+        raise ConfigError(f"{key}: {name} is not a listener in listeners ({', '.join(names)})")
+    if name not in {listener.name for listener in advertised}:
+        raise ConfigError(f"{key}: {name} is not in advertised.listeners")
+    if len(names) == 1:
+        raise ConfigError(f"{key}: {name} is the only listener; clients need a data-plane "
+                          "listener too")
+    if name == inter_broker:
+        raise ConfigError(f"{key}: {name} must differ from inter.broker.listener.name")
+    _check_cpu(props.pybroker_control_plane_cpu)
+    return name
+
+
+def _check_cpu(cpu: int | None) -> None:
+    if cpu is None:
+        return
+    allowed = os.sched_getaffinity(0)
+    if cpu not in allowed:
+        raise ConfigError(f"pybroker.control.plane.cpu: CPU {cpu} is not available to this "
+                          f"process (allowed: {','.join(map(str, sorted(allowed)))})")
 
 
 def _parse_host_port(key: str, value: str) -> tuple[str, int] | None:
@@ -490,7 +560,11 @@ def _check_quota_settings(props: ServerProperties) -> None:
                           "max.connections.per.ip.overrides")
 
 
-def _parse_pool_reservations(props: ServerProperties, listeners) -> dict[str, int]:
+CONTROL_PLANE_RESERVE = MIB
+
+
+def _parse_pool_reservations(props: ServerProperties, listeners,
+                             control_plane: str | None) -> dict[str, int]:
     key = "pybroker.queued.max.request.bytes.reserved"
     pool = props.queued_max_request_bytes
     if pool > 0 and pool < props.socket_request_max_bytes:
@@ -507,6 +581,9 @@ def _parse_pool_reservations(props: ServerProperties, listeners) -> dict[str, in
         reserved[name.upper()] = int(size)
     if reserved and pool <= 0:
         raise ConfigError(f"{key}: reservations need queued.max.request.bytes to be set")
+    if control_plane is not None and pool > 0 and control_plane not in reserved:
+        # So a pool exhausted by clients can never mute the control plane.
+        reserved[control_plane] = min(CONTROL_PLANE_RESERVE, pool // 4)
     if reserved and sum(reserved.values()) >= pool:
         raise ConfigError(f"{key}: reservations ({sum(reserved.values())} bytes) leave nothing "
                           f"of queued.max.request.bytes {pool} to share")
@@ -524,14 +601,18 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
     log_dirs = tuple(_split_csv(props.log_dirs or props.log_dir))
     if not log_dirs:
         raise ConfigError("log.dirs: at least one directory is required")
+    advertised = _resolve_advertised(props, listeners, protocols)
+    inter_broker = _resolve_inter_broker(props, listeners)
+    control_plane = _resolve_control_plane(props, protocols, listeners, advertised, inter_broker)
     return BrokerConfig(
         props=props,
         listener_props=_convert_listener_keys(per_listener, listeners),
-        pool_reserved=_parse_pool_reservations(props, listeners),
+        pool_reserved=_parse_pool_reservations(props, listeners, control_plane),
         node_id=_resolve_node_id(props),
         listeners=listeners,
-        advertised=_resolve_advertised(props, listeners, protocols),
-        inter_broker_listener=_resolve_inter_broker(props, listeners),
+        advertised=advertised,
+        inter_broker_listener=inter_broker,
+        control_plane_listener=control_plane,
         log_dirs=log_dirs,
         prometheus=_parse_host_port("prometheus.listen", props.prometheus_listen),
     )

@@ -46,13 +46,23 @@ class Connections:
         self.lock = lock  # held by the metrics thread while it reads
         props = config.props
         names = [listener.name for listener in config.listeners]
-        protected = names.index(config.inter_broker_listener) if len(names) > 1 else None
+        data = config.data_listener_indexes()
+        # Inter-broker protection only means something beside another data listener.
+        protected = names.index(config.inter_broker_listener) if len(data) > 1 else None
+        self.control_plane = config.control_plane_index()
         self.quotas = ConnectionQuotas(len(names), protected, dynamic.limits(),
                                        window=props.quota_window_size_seconds,
                                        samples=props.quota_window_num,
-                                       burst_windows=props.pybroker_quota_burst_windows)
-        self.dispatcher = Dispatcher(workers, props.pybroker_handoff_queue_size,
-                                     self._handoff_lost, self.wake_acceptors)
+                                       burst_windows=props.pybroker_quota_burst_windows,
+                                       control_plane=self.control_plane)
+        self.evictable = [index for index in data if index != protected]
+        capacity = props.pybroker_handoff_queue_size
+        self.data_workers = [worker for worker in workers if not worker.control_plane]
+        self.dispatcher = Dispatcher(self.data_workers, capacity, self._handoff_lost,
+                                     self.wake_acceptors)
+        # KIP-291: the control-plane listener hands off to its own worker only.
+        self.control_dispatcher = Dispatcher([w for w in workers if w.control_plane], capacity,
+                                             self._handoff_lost, self.wake_acceptors)
         self.delayed = DelayedCloser(loop)
         self.acceptors: list[Acceptor] = []
         self._ids = itertools.count(1)
@@ -64,7 +74,8 @@ class Connections:
 
     def start(self, sockets: list[socket.socket]) -> None:
         for index, (listener, sock) in enumerate(zip(self.config.listeners, sockets)):
-            acceptor = Acceptor(self.loop, index, listener, sock, self.dispatcher, self.block,
+            dispatcher = self.control_dispatcher if index == self.control_plane else self.dispatcher
+            acceptor = Acceptor(self.loop, index, listener, sock, dispatcher, self.block,
                                 self.quotas, self.delayed, lambda: next(self._ids),
                                 self.maybe_evict)
             self.acceptors.append(acceptor)
@@ -140,11 +151,10 @@ class Connections:
         need = self.quotas.excess() - len(self._evicting)
         if need <= 0:
             return
-        allowed = [i for i in range(len(self.config.listeners)) if i != self.quotas.protected]
-        live = [w for w in self.workers if w.ready and w.channel is not None]
+        live = [w for w in self.data_workers if w.ready and w.channel is not None]
         round_id = next(self._rounds)
         self._round = {"id": round_id, "need": need, "pending": set(live), "found": []}
-        query = ipc.encode(ipc.EvictQuery(round=round_id, count=need, listeners=allowed))
+        query = ipc.encode(ipc.EvictQuery(round=round_id, count=need, listeners=self.evictable))
         for worker in live:
             try:
                 worker.channel.send(query)

@@ -26,6 +26,7 @@ class WorkerHandle:
 
     slot: int
     name: str
+    control_plane: bool = False  # serves only the control-plane listener (KIP-291)
     pid: int = 0
     pidfd: int = -1
     channel: socket.socket | None = None

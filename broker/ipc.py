@@ -28,6 +28,7 @@ class Boot(msgspec.Struct, tag=True, frozen=True):
     shm_path: str
     cluster_id: str
     name: str
+    control_plane: bool = False  # serve the control-plane listener only (KIP-291)
 
 
 class Handoff(msgspec.Struct, tag=True, frozen=True):

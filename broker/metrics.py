@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_wsgi_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, MUTE_REASONS,
-                       QUOTA_TYPES, REJECT_REASONS, SharedBlock)
+                       QUOTA_TYPES, REJECT_REASONS, STATE_SERVING, SharedBlock)
 
 log = logging.getLogger("broker.metrics")
 
@@ -106,18 +106,15 @@ class BlockCollector:
                                        labels=["api", "listener"])
         duration = HistogramMetricFamily("broker_request_duration_seconds",
                                          "Time from reading a request to writing its response",
-                                         labels=["api"])
+                                         labels=["api", "listener"])
         invalid = CounterMetricFamily("broker_invalid_requests",
                                       "Requests that closed their connection", labels=["reason"])
         for api_key, api in sorted(self.api_names.items()):
             for index, name in enumerate(self.listeners):
-                requests.add_metric([api, name], block.worker_total("requests", index, api_key))
-            cumulative, buckets = 0, []
-            for bucket, bound in enumerate(DURATION_BUCKETS + (float("inf"),)):
-                cumulative += block.worker_total("request_duration_bucket", api_key, bucket)
-                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-            total_ns = block.worker_total("request_duration_ns", api_key)
-            duration.add_metric([api], buckets, total_ns / 1e9)
+                count = block.worker_total("requests", index, api_key)
+                requests.add_metric([api, name], count)
+                if count:  # 128 APIs x listeners x 17 buckets: only the ones used
+                    duration.add_metric([api, name], *self._histogram(index, api_key))
         for reason_index, reason in enumerate(INVALID_REASONS):
             invalid.add_metric([reason], block.worker_total("invalid_requests", reason_index))
         delayed = GaugeMetricFamily("broker_delayed_fetches",
@@ -141,6 +138,14 @@ class BlockCollector:
             depleted.add_metric([], pool["depleted_ns"] / 1e9)
             yield depleted
 
+    def _histogram(self, listener: int, api_key: int):
+        cumulative, buckets = 0, []
+        for bucket, bound in enumerate(DURATION_BUCKETS + (float("inf"),)):
+            cumulative += self.block.worker_total("request_duration_bucket", listener, api_key,
+                                                  bucket)
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        return buckets, self.block.worker_total("request_duration_ns", listener, api_key) / 1e9
+
     def _workers(self):
         up = GaugeMetricFamily("broker_worker_up", "1 while the worker process is serving",
                                labels=["worker"])
@@ -152,11 +157,41 @@ class BlockCollector:
                                       "Seconds since each worker last refreshed its heartbeat",
                                       labels=["worker"])
         now = time.monotonic_ns()
-        for slot, name in self.supervisor.worker_slots():
+        for slot, name, _plane in self.supervisor.worker_slots():
             beat = self.block.slot_heartbeat(slot)
             if beat:
                 heartbeat.add_metric([name], max(0, now - beat) / 1e9)
         yield from (up, restarts, heartbeat)
+        yield from self._planes()
+
+    def _planes(self):
+        """Per worker CPU and idle ratio, and each plane's request queue (KIP-291's split)."""
+        block, words = self.block, self.block.words
+        idle = GaugeMetricFamily("broker_network_worker_idle_ratio",
+                                 "Share of the last second each worker process was not on CPU "
+                                 "(Kafka's NetworkProcessorAvgIdlePercent)",
+                                 labels=["worker", "plane"])
+        cpu = CounterMetricFamily("broker_network_worker_cpu_seconds",
+                                  "CPU time of each worker process", labels=["worker", "plane"])
+        queue = GaugeMetricFamily("broker_request_queue_size",
+                                  "Requests read and not yet answered (their answer waits)",
+                                  labels=["plane"])
+        capacity = GaugeMetricFamily("broker_request_queue_capacity",
+                                     "queued.max.requests, or the control plane's queue size",
+                                     labels=["plane"])
+        queued = dict.fromkeys(self.supervisor.queue_capacity(), 0)
+        in_flight = MUTE_REASONS.index("in_flight")
+        for slot, name, plane in self.supervisor.worker_slots():
+            if block.slot_state(slot) != STATE_SERVING:
+                continue
+            idle.add_metric([name, plane], words[block.worker_cell(slot, "idle_ppm")] / 1e6)
+            cpu.add_metric([name, plane], words[block.worker_cell(slot, "cpu_ns")] / 1e9)
+            queued[plane] = queued.get(plane, 0) + words[
+                block.worker_cell(slot, "muted_channels", in_flight)]
+        for plane, size in self.supervisor.queue_capacity().items():
+            queue.add_metric([plane], queued[plane])
+            capacity.add_metric([plane], size)
+        yield from (idle, cpu, queue, capacity)
 
 
     def _throttles(self):

@@ -68,6 +68,11 @@ class Supervisor:
         self.workers = [WorkerHandle(slot=i, name=f"data-{i}",
                                      handed=[0] * len(config.listeners))
                         for i in range(props.num_network_threads)]
+        if config.control_plane_listener is not None:
+            # KIP-291: one more worker, in the slot after the data workers, for one listener.
+            self.workers.append(WorkerHandle(slot=len(self.workers), name="control-plane",
+                                             control_plane=True,
+                                             handed=[0] * len(config.listeners)))
         self.connections: Connections | None = None
         self.pool: SharedPool | None = None
         self._quota_sensors: QuotaSensors | None = None
@@ -102,7 +107,8 @@ class Supervisor:
         dynamic.load()
         self.connections = Connections(self._loop, self.config, self.block, self.workers,
                                        dynamic, self.metrics_lock)
-        self.admin = AdminService(self.config.node_id, dynamic, self._config_changed)
+        self.admin = AdminService(self.config.node_id, dynamic, self._config_changed,
+                                  self.config.may_alter)
         try:
             self.logs.startup()
             for worker in self.workers:
@@ -256,7 +262,8 @@ class Supervisor:
         worker.handed = [0] * len(self.config.listeners)
         parent_end.setblocking(False)
         boot = ipc.Boot(config=self.config, slot=worker.slot, shm_path=self.block.path,
-                        cluster_id=self.runtime.cluster_id, name=worker.name)
+                        cluster_id=self.runtime.cluster_id, name=worker.name,
+                        control_plane=worker.control_plane)
         parent_end.send(ipc.encode(boot))
         if self.connections is not None:
             self._send_quotas(worker)
@@ -508,4 +515,14 @@ class Supervisor:
         return [(worker.name, bool(worker.pid and worker.ready)) for worker in self.workers]
 
     def worker_slots(self):
-        return [(worker.slot, worker.name) for worker in self.workers if worker.pid]
+        """(slot, name, plane) of each running worker."""
+        return [(worker.slot, worker.name, "control" if worker.control_plane else "data")
+                for worker in self.workers if worker.pid]
+
+    def queue_capacity(self) -> dict[str, int]:
+        """Capacity of each plane's request queue (requests read and not yet answered)."""
+        props = self.config.props
+        capacity = {"data": props.queued_max_requests}
+        if self.config.control_plane_listener is not None:
+            capacity["control"] = props.pybroker_control_plane_queue_size
+        return capacity

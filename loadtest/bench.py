@@ -18,6 +18,11 @@ a uvloop server serves on this 2-core machine):
   memory    200 connections each sending two 1 MiB Produce requests at once, with the KIP-72
             pool on (queued.max.request.bytes 16 MiB) and off: peak resident memory of all
             broker processes together (sampled from /proc) and the time until all are answered;
+  control   KIP-291: Metadata and DescribeConfigs, one every 10 ms each on its own connection,
+            while loadtest/flood.py keeps 12 connections x 2 Produce requests of 1 MiB in flight
+            (every data worker busy, the 8 MiB pool exhausted, max.connections=12 reached by
+            the flood), sent on the control-plane listener; the baseline sends them on the
+            data listener of a broker without a control plane under the same load;
   log       confluent-kafka producing 1 KiB records (acks=1, no compression) to a topic of
             2 partitions for a few seconds, then a consumer reading them all back; reported
             in MB/s, records/s and broker CPU seconds (all processes) per MB.  No baseline.
@@ -54,6 +59,7 @@ UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
               ("accept limits on", "accept+handoff+register 2w"),
               ("produce 1KiB, others quoted", "produce 1KiB acks=1"))
 FAIRNESS_TARGET = 2.0  # p99 during a storm / p99 without one, with the KIP-402 bounds
+CONTROL_PLANE_P99_MS = 20.0  # issue 7: admin requests on the control plane while saturated
 SHAPES = {"100x1": (100, 1), "10x50": (10, 50)}
 
 
@@ -268,6 +274,82 @@ def produce_consume(seconds: float) -> dict[str, dict]:
                                                 errors=quoted["failed"])}
 
 
+MIB = 1 << 20
+SATURATING = {"queued.max.request.bytes": str(8 * MIB), "socket.request.max.bytes": str(2 * MIB),
+              "message.max.bytes": str(2 * MIB), "log.segment.bytes": str(16 * MIB),
+              "log.retention.bytes": str(32 * MIB), "log.retention.check.interval.ms": "1000"}
+WITH_CONTROL_PLANE = {"listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                      "control.plane.listener.name": "CONTROLLER", "max.connections": "12"}
+
+
+def describe_configs_frame() -> bytes:
+    from kafka.protocol.admin.configs import DescribeConfigsRequest
+
+    resource = DescribeConfigsRequest.DescribeConfigsResource
+    request = DescribeConfigsRequest[4](resources=[resource(
+        resource_type=4, resource_name="0", configuration_keys=["max.connections"])],
+        include_synonyms=False, include_documentation=False)
+    request.with_header(correlation_id=7, client_id="bench")
+    body = bytes(request.encode(header=True))
+    return struct.pack(">i", len(body)) + body
+
+
+def timed_requests(address, frame: bytes, seconds: float, every: float = 0.01) -> list[float]:
+    """Round-trip times of one request sent every `every` seconds on one connection."""
+    from tests.wire import KafkaSocket
+
+    times = []
+    with KafkaSocket(address, timeout=30) as client:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            client.send(frame)
+            client.receive()
+            times.append(time.perf_counter() - started)
+            time.sleep(max(0.0, every - (time.perf_counter() - started)))
+    return times
+
+
+def control_plane_latency(seconds: float) -> dict[str, dict]:
+    """Admin requests while the data plane is saturated, with and without a control plane."""
+    import threading
+
+    from tests.wire import create_topic
+
+    frames = {"Metadata": metadata_frame(), "DescribeConfigs": describe_configs_frame()}
+    figures = {}
+    for plane, overrides in (("control plane", WITH_CONTROL_PLANE),
+                             ("data listener, no control plane", {"max.connections": "14"})):
+        broker = Broker(2, dict(SATURATING, **overrides))
+        admin = broker.process.listeners.get("CONTROLLER", broker.process.listeners["PLAINTEXT"])
+        try:
+            create_topic(f"127.0.0.1:{admin[1]}", "flood")
+            results: dict[str, list[float]] = {}
+            # Without a control plane the probes must hold their slots before the flood.
+            probes = [threading.Thread(target=lambda name=name: results.__setitem__(
+                name, timed_requests(admin, frames[name], seconds))) for name in frames]
+            flood = subprocess.Popen(
+                [sys.executable, "-m", "loadtest.flood", "--address",
+                 f"127.0.0.1:{broker.port}", "--topic", "flood", "--connections", "12",
+                 "--seconds", str(seconds + 3)], stdout=subprocess.PIPE, text=True)
+            time.sleep(1.0)  # the flood connects and exhausts the pool
+            for probe in probes:
+                probe.start()
+            for probe in probes:
+                probe.join(seconds + 30)
+            loaded = json.loads(flood.communicate(timeout=seconds + 30)[0])
+        finally:
+            broker.close()
+        for name, times in results.items():
+            times.sort()
+            figures[f"{plane} {name}"] = {
+                "p50_ms": times[len(times) // 2] * 1e3, "p99_ms": times[int(len(times) * 0.99)] * 1e3,
+                "count": len(times), "flood_mb_s": loaded["sent_bytes"] / 1e6 / (seconds + 3),
+                "errors": loaded["errors"]}
+    return figures
+
+
 def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures = {}
     echo = Server("echo_server.py")
@@ -292,6 +374,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
             broker.close()
     figures.update(produce_consume(seconds))
     figures.update(storm_fairness(frames["apiversions"], seconds))
+    figures.update(control_plane_latency(seconds))
     figures["burst pool on"] = memory_burst(pool=True)
     figures["burst pool off"] = memory_burst(pool=False)
     raw = Server("accept_close_server.py")
@@ -308,8 +391,8 @@ def summarize(passes: list[dict[str, dict]]) -> int:
 
     print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
     errors = 0
-    for name in [n for n in passes[0]
-                 if "1KiB" not in n and not n.startswith("p99") and not n.startswith("burst")]:
+    for name in [n for n in passes[0] if "1KiB" not in n and not n.startswith(
+            ("p99", "burst", "control plane", "data listener"))]:
         rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
         ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
         cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
@@ -347,8 +430,9 @@ def summarize(passes: list[dict[str, dict]]) -> int:
         errors += sum(p[f"p99 {kind} {label}"]["errors"] for p in passes for kind in ("quiet", "storm"))
         print(f"{label:32} {statistics.median(quiet):>14,.0f} {statistics.median(stormy):>14,.0f} "
               f"{ratio:>7.2f} {rate:>13,.0f}")
+    missed, failed = _print_control_plane(passes)
+    errors += failed
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
-    missed = 0
     for measured_names, baseline, target in TARGETS:
         best = 0.0
         for measured in measured_names:
@@ -365,6 +449,29 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     print(f"{'storm p99 / quiet p99, bounded':58} {fairness:>6.2f}{'':13}  <= {FAIRNESS_TARGET}  "
           f"{'goal met' if met else 'goal MISSED'}")
     return 1 if missed or errors else 0
+
+
+def _print_control_plane(passes) -> tuple[int, int]:
+    """Print the KIP-291 latencies; return (goals missed, errors)."""
+    print(f"\n{'admin requests, data plane saturated':48} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'samples':>8} {'flood MB/s':>11} errors")
+    errors, missed = 0, 0
+    for plane in ("control plane", "data listener, no control plane"):
+        for api in ("Metadata", "DescribeConfigs"):
+            name = f"{plane} {api}"
+            p50 = statistics.median(p[name]["p50_ms"] for p in passes)
+            p99 = statistics.median(p[name]["p99_ms"] for p in passes)
+            count = statistics.median(p[name]["count"] for p in passes)
+            flood = statistics.median(p[name]["flood_mb_s"] for p in passes)
+            failed = sum(p[name]["errors"] for p in passes)
+            errors += failed
+            print(f"{name:48} {p50:>8.2f} {p99:>8.2f} {count:>8.0f} {flood:>11,.0f} {failed}")
+            if plane == "control plane":
+                met = p99 <= CONTROL_PLANE_P99_MS
+                missed += not met
+                print(f"{'':48} p99 <= {CONTROL_PLANE_P99_MS:.0f} ms: "
+                      f"{'goal met' if met else 'goal MISSED'}")
+    return missed, errors
 
 
 def _print_ratio(passes, measured: str, baseline: str, note: str) -> float:

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 HEADER_BYTES = 64
 HEADER = struct.Struct("=8sqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
@@ -73,13 +73,15 @@ WORKER_COUNTERS = (
     ("connections_registered", ("listener",)),
     ("connections_closed", ("listener", "close_reason")),
     ("requests", ("listener", "api")),
-    ("request_duration_bucket", ("api", "bucket")),
-    ("request_duration_ns", ("api",)),
+    ("request_duration_bucket", ("listener", "api", "bucket")),
+    ("request_duration_ns", ("listener", "api")),
     ("invalid_requests", ("invalid_reason",)),
     ("delayed_fetches", ()),  # a gauge: fetches waiting for data right now
     ("throttle_ns", ("quota_type",)),  # throttle time handed out (KIP-219)
     ("throttle_bucket", ("quota_type", "bucket")),  # histogram of single throttles
     ("muted_channels", ("mute_reason",)),  # gauges
+    ("cpu_ns", ()),  # CPU time this worker process used, refreshed every tick
+    ("idle_ppm", ()),  # a gauge: share of the last tick not spent on CPU, in millionths
     # Memory pool (broker/pool.py): written under the pool lock, by this worker or by a worker
     # granting memory to this one, or by the parent reclaiming it after this worker died.
     ("pool_leased", ("listener",)),  # bytes this worker holds from the pool
@@ -89,8 +91,8 @@ WORKER_COUNTERS = (
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
-WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "pool_leased", "pool_grants",
-                           "quota_window", "quota_count"})
+WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "idle_ppm", "pool_leased",
+                           "pool_grants", "quota_window", "quota_count"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 QUOTA_ENTITIES = 256  # distinct quota sensors (user/client-id) the broker tracks at once
 QUOTA_WINDOWS = 32  # the most samples a quota may keep (quota.window.num)

@@ -8,7 +8,8 @@ import time
 
 
 from loadtest.harness import BrokerProcess, wait_until
-from tests.wire import KafkaSocket, api_versions_request, decode_response, frame, peer_closed
+from tests.wire import (KafkaSocket, alter_raw, api_versions_request, decode_response, frame,
+                        peer_closed)
 
 TWO_LISTENERS = {
     "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
@@ -206,21 +207,6 @@ def test_incremental_alter_configs_validation_and_listener_keys():
                              "listener.name.client.max.connections": ("2", 1),
                              "max.connections.per.ip.overrides": ("127.0.0.5:1", 1)}
         held[0].close()
-
-
-def alter_raw(address, resource_name, key, value, operation=0) -> int:
-    """IncrementalAlterConfigs on a BROKER resource, as bytes on the wire (clients refuse "")."""
-    from kafka.protocol.admin.configs import IncrementalAlterConfigsRequest
-
-    resource = IncrementalAlterConfigsRequest.AlterConfigsResource
-    request = IncrementalAlterConfigsRequest[1](validate_only=False, resources=[resource(
-        resource_type=4, resource_name=resource_name,
-        configs=[resource.AlterableConfig(name=key, config_operation=operation, value=value)])])
-    request.with_header(correlation_id=1, client_id="test")
-    with KafkaSocket(address) as client:
-        client.send(frame(bytes(request.encode(header=True))))
-        _, response = decode_response(44, 1, client.receive())
-    return int(response.responses[0].error_code)
 
 
 def alter_ip_quota(address, ip, rate, remove=False):

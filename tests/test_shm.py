@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, HEADER_BYTES, INVALID_REASONS, MAGIC,
+from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, HEADER_BYTES, INVALID_REASONS, LAYOUT_VERSION, MAGIC,
                        MUTE_REASONS, QUOTA_ENTITIES, QUOTA_TYPES, QUOTA_WINDOWS,
                        STATE_FREE, STATE_SERVING, WORKER_COUNTERS, SharedBlock, duration_bucket)
 
@@ -23,7 +23,7 @@ def test_header_describes_the_layout(block):
         raw = handle.read()
     assert raw[:8] == MAGIC
     version, slots, listeners, slot_bytes, pid = struct.unpack_from("=qqqqq", raw, 8)
-    assert (version, slots, listeners, pid) == (1, 3, 2, os.getpid())
+    assert (version, slots, listeners, pid) == (LAYOUT_VERSION, 3, 2, os.getpid())
     assert slot_bytes % 64 == 0
     assert len(raw) == SharedBlock.size_for(3, 2)
     assert block.slot_base(0) * 8 == HEADER_BYTES

@@ -162,3 +162,18 @@ def alter_client_quota(address, entity: dict, key: str, value: float, remove: bo
         client.send(frame(bytes(request.encode(header=True))))
         _, response = decode_response(49, 1, client.receive())
     return int(response.entries[0].error_code)
+
+
+def alter_raw(address, resource_name, key, value, operation=0) -> int:
+    """IncrementalAlterConfigs on a BROKER resource, as bytes on the wire (clients refuse "")."""
+    from kafka.protocol.admin.configs import IncrementalAlterConfigsRequest
+
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+    request = IncrementalAlterConfigsRequest[1](validate_only=False, resources=[resource(
+        resource_type=4, resource_name=resource_name,
+        configs=[resource.AlterableConfig(name=key, config_operation=operation, value=value)])])
+    request.with_header(correlation_id=1, client_id="test")
+    with KafkaSocket(address) as client:
+        client.send(frame(bytes(request.encode(header=True))))
+        _, response = decode_response(44, 1, client.receive())
+    return int(response.responses[0].error_code)

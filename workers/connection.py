@@ -311,8 +311,12 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.close()
 
+    def owes_answer(self) -> bool:
+        """A request is being served and its answer is not written yet (shutdown waits)."""
+        return self.state in (MuteState.RESPONSE_PENDING, MuteState.THROTTLED_RESPONSE_PENDING)
+
     def is_idle(self) -> bool:
-        """Nothing in flight and nothing half-read: safe to close for idleness or shutdown."""
+        """Nothing in flight and nothing half-read: safe to close for idleness."""
         return (self.state is _NOT_MUTED and not self._pending and self._large is None
                 and self._waiting is None)
 

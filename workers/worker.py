@@ -13,7 +13,7 @@ With the memory pool on, connections that wait for memory are resumed in grant o
 pool wakes this worker (broker.pool); `queued.max.requests` is enforced per worker share.
 
 On Shutdown (or when the parent goes away) the worker stops registering, closes connections as
-soon as they have nothing in flight, and exits when none is left or the deadline passes.
+soon as they owe no answer, and exits when none is left or the deadline passes.
 """
 
 from __future__ import annotations
@@ -56,8 +56,12 @@ class WorkerStats:
         self._closed = [{reason: block.worker_cell(slot, "connections_closed", i, n)
                          for n, reason in enumerate(CLOSE_REASONS)} for i in listeners]
         self._requests = [block.worker_cell(slot, "requests", i, 0) for i in listeners]
-        self._buckets = block.worker_cell(slot, "request_duration_bucket", 0, 0)
-        self._duration = block.worker_cell(slot, "request_duration_ns", 0)
+        self._buckets = [block.worker_cell(slot, "request_duration_bucket", i, 0, 0)
+                         for i in listeners]
+        self._duration = [block.worker_cell(slot, "request_duration_ns", i, 0) for i in listeners]
+        self._cpu_ns = block.worker_cell(slot, "cpu_ns")
+        self._idle_ppm = block.worker_cell(slot, "idle_ppm")
+        self._last_tick = (time.monotonic_ns(), time.process_time_ns())
         self._invalid = {reason: block.worker_cell(slot, "invalid_requests", n)
                          for n, reason in enumerate(INVALID_REASONS)}
         self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
@@ -87,10 +91,21 @@ class WorkerStats:
         words[self._throttle_ns + quota] += nanoseconds
         words[self._throttle_buckets + quota * _BUCKETS + duration_bucket(nanoseconds)] += 1
 
+    def tick(self) -> None:
+        """Refresh CPU time and the idle ratio (the share of wall time not spent on CPU)."""
+        wall, cpu = time.monotonic_ns(), time.process_time_ns()
+        last_wall, last_cpu = self._last_tick
+        self._last_tick = (wall, cpu)
+        self.words[self._cpu_ns] = cpu
+        if wall > last_wall:
+            busy = min(1.0, (cpu - last_cpu) / (wall - last_wall))
+            self.words[self._idle_ppm] = int((1.0 - busy) * 1_000_000)
+
     def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
         """Count requests that were all received in one read and answered `elapsed_ns` later."""
         words, requests = self.words, self._requests[listener]
-        buckets, duration = self._buckets + duration_bucket(elapsed_ns), self._duration
+        buckets = self._buckets[listener] + duration_bucket(elapsed_ns)
+        duration = self._duration[listener]
         # A pipelined read usually holds one API many times: count per distinct key.
         for api_key in (set(api_keys) if len(api_keys) > 1 else api_keys):
             count = api_keys.count(api_key) if len(api_keys) > 1 else 1
@@ -117,12 +132,15 @@ class Worker:
         epoch = Epoch(block.words, block.parent_cell("metadata_epoch"))
         self.registry = TopicRegistry(config.log_dirs, log_settings(config), epoch)
         self.services = Services(view=view, props=config.props, registry=self.registry,
-                                 forward=lambda frame, listener: self.forward_admin(frame, listener, ""))
+                                 forward=lambda frame, listener: self.forward_admin(frame, listener, ""),
+                                 may_alter=config.may_alter)
         props = config.props
-        sensors = QuotaSensors(block, boot.slot, props.quota_window_size_seconds,
-                               props.quota_window_num, props.pybroker_quota_burst_windows)
-        self.services.quotas = ClientQuotas(props, sensors, self.stats)
-        self.router = Router(build_apis(self.services), self.services.quotas)
+        self.control_plane = boot.control_plane
+        if not self.control_plane:  # the control plane is exempt from client quotas
+            sensors = QuotaSensors(block, boot.slot, props.quota_window_size_seconds,
+                                   props.quota_window_num, props.pybroker_quota_burst_windows)
+            self.services.quotas = ClientQuotas(props, sensors, self.stats)
+        self.router = Router(build_apis(self.services, self.control_plane), self.services.quotas)
         self.max_request_bytes = config.props.socket_request_max_bytes
         self.pool: SharedPool | None = None
         if config.props.queued_max_request_bytes > 0:
@@ -133,9 +151,12 @@ class Worker:
             index: collections.deque() for index in range(len(config.listeners))}
         self._grants_seen = [0] * len(config.listeners)
         self._wake_socket: socket.socket | None = None
-        # queued.max.requests is broker-wide: each worker takes an even share of it.
+        # queued.max.requests is broker-wide: each data worker takes an even share of it.
+        # The control plane has a queue of its own (KIP-291's capacity 20).
         workers = config.props.num_network_threads
         self._queue_share = max(1, -(-config.props.queued_max_requests // workers))
+        if self.control_plane:
+            self._queue_share = config.props.pybroker_control_plane_queue_size
         self.in_flight = 0  # requests read and not yet answered (their answer waits)
         self._queue_waiters: collections.deque = collections.deque()
         self.large_frame_bytes = LARGE_FRAME_BYTES
@@ -171,6 +192,7 @@ class Worker:
         self.services.waits = FetchWaits(self._loop, self.stats.delayed_fetches)
         self.channel.setblocking(False)
         self._loop.add_reader(self.channel.fileno(), self._on_channel)
+        self._pin()
         if self.pool is not None:
             self._wake_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._wake_socket.bind(wake_address(self.block, self.slot))
@@ -182,6 +204,12 @@ class Worker:
         self._loop.call_later(TICK_SECONDS, self._tick)
         log.info("worker %s serving (pid %d)", self.name, os.getpid())
         await self._stopped
+
+    def _pin(self) -> None:
+        cpu = self.boot.config.props.pybroker_control_plane_cpu
+        if self.control_plane and cpu is not None:
+            os.sched_setaffinity(0, {cpu})  # config validation checked it is allowed
+            log.info("worker %s pinned to CPU %d", self.name, cpu)
 
     def begin_shutdown(self, deadline_seconds: float) -> None:
         """Stop taking connections; close each one once nothing is in flight."""
@@ -198,9 +226,11 @@ class Worker:
         self._drain_step()
 
     def _drain_step(self) -> None:
+        # Only answers owed are waited for: a connection throttled, waiting for memory or
+        # half-way through a request has nothing acknowledged to lose and closes at once.
         past_deadline = time.monotonic() >= self._deadline
         for conn in list(self.connections):
-            if past_deadline or conn.is_idle():
+            if past_deadline or not conn.owes_answer():
                 conn.close("shutdown")
                 if past_deadline and conn.transport is not None:
                     conn.transport.abort()
@@ -215,6 +245,7 @@ class Worker:
 
     def _tick(self) -> None:
         self.block.beat(self.slot)
+        self.stats.tick()
         if self._idle_seconds >= 0 and not self._draining:
             cutoff = time.monotonic() - self._idle_seconds
             for conn in [c for c in self.connections if c.last_active < cutoff and c.is_idle()]:
@@ -244,7 +275,8 @@ class Worker:
             elif isinstance(message, ipc.AdminResponse):
                 self._admin_answered(message)
             elif isinstance(message, ipc.Quotas):
-                self.services.quotas.update(message.entries)
+                if self.services.quotas is not None:
+                    self.services.quotas.update(message.entries)
             elif isinstance(message, ipc.Shutdown):
                 self.begin_shutdown(message.deadline_ms / 1000)
             else:

@@ -1,6 +1,6 @@
 """The Kafka APIs a worker serves, one module per family.
 
-discovery  ApiVersions, Metadata, FindCoordinator
+discovery  ApiVersions, Metadata, DescribeCluster, FindCoordinator
 produce    Produce, InitProducerId
 fetch      Fetch (long poll), ListOffsets
 topics     CreateTopics, DeleteTopics
@@ -26,34 +26,39 @@ class Services:
     registry: TopicRegistry
     waits: object = None  # workers.apis.fetch.FetchWaits, set once the loop runs
     forward: object = None  # (frame, listener index) -> Future of the parent's answer
-    quotas: object = None  # workers.quotas.ClientQuotas
+    quotas: object = None  # workers.quotas.ClientQuotas; None on the control plane
+    may_alter: object = None  # (listener index) -> whether changes are served there
 
 
-def build_apis(services: Services) -> list[Api]:
-    from workers.apis.discovery import ApiVersions, FindCoordinator, Metadata
+def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
+    """The data plane serves everything; the control plane only admin and control APIs."""
+    from workers.apis.discovery import ApiVersions, DescribeCluster, FindCoordinator, Metadata
     from workers.apis.fetch import Fetch, ListOffsets
     from workers.apis.produce import InitProducerId, Produce
     from workers.apis.topics import CreateTopics, DeleteTopics
 
     from workers.apis.admin import forwarded_apis
 
-    apis: list[Api] = [Produce(services), Fetch(services), ListOffsets(services),
-                       Metadata(services), FindCoordinator(services), CreateTopics(services),
-                       DeleteTopics(services), InitProducerId(services), *forwarded_apis(services)]
+    apis: list[Api] = [Metadata(services), DescribeCluster(services), CreateTopics(services),
+                       DeleteTopics(services), *forwarded_apis(services)]
+    if not control_plane:
+        apis += [Produce(services), Fetch(services), ListOffsets(services),
+                 FindCoordinator(services), InitProducerId(services)]
     apis.append(ApiVersions(apis))
     return apis
 
 
 def api_names() -> dict[int, str]:
     """API key -> name of every API served (for metrics labels)."""
-    from workers.apis.discovery import ApiVersions, FindCoordinator, Metadata
+    from workers.apis.discovery import ApiVersions, DescribeCluster, FindCoordinator, Metadata
     from workers.apis.fetch import Fetch, ListOffsets
     from workers.apis.produce import InitProducerId, Produce
     from workers.apis.topics import CreateTopics, DeleteTopics
 
     from workers.apis.admin import FORWARDED
 
-    names = {cls.key: cls.name for cls in (ApiVersions, Metadata, FindCoordinator, Produce,
+    names = {cls.key: cls.name for cls in (ApiVersions, Metadata, DescribeCluster,
+                                           FindCoordinator, Produce,
                                            InitProducerId, Fetch, ListOffsets, CreateTopics,
                                            DeleteTopics)}
     names.update({key: name for key, name, _ in FORWARDED})

@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata and FindCoordinator: how clients learn what and where this broker is."""
+"""ApiVersions, Metadata, DescribeCluster and FindCoordinator: what and where this broker is."""
 
 from __future__ import annotations
 
@@ -127,6 +127,33 @@ class Metadata(Api):
 
 def _legal(name: str) -> bool:
     return bool(LEGAL_NAME.match(name)) and name not in (".", "..")
+
+
+class DescribeCluster(Api):
+    """This node as the whole cluster, at the endpoint of the listener asked on."""
+
+    key, name, versions = 60, "DescribeCluster", (0, 2)
+    _BROKERS, _CONTROLLERS = 1, 2
+
+    def __init__(self, services):
+        self.services = services
+
+    def handle(self, ctx: RequestContext, body) -> bytes:
+        view = self.services.view
+        endpoint = view.advertised[ctx.listener_index]
+        answer = {"throttle_time": NO_THROTTLE, "error_code": errors.NONE, "error_message": None,
+                  "endpoint_type": self._BROKERS, "cluster_id": view.cluster_id,
+                  "controller_id": view.node_id, "brokers": [],
+                  "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS}
+        if ctx.version >= 1 and body.endpoint_type != self._BROKERS:
+            # A broker describes brokers; KRaft controllers answer type 2 (Kafka's rule).
+            return ctx.respond(dict(answer, error_code=errors.ErrorCode.unsupported_endpoint_type,
+                                    error_message="this node is a broker, not a controller",
+                                    endpoint_type=body.endpoint_type))
+        if endpoint is not None:
+            answer["brokers"] = [{"broker_id": view.node_id, "host": endpoint[0],
+                                  "port": endpoint[1], "rack": None, "is_fenced": False}]
+        return ctx.respond(answer)
 
 
 class FindCoordinator(Api):

@@ -1,4 +1,10 @@
-"""CreateTopics and DeleteTopics."""
+"""CreateTopics and DeleteTopics.
+
+With a control plane (KIP-291), both are served only on its listener unless
+`pybroker.control.plane.alter.on.data.listeners` is set; elsewhere every topic gets
+CLUSTER_AUTHORIZATION_FAILED, the answer an authorizer gives to a principal without
+cluster-level alter rights.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +17,31 @@ _MESSAGES = {
     "invalid_replication_factor": "Replication factor must be 1: this cluster has one broker.",
     "invalid_replica_assignment": "Replica assignments may only name this broker.",
     "invalid_config": "Topic-level configurations are not supported yet.",
+    "cluster_authorization_failed": "Topics are created and deleted on the control-plane "
+                                    "listener only.",
 }
+
+
+def _refused(services, ctx: RequestContext) -> bool:
+    return services.may_alter is not None and not services.may_alter(ctx.listener_index)
 
 
 class CreateTopics(Api):
     key, name, versions = 19, "CreateTopics", (2, 7)
 
     def handle(self, ctx: RequestContext, body) -> bytes:
-        results = [self._create(topic, body.validate_only) for topic in body.topics]
+        if _refused(self.services, ctx):
+            results = [self._refusal(topic.name) for topic in body.topics]
+        else:
+            results = [self._create(topic, body.validate_only) for topic in body.topics]
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
+
+    @staticmethod
+    def _refusal(name: str) -> dict:
+        return {"name": name, "topic_id": None, "num_partitions": -1, "replication_factor": -1,
+                "error_code": error_code("cluster_authorization_failed"),
+                "error_message": _MESSAGES["cluster_authorization_failed"], "configs": (),
+                "topic_config_error_code": 0}
 
     def _create(self, topic, validate_only: bool) -> dict:
         props, registry = self.services.props, self.services.registry
@@ -61,6 +83,11 @@ class DeleteTopics(Api):
             wanted = [(name, None) for name in body.topic_names]
         results = []
         for name, topic_id in wanted:
+            if _refused(self.services, ctx):
+                results.append({"name": name, "topic_id": topic_id, "error_message":
+                                _MESSAGES["cluster_authorization_failed"],
+                                "error_code": error_code("cluster_authorization_failed")})
+                continue
             if name is None and topic_id is not None:
                 info = registry.by_id(topic_id)
                 name = info.name if info is not None else None
