@@ -6,21 +6,26 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
-.PHONY: install run test bench loadgen loadtest clean
+.PHONY: install run test bench loadgen loadtest report java clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,pipeline]'
 	touch $(STAMP)
+
+# The PySpark pipeline needs a Java runtime (17 or newer), the project's only system need.
+java:
+	@command -v java >/dev/null 2>&1 || { echo "Spark needs Java 17+: install it with" \
+	  "'apt-get install default-jre-headless' (Debian/Ubuntu)" >&2; exit 1; }
 
 run: install
 	mkdir -p data
 	$(PY) -m broker --config config/server.properties
 
-test: install loadgen
+test: install loadgen java
 	$(PY) -m pytest -q tests
 
 loadgen: $(LOADGEN)
@@ -29,8 +34,13 @@ loadtest/bin/%: loadtest/%.c
 	mkdir -p loadtest/bin
 	$${CC:-gcc} -O2 -Wall -o $@ $<
 
-bench: install loadgen
+bench: install loadgen java
 	$(PY) -m loadtest.bench
+
+# A short incident on a real broker (storm, throttled producer, large-request burst; 127.0.0.1
+# only, about 20 s), then the PySpark report about it: prints the report's path.
+report: install java
+	$(PY) -m loadtest.demo --out reports/demo
 
 # A short connection storm with locust against a broker started here on an ephemeral port of
 # 127.0.0.1 (50 users, 10 s; LOCUST_ARGS="-t 30s -u 200" to change).  Fails if a request failed.
@@ -48,4 +58,4 @@ loadtest: install
 	$(VENV)/bin/locust -f loadtest/locustfile.py --config loadtest/locust.conf --host tcp://127.0.0.1:$$port $(LOCUST_ARGS)
 
 clean:
-	rm -rf $(VENV) loadtest/bin .pytest_cache
+	rm -rf $(VENV) loadtest/bin .pytest_cache reports

@@ -30,6 +30,7 @@ from typing import Callable
 
 from broker.admission import ConnectionQuotas, Verdict
 from broker.config import Listener
+from broker.events import ConnectionAccepted, ConnectionRejected, EventLog
 from broker.handoff import Dispatcher
 from shm.block import REJECT_REASONS, SharedBlock
 
@@ -108,7 +109,7 @@ class Acceptor:
     def __init__(self, loop: asyncio.AbstractEventLoop, index: int, listener: Listener,
                  sock: socket.socket, dispatcher: Dispatcher, block: SharedBlock,
                  quotas: ConnectionQuotas, delayed: DelayedCloser, next_id: Callable[[], int],
-                 over_limit: Callable[[], None]):
+                 over_limit: Callable[[], None], events: EventLog | None = None):
         self.loop = loop
         self.index = index
         self.listener = listener
@@ -125,8 +126,13 @@ class Acceptor:
         self._throttle_cell = block.parent_cell("accept_throttle_ns", index)
         self._rejected_cells = {reason: block.parent_cell("connections_rejected", index, n)
                                 for n, reason in enumerate(REJECT_REASONS)}
+        self.events = events
         self._watching = False
         self._blocked_since = 0  # monotonic ns, 0 when not blocked
+        # For the event log: why the current block began, and per reason this second.
+        self._block_reason = ""
+        self._block_mark = 0
+        self._blocked_by: dict[str, list[int]] = {}  # reason -> [episodes, ns]
         self._paused_until = 0.0  # monotonic seconds of a rate pause in progress
         self._closed = False
 
@@ -147,8 +153,11 @@ class Acceptor:
             total += time.monotonic_ns() - self._blocked_since
         return total
 
-    def rejected(self, reason: str, count: int = 1) -> None:
-        self.block.words[self._rejected_cells[reason]] += count
+    def rejected(self, reason: str, ip: str = "") -> None:
+        self.block.words[self._rejected_cells[reason]] += 1
+        if self.events is not None:
+            self.events.emit(ConnectionRejected(listener=self.listener.name, ip=ip,
+                                                reason=reason))
 
     def sync_active(self) -> None:
         self.block.words[self._active_cell] = self.quotas.per_listener[self.index]
@@ -165,15 +174,33 @@ class Acceptor:
             self.loop.remove_reader(self.sock.fileno())
             self._watching = False
 
-    def _begin_block(self) -> None:
+    def _begin_block(self, reason: str) -> None:
         self._unwatch()
         if not self._blocked_since:
-            self._blocked_since = time.monotonic_ns()
+            self._blocked_since = self._block_mark = time.monotonic_ns()
+            self._block_reason = reason
+            self._blocked_by.setdefault(reason, [0, 0])[0] += 1
 
     def _end_block(self) -> None:
         if self._blocked_since:
-            self.block.words[self._blocked_cell] += time.monotonic_ns() - self._blocked_since
+            now = time.monotonic_ns()
+            self.block.words[self._blocked_cell] += now - self._blocked_since
+            self._blocked_by[self._block_reason][1] += now - self._block_mark
             self._blocked_since = 0
+
+    def _no_room_reason(self) -> str:
+        return "handoff_full" if self.dispatcher.free_capacity() == 0 else "connection_limit"
+
+    def take_blocked(self) -> dict[str, list[int]]:
+        """Blocked episodes and nanoseconds by reason since the last call (event log)."""
+        if self._blocked_since:
+            now = time.monotonic_ns()
+            self._blocked_by[self._block_reason][1] += now - self._block_mark
+            self._block_mark = now
+        taken, self._blocked_by = self._blocked_by, {}
+        if self._blocked_since:
+            self._blocked_by[self._block_reason] = [0, 0]
+        return taken
 
     def _room(self) -> int:
         return min(self.dispatcher.free_capacity(), self.quotas.room(self.index), ACCEPT_BATCH)
@@ -188,7 +215,7 @@ class Acceptor:
 
     def _pause(self, seconds: float, throttle: bool = True) -> None:
         """Stop for a creation-rate throttle (or a lack of descriptors), then resume."""
-        self._begin_block()
+        self._begin_block("creation_rate" if throttle else "descriptors")
         self._paused_until = time.monotonic() + seconds
         if throttle:
             self.block.words[self._throttle_cell] += int(seconds * 1e9)
@@ -203,7 +230,7 @@ class Acceptor:
     def _on_readable(self) -> None:
         room = self._room()
         if room == 0:
-            self._begin_block()
+            self._begin_block(self._no_room_reason())
             return
         admitted, pause, attempts = [], 0.0, 0
         accept = self.sock._accept  # returns (fd, address) without building a socket object
@@ -221,17 +248,20 @@ class Acceptor:
             decision = quotas.admit(index, address[0], now)
             if decision.verdict is Verdict.REJECT_IP_LIMIT:
                 os.close(fd)
-                self.rejected("per_ip_limit")
+                self.rejected("per_ip_limit", ip=address[0])
                 log.debug("listener %s: %s over max.connections.per.ip; closed",
                           self.listener.name, address[0])
                 continue
             if decision.verdict is Verdict.THROTTLE_IP:
                 self.delayed.hold(fd, now + decision.delay)
-                self.rejected("per_ip_rate")
+                self.rejected("per_ip_rate", ip=address[0])
                 continue
             conn_id = self._next_id()
             quotas.opened(conn_id, index, address[0])
             admitted.append((fd, address, conn_id))
+            if self.events is not None:
+                self.events.emit(ConnectionAccepted(listener=self.listener.name, ip=address[0],
+                                                    port=address[1], conn_id=conn_id))
             if decision.delay > 0:
                 pause = decision.delay
                 break
@@ -244,7 +274,7 @@ class Acceptor:
         if pause:
             self._pause(pause)
         elif self._room() == 0:
-            self._begin_block()
+            self._begin_block(self._no_room_reason())
 
     def _accept_failed(self, error: OSError) -> None:
         if error.errno in _OUT_OF_FDS:

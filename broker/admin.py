@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from broker.config import declared_keys
+from broker.events import ConfigChanged, EventLog
 from broker.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
                             DynamicConfig, alter_client_quota)
 from broker.quotas import DEFAULT, ENTITY_TYPES, entity_key
@@ -26,14 +27,33 @@ BROKER_RESOURCE = 4
 CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
 
 
+ALTERING_APIS = (44, 49)  # IncrementalAlterConfigs, AlterClientQuotas
+
+
+def refuse_change(request: bytes, listener: int) -> bytes:
+    """CLUSTER_AUTHORIZATION_FAILED for an alter on a data listener, answered by a worker
+    without the parent (whose loop then never queues refused requests)."""
+    refuser = AdminService(-1, None, None, may_alter=lambda _listener: False)
+    return refuser.handle(request, listener, "")
+
+
 class AdminService:
-    def __init__(self, node_id: int, dynamic: DynamicConfig, on_change, may_alter=None):
+    def __init__(self, node_id: int, dynamic: DynamicConfig, on_change, may_alter=None,
+                 events: EventLog | None = None):
         self.node_id = node_id
         self.dynamic = dynamic
         self.on_change = on_change  # called after a change was persisted
         self.may_alter = may_alter or (lambda _listener: True)
+        self.events = events
         self._handlers = {32: self._describe_configs, 44: self._alter_configs,
                           48: self._describe_quotas, 49: self._alter_quotas}
+
+    def _record(self, listener: int, who: str, kind: str, changes: dict) -> None:
+        if self.events is not None:
+            self.events.emit(ConfigChanged(
+                listener=self.dynamic.config.listeners[listener].name, peer=who, kind=kind,
+                changes={key: None if value is None else str(value)
+                         for key, value in changes.items()}))
 
     def handle(self, request: bytes, listener: int, who: str) -> bytes:
         api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
@@ -100,6 +120,9 @@ class AdminService:
             if problem is None:
                 problem = self._alter_resource(resource, body.validate_only, who)
                 changed |= problem is None and not body.validate_only
+                if problem is None and not body.validate_only:
+                    self._record(ctx.listener_index, who, "config",
+                                 {item.name: item.value for item in resource.configs})
             code, message = problem if problem is not None else (None, None)
             results.append(dict(entry, error_code=error_code(code), error_message=message))
         if changed:
@@ -170,17 +193,20 @@ class AdminService:
 
     def _alter_quotas(self, ctx: RequestContext, body, who: str) -> bytes:
         results, changed = [], False
+        refusal = self._refusal(ctx.listener_index)
+        if refusal is not None:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "entries": [
+                {"error_code": error_code(refusal[0]), "error_message": refusal[1],
+                 "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name}
+                            for e in entry.entity]} for entry in body.entries]})
         ip_quotas = dict(self.dynamic.stored.ip_quotas)
         client_quotas = dict(self.dynamic.stored.client_quotas)
-        refusal = self._refusal(ctx.listener_index)
         for entry in body.entries:
             entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name}
                       for e in entry.entity]
             kinds = [e.entity_type for e in entry.entity]
             problem = None
             try:
-                if refusal is not None:
-                    raise ConfigProblem(*refusal)
                 if kinds == ["ip"]:
                     candidate = dict(ip_quotas)  # an entry applies whole or not at all
                     for op in entry.ops:
@@ -209,5 +235,12 @@ class AdminService:
             self.dynamic.save()
             log.info("quotas changed by %s: ip %s, clients %s", who or "a client", ip_quotas,
                      client_quotas)
+            for entry, result in zip(body.entries, results):
+                if result["error_code"] == errors.NONE:
+                    entity = ",".join(f"{e.entity_type}={e.entity_name or DEFAULT}"
+                                      for e in entry.entity)
+                    self._record(ctx.listener_index, who, "quota", {
+                        f"{entity}/{op.key}": None if op.remove else op.value
+                        for op in entry.ops})
             self.on_change()
         return ctx.respond({"throttle_time": NO_THROTTLE, "entries": results})

@@ -177,6 +177,19 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     log_flush_interval_ms: Annotated[int, _doc(
         "fsync every partition with unflushed messages this often (unset: never by time).",
         ge=1)] | None = None
+    pybroker_event_log_enable: Annotated[bool, _doc(
+        "Write the structured event log (broker/events.py), the input of the PySpark "
+        "pipeline.")] = True
+    pybroker_event_log_dir: Annotated[str, _doc(
+        "Directory of the event log; default: pybroker-events beside the first log dir.")] = ""
+    pybroker_event_log_file_bytes: Annotated[int, _doc(
+        "Each process starts a new event file past this size.", ge=4096, le=2**40)] = 64 * MIB
+    pybroker_event_log_total_bytes: Annotated[int, _doc(
+        "Cap on the event log directory: the oldest closed files are deleted past it.",
+        ge=4096, le=2**50)] = 1024 * MIB
+    pybroker_event_log_slow_request_ms: Annotated[int, _doc(
+        "Requests slower than this are also logged one by one (others only per second).",
+        ge=0, le=INT_MAX)] = 100
     prometheus_listen: Annotated[str, _doc(
         "HOST:PORT of the Prometheus /metrics endpoint; empty disables it.")] = "127.0.0.1:9404"
     pybroker_handoff_queue_size: Annotated[int, _doc(
@@ -237,6 +250,7 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     control_plane_listener: str | None
     log_dirs: tuple[str, ...]
     prometheus: tuple[str, int] | None
+    event_log_dir: str | None = None  # None when the event log is off
 
     def listener_index(self, name: str) -> int:
         for index, listener in enumerate(self.listeners):
@@ -615,7 +629,21 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         control_plane_listener=control_plane,
         log_dirs=log_dirs,
         prometheus=_parse_host_port("prometheus.listen", props.prometheus_listen),
+        event_log_dir=_event_log_dir(props, log_dirs),
     )
+
+
+def _event_log_dir(props: ServerProperties, log_dirs: tuple[str, ...]) -> str | None:
+    if props.pybroker_event_log_total_bytes < props.pybroker_event_log_file_bytes:
+        raise ConfigError(f"pybroker.event.log.total.bytes: {props.pybroker_event_log_total_bytes} "
+                          f"is less than pybroker.event.log.file.bytes "
+                          f"{props.pybroker_event_log_file_bytes}")
+    if not props.pybroker_event_log_enable:
+        return None
+    if props.pybroker_event_log_dir:
+        return props.pybroker_event_log_dir
+    parent = os.path.dirname(os.path.abspath(log_dirs[0]))
+    return os.path.join(parent, "pybroker-events")
 
 
 def describe_keys() -> str:

@@ -26,6 +26,7 @@ from broker.acceptor import Acceptor, DelayedCloser
 from broker.admission import ConnectionQuotas
 from broker.config import BrokerConfig
 from broker.dynamic import DynamicConfig
+from broker.events import EventLog
 from broker.handoff import Dispatcher, WorkerHandle
 from shm.block import CLOSE_REASONS, SharedBlock
 
@@ -37,13 +38,15 @@ EVICT_RETRY = 0.05
 
 class Connections:
     def __init__(self, loop: asyncio.AbstractEventLoop, config: BrokerConfig, block: SharedBlock,
-                 workers: list[WorkerHandle], dynamic: DynamicConfig, lock: threading.Lock):
+                 workers: list[WorkerHandle], dynamic: DynamicConfig, lock: threading.Lock,
+                 events: EventLog | None = None):
         self.loop = loop
         self.config = config
         self.block = block
         self.workers = workers
         self.dynamic = dynamic
         self.lock = lock  # held by the metrics thread while it reads
+        self.events = events
         props = config.props
         names = [listener.name for listener in config.listeners]
         data = config.data_listener_indexes()
@@ -77,7 +80,7 @@ class Connections:
             dispatcher = self.control_dispatcher if index == self.control_plane else self.dispatcher
             acceptor = Acceptor(self.loop, index, listener, sock, dispatcher, self.block,
                                 self.quotas, self.delayed, lambda: next(self._ids),
-                                self.maybe_evict)
+                                self.maybe_evict, self.events)
             self.acceptors.append(acceptor)
             acceptor.start()
 
@@ -187,7 +190,7 @@ class Connections:
                 continue  # closed meanwhile
             orders.setdefault(worker, []).append(conn_id)
             self._evicting.add(conn_id)
-            self.acceptors[owner[0]].rejected("evicted")
+            self.acceptors[owner[0]].rejected("evicted", ip=owner[1])
         for worker, conn_ids in orders.items():
             try:
                 worker.channel.send(ipc.encode(ipc.Close(conn_ids=conn_ids, reason="evicted")))

@@ -32,6 +32,9 @@ class ConfigProblem(ValueError):
         self.code = code
 
 
+CONTROL_PLANE_MAX_CONNECTIONS = 100  # unless listener.name.<cp>.max.connections says otherwise
+
+
 @dataclass(frozen=True)
 class DynamicKey:
     name: str
@@ -121,6 +124,10 @@ class DynamicConfig:
                 value, _ = self.value(self.listener_key(listener.name, suffix))
                 if value is not None:
                     target[index] = int(value)
+        control = self.config.control_plane_index()
+        if control is not None:
+            # Outside every data-plane limit, the control plane needs one of its own.
+            listener_max.setdefault(control, CONTROL_PLANE_MAX_CONNECTIONS)
         quotas = self.stored.ip_quotas
         default_rate = quotas.get(DEFAULT_ENTITY)
         return Limits(

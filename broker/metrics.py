@@ -168,8 +168,8 @@ class BlockCollector:
         """Per worker CPU and idle ratio, and each plane's request queue (KIP-291's split)."""
         block, words = self.block, self.block.words
         idle = GaugeMetricFamily("broker_network_worker_idle_ratio",
-                                 "Share of the last second each worker process was not on CPU "
-                                 "(Kafka's NetworkProcessorAvgIdlePercent)",
+                                 "Share of the last second each worker's event loop neither ran "
+                                 "nor waited for a CPU (Kafka's NetworkProcessorAvgIdlePercent)",
                                  labels=["worker", "plane"])
         cpu = CounterMetricFamily("broker_network_worker_cpu_seconds",
                                   "CPU time of each worker process", labels=["worker", "plane"])

@@ -67,7 +67,7 @@ class QuotaSensors:
     """Broker-wide windowed rates, one per (quota type, entity); `slot` is this worker's."""
 
     def __init__(self, block: SharedBlock, slot: int, window_seconds: float, samples: int,
-                 burst_windows: int | None):
+                 burst_windows: int | None, slots: int | None = None):
         if samples > QUOTA_WINDOWS:
             raise ValueError(f"quota.window.num {samples} is above {QUOTA_WINDOWS}")
         self.block = block
@@ -77,7 +77,7 @@ class QuotaSensors:
         self.samples = samples
         self.burst = samples - 1 if burst_windows is None else burst_windows
         self._entities: dict[str, int] = {}
-        self._slots = range(block.slots)
+        self._slots = range(block.slots if slots is None else slots)  # data workers only
         self._window_base = [block.worker_cell(s, "quota_window", 0, 0, 0) for s in self._slots]
         self._count_base = [block.worker_cell(s, "quota_count", 0, 0, 0) for s in self._slots]
 

@@ -30,12 +30,13 @@ import time
 
 import msgspec
 
-from broker import ipc
+from broker import events, ipc
 from broker.acceptor import bind_listener
 from broker.admin import AdminService
 from broker.config import BrokerConfig, ConfigError, load_config
 from broker.connections import Connections
 from broker.dynamic import DynamicConfig
+from broker.events import EventLog
 from broker.handoff import WorkerHandle
 from broker.log.manager import LogManager
 from broker.log.topics import Epoch
@@ -54,6 +55,7 @@ KILL_AFTER_ABORT = 5.0
 YOUNG_DEATH = 2.0  # a worker dying sooner than this after start is restarted with back-off
 MAX_BACKOFF = 5.0
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+MESSAGES_PER_WAKEUP = 16
 
 
 class Supervisor:
@@ -86,6 +88,9 @@ class Supervisor:
         self._force = False
         self._exit_code = 0
         self._backoff: dict[int, float] = {}
+        self.events: EventLog | None = None
+        self._depleted_seen = 0  # pool depleted ns already reported
+        self._depletion: tuple[int, float] | None = None  # (start epoch ms, depleted ns then)
 
     # --- entry point ----------------------------------------------------------------------
 
@@ -103,12 +108,13 @@ class Supervisor:
         self.logs = LogManager(self.config, Epoch(self.block.words,
                                                   self.block.parent_cell("metadata_epoch")))
         self.pool = self._create_pool()
+        self.events = self._event_log()
         dynamic = DynamicConfig(self.config)
         dynamic.load()
         self.connections = Connections(self._loop, self.config, self.block, self.workers,
-                                       dynamic, self.metrics_lock)
+                                       dynamic, self.metrics_lock, self.events)
         self.admin = AdminService(self.config.node_id, dynamic, self._config_changed,
-                                  self.config.may_alter)
+                                  self.config.may_alter, self.events)
         try:
             self.logs.startup()
             for worker in self.workers:
@@ -117,6 +123,8 @@ class Supervisor:
                 self.connections.start(sockets)
                 self._start_metrics()
                 self.logs.start_maintenance()
+                if self.events is not None:
+                    self._loop.call_later(1.0 - time.time() % 1.0, self._events_tick)
                 log.info("broker ready node.id=%d workers=%d pid=%d", self.config.node_id,
                          len(self.workers), os.getpid())
                 await self._main_loop()
@@ -126,6 +134,8 @@ class Supervisor:
             for sock in sockets:
                 sock.close()
             self._stop_metrics()
+            if self.events is not None:
+                self.events.close()
             self.block.close()
             self.block.unlink()
         return self._exit_code
@@ -139,6 +149,49 @@ class Supervisor:
         reserved = self.config.pool_reserved_by_index()
         initialise_pool(self.block, limit, reserved)
         return SharedPool(self.block, -1, limit, reserved)
+
+    def _event_log(self) -> EventLog | None:
+        if self.config.event_log_dir is None:
+            return None
+        props = self.config.props
+        return EventLog(self.config.event_log_dir, "parent", self.config.node_id,
+                        props.pybroker_event_log_file_bytes, props.pybroker_event_log_total_bytes)
+
+    def _events_tick(self) -> None:
+        """On every wall-clock second: what the second that just ended looked like."""
+        now = time.time()
+        second_ms = int(now - 0.5) * 1000
+        emit = self.events.emit
+        for acceptor in self.connections.acceptors:
+            for reason, (episodes, nanoseconds) in acceptor.take_blocked().items():
+                emit(events.AcceptorBlocked(ts=second_ms, listener=acceptor.listener.name,
+                                            reason=reason, episodes=episodes,
+                                            blocked_ms=nanoseconds / 1e6))
+        stats = events.BrokerStats(ts=second_ms, active={
+            listener.name: count for listener, count in
+            zip(self.config.listeners, self.connections.quotas.per_listener)})
+        if self.pool is not None:
+            self._pool_events(stats, now)
+        emit(stats)
+        self.events.flush()
+        if not self._stopping:
+            self._loop.call_later(1.0 - time.time() % 1.0, self._events_tick)
+
+    def _pool_events(self, stats: events.BrokerStats, now: float) -> None:
+        """Pool figures for the second, and a pool_depleted event when a depletion ended."""
+        pool, words = self.pool, self.block.words
+        depleted = pool.depleted_ns()
+        stats.pool_used, stats.pool_limit = pool.used(), pool.limit
+        stats.pool_waiting = words[self.block.parent_cell("pool_waiting")]
+        stats.depleted_ms = (depleted - self._depleted_seen) / 1e6
+        self._depleted_seen = depleted
+        if stats.pool_waiting and self._depletion is None:
+            self._depletion = (int(now * 1000), depleted - stats.depleted_ms * 1e6)
+        elif not stats.pool_waiting and self._depletion is not None:
+            started, base = self._depletion
+            self.events.emit(events.PoolDepleted(started=started,
+                                                 duration_ms=(depleted - base) / 1e6))
+            self._depletion = None
 
     def _bind(self) -> list[socket.socket]:
         props, sockets = self.config.props, []
@@ -271,9 +324,16 @@ class Supervisor:
         worker.pidfd = os.pidfd_open(pid)
         self._loop.add_reader(worker.pidfd, self._reap)
         log.info("spawned worker %s pid=%d", worker.name, pid)
+        if self.events is not None:
+            self.events.emit(events.WorkerStarted(
+                worker=worker.name, pid=pid, plane="control" if worker.control_plane else "data"))
 
     def _on_worker_message(self, worker: WorkerHandle) -> None:
-        while worker.channel is not None:
+        # At most a few messages per call: the loop then serves other workers' channels
+        # (the control plane's among them) before coming back to a busy one.
+        for _ in range(MESSAGES_PER_WAKEUP):
+            if worker.channel is None:
+                return
             try:
                 message, fds = ipc.receive(worker.channel)
             except BlockingIOError:
@@ -349,6 +409,11 @@ class Supervisor:
     def _worker_exited(self, worker: WorkerHandle, status: int) -> None:
         was_ready, lived = worker.ready, time.monotonic() - worker.started_at
         self._log_exit(worker, status)
+        if self.events is not None:
+            code = os.waitstatus_to_exitcode(status)
+            cause = f"exit {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+            self.events.emit(events.WorkerExited(worker=worker.name, pid=worker.pid, cause=cause,
+                                                 lived_ms=int(lived * 1000)))
         self._detach_channel(worker)
         self._close_pidfd(worker)
         self._retire_slot(worker)
@@ -493,7 +558,8 @@ class Supervisor:
             props = self.config.props
             self._quota_sensors = QuotaSensors(self.block, -1, props.quota_window_size_seconds,
                                                props.quota_window_num,
-                                               props.pybroker_quota_burst_windows)
+                                               props.pybroker_quota_burst_windows,
+                                               props.num_network_threads)
         found = []
         for quota_index, quota in enumerate(QUOTA_KEYS):
             named = [key for key, values in self.connections.dynamic.stored.client_quotas.items()

@@ -22,7 +22,13 @@ a uvloop server serves on this 2-core machine):
             while loadtest/flood.py keeps 12 connections x 2 Produce requests of 1 MiB in flight
             (every data worker busy, the 8 MiB pool exhausted, max.connections=12 reached by
             the flood), sent on the control-plane listener; the baseline sends them on the
-            data listener of a broker without a control plane under the same load;
+            data listener of a broker without a control plane under the same load (its
+            max.connections is 14, so the probes get in).  A run where requests did not wait
+            for pool memory at least half the time counts as an error (not saturated);
+  events    ApiVersions with the event log on (the default) against a broker with
+            pybroker.event.log.enable=false, same shapes (issue 8: cost <= 5 %); and once per
+            run, the PySpark pipeline over a synthetic event log of --pipeline-gb GB
+            (loadtest/events_gen.py): events per second, JVM start-up included;
   log       confluent-kafka producing 1 KiB records (acks=1, no compression) to a topic of
             2 partitions for a few seconds, then a consumer reading them all back; reported
             in MB/s, records/s and broker CPU seconds (all processes) per MB.  No baseline.
@@ -54,6 +60,9 @@ TARGETS = (
     (("apiversions 1w 100x1", "apiversions 2w 100x1"), "echo 100x1", 0.8),
     (("apiversions 1w 10x50", "apiversions 2w 10x50"), "echo 10x50", 0.4),
     (("accept+handoff+register 2w",), "raw accept+close", 0.6),
+    # Issue 8: writing the event log costs at most 5 % of small-request throughput.
+    (("apiversions 1w 100x1",), "apiversions 1w 100x1, event log off", 0.95),
+    (("apiversions 1w 10x50",), "apiversions 1w 10x50, event log off", 0.95),
 )
 UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
               ("accept limits on", "accept+handoff+register 2w"),
@@ -284,15 +293,9 @@ WITH_CONTROL_PLANE = {"listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0
 
 
 def describe_configs_frame() -> bytes:
-    from kafka.protocol.admin.configs import DescribeConfigsRequest
+    from tests.wire import describe_configs_request
 
-    resource = DescribeConfigsRequest.DescribeConfigsResource
-    request = DescribeConfigsRequest[4](resources=[resource(
-        resource_type=4, resource_name="0", configuration_keys=["max.connections"])],
-        include_synonyms=False, include_documentation=False)
-    request.with_header(correlation_id=7, client_id="bench")
-    body = bytes(request.encode(header=True))
-    return struct.pack(">i", len(body)) + body
+    return describe_configs_request(correlation_id=7)
 
 
 def timed_requests(address, frame: bytes, seconds: float, every: float = 0.01) -> list[float]:
@@ -326,27 +329,39 @@ def control_plane_latency(seconds: float) -> dict[str, dict]:
         try:
             create_topic(f"127.0.0.1:{admin[1]}", "flood")
             results: dict[str, list[float]] = {}
-            # Without a control plane the probes must hold their slots before the flood.
-            probes = [threading.Thread(target=lambda name=name: results.__setitem__(
-                name, timed_requests(admin, frames[name], seconds))) for name in frames]
+
+            def probe(name):
+                try:
+                    results[name] = timed_requests(admin, frames[name], seconds)
+                except OSError:
+                    results[name] = []  # counted as an error below
+
+            probes = [threading.Thread(target=probe, args=(name,)) for name in frames]
             flood = subprocess.Popen(
                 [sys.executable, "-m", "loadtest.flood", "--address",
                  f"127.0.0.1:{broker.port}", "--topic", "flood", "--connections", "12",
                  "--seconds", str(seconds + 3)], stdout=subprocess.PIPE, text=True)
             time.sleep(1.0)  # the flood connects and exhausts the pool
-            for probe in probes:
-                probe.start()
-            for probe in probes:
-                probe.join(seconds + 30)
+            depleted = broker.process.metric("broker_request_memory_depleted_seconds_total")
+            for thread in probes:
+                thread.start()
+            for thread in probes:
+                thread.join(seconds + 30)
+            # Saturated means requests waited for pool memory during most of the probing.
+            depleted = broker.process.metric(
+                "broker_request_memory_depleted_seconds_total") - depleted
             loaded = json.loads(flood.communicate(timeout=seconds + 30)[0])
         finally:
             broker.close()
-        for name, times in results.items():
-            times.sort()
+        unsaturated = depleted < 0.5 * seconds
+        for name in frames:
+            times = sorted(results.get(name, []))
+            failed = loaded["errors"] + (not times) + unsaturated
+            times = times or [float("nan")]
             figures[f"{plane} {name}"] = {
                 "p50_ms": times[len(times) // 2] * 1e3, "p99_ms": times[int(len(times) * 0.99)] * 1e3,
                 "count": len(times), "flood_mb_s": loaded["sent_bytes"] / 1e6 / (seconds + 3),
-                "errors": loaded["errors"]}
+                "depleted_s": depleted, "errors": failed}
     return figures
 
 
@@ -359,6 +374,13 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
                                               seconds, "echo")
     finally:
         echo.close()
+    broker = Broker(1, {"pybroker.event.log.enable": "false"})
+    try:
+        for shape in SHAPES:
+            figures[f"apiversions 1w {shape}, event log off"] = run_rr(
+                broker.port, broker.pids, frames["apiversions"], shape, seconds, "kafka")
+    finally:
+        broker.close()
     for workers in (1, 2):
         broker = Broker(workers)
         try:
@@ -454,7 +476,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
 def _print_control_plane(passes) -> tuple[int, int]:
     """Print the KIP-291 latencies; return (goals missed, errors)."""
     print(f"\n{'admin requests, data plane saturated':48} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'samples':>8} {'flood MB/s':>11} errors")
+          f"{'samples':>8} {'flood MB/s':>11} {'depleted s':>11} errors")
     errors, missed = 0, 0
     for plane in ("control plane", "data listener, no control plane"):
         for api in ("Metadata", "DescribeConfigs"):
@@ -463,9 +485,11 @@ def _print_control_plane(passes) -> tuple[int, int]:
             p99 = statistics.median(p[name]["p99_ms"] for p in passes)
             count = statistics.median(p[name]["count"] for p in passes)
             flood = statistics.median(p[name]["flood_mb_s"] for p in passes)
+            depleted = statistics.median(p[name]["depleted_s"] for p in passes)
             failed = sum(p[name]["errors"] for p in passes)
             errors += failed
-            print(f"{name:48} {p50:>8.2f} {p99:>8.2f} {count:>8.0f} {flood:>11,.0f} {failed}")
+            print(f"{name:48} {p50:>8.2f} {p99:>8.2f} {count:>8.0f} {flood:>11,.0f} "
+                  f"{depleted:>11.1f} {failed}")
             if plane == "control plane":
                 met = p99 <= CONTROL_PLANE_P99_MS
                 missed += not met
@@ -492,6 +516,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--pipeline-gb", type=float, default=1.0,
+                        help="size of the synthetic event log for the pipeline (0 skips it)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pybroker-bench-") as tmp:
         frames = {}
@@ -505,7 +531,39 @@ def main(argv=None) -> int:
             passes.append(one_pass(frames, args.seconds))
             print(f"pass {number + 1}/{args.passes} done in {time.monotonic() - started:.0f}s",
                   flush=True)
-    return summarize(passes)
+        pipeline = pipeline_throughput(args.pipeline_gb, tmp) if args.pipeline_gb > 0 else None
+    status = summarize(passes)
+    if pipeline is not None:
+        print(f"\n{'PySpark pipeline, local[*]':32} {'GB':>6} {'events':>12} {'seconds':>9} "
+              f"{'events/s':>10} {'MB/s':>7}")
+        print(f"{'synthetic event log':32} {pipeline['bytes'] / 1e9:>6.2f} "
+              f"{pipeline['events']:>12,} {pipeline['seconds']:>9.1f} "
+              f"{pipeline['events'] / pipeline['seconds']:>10,.0f} "
+              f"{pipeline['bytes'] / 1e6 / pipeline['seconds']:>7.1f}")
+        if not pipeline["ok"]:
+            print("pipeline: the job failed or miscounted its input")
+            status = 1
+    return status
+
+
+def pipeline_throughput(gigabytes: float, tmp: str) -> dict:
+    """Generate an event log of `gigabytes`, run `python -m pipeline` on it, time it."""
+    from loadtest.events_gen import generate
+
+    directory = os.path.join(tmp, "events")
+    lines, size = generate(directory, int(gigabytes * 1e9))
+    out = os.path.join(tmp, "pipeline-out")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pipeline", "--events", directory, "--out", out],
+                          capture_output=True, text=True, timeout=3600)
+    took = time.monotonic() - started
+    ok = done.returncode == 0
+    if ok:
+        with open(os.path.join(out, "summary.json")) as handle:
+            ok = json.load(handle)["events"] == lines
+    else:
+        print(done.stderr[-2000:])
+    return {"events": lines, "bytes": size, "seconds": took, "ok": ok}
 
 
 if __name__ == "__main__":

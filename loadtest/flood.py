@@ -57,8 +57,8 @@ class _Conn:
 
 
 def _throttle_ms(frame: bytes) -> int:
-    """throttle_time_ms of a Produce v9 response: the last 4 bytes of its body."""
-    return struct.unpack_from(">i", frame, len(frame) - 4)[0]
+    """throttle_time_ms of a Produce v9 response: the 4 bytes before its empty tagged fields."""
+    return struct.unpack_from(">i", frame, len(frame) - 5)[0]
 
 
 def flood(host: str, port: int, topic: str, connections: int, seconds: float, depth: int,

@@ -91,7 +91,7 @@ WORKER_COUNTERS = (
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
-WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "idle_ppm", "pool_leased",
+WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "cpu_ns", "idle_ppm", "pool_leased",
                            "pool_grants", "quota_window", "quota_count"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 QUOTA_ENTITIES = 256  # distinct quota sensors (user/client-id) the broker tracks at once

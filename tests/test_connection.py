@@ -57,6 +57,7 @@ class FakeWorker:
         self.scratch = memoryview(bytearray(4096))
         self.served, self.invalid, self.closed = [], [], []
         self.stats = self
+        self.events = None  # no event log
 
     def muted(self, reason, change):
         pass
@@ -70,7 +71,7 @@ class FakeWorker:
     def connection_closed(self, conn, reason):
         self.closed.append(reason)
 
-    def requests_served(self, listener, api_keys, received_at):
+    def requests_served(self, conn, api_keys, received_at):
         self.served.extend(api_keys)
 
     def invalid_request(self, reason):

@@ -13,8 +13,8 @@ from broker.config import ConfigError, load_config
 from loadtest.harness import BrokerProcess, wait_until
 from tests.test_admission import Probe, served_probes
 from tests.wire import (KafkaSocket, alter_client_quota, alter_raw, api_versions_request,
-                        create_topic, decode_response, frame, metadata_request, peer_closed,
-                        produce_request)
+                        create_topic, decode_response, describe_configs_request, frame,
+                        metadata_request, peer_closed, produce_request)
 from tests.batches import make_batch
 
 MIB = 1 << 20
@@ -301,7 +301,8 @@ SATURATED = dict(CONTROL, **{
 
 
 class LatencyProbe(threading.Thread):
-    """Metadata on one control-plane connection every 20 ms; keeps every round trip's time."""
+    """Metadata (answered by the control-plane worker) and DescribeConfigs (answered by the
+    parent) in turn on one control-plane connection every 20 ms; keeps every round trip."""
 
     def __init__(self, address):
         super().__init__(daemon=True)
@@ -309,15 +310,19 @@ class LatencyProbe(threading.Thread):
         self.times: list[float] = []
         self.failure: BaseException | None = None
         self._stop_event = threading.Event()
+        self.started_at = time.monotonic()
 
     def run(self):
+        self.started_at = time.monotonic()
         try:
             with KafkaSocket(self.address) as client:
                 correlation = 0
                 while not self._stop_event.wait(0.02):
                     correlation += 1
                     started = time.perf_counter()
-                    client.send(metadata_request(version=9, correlation_id=correlation))
+                    client.send(metadata_request(version=9, correlation_id=correlation)
+                                if correlation % 2 else
+                                describe_configs_request(correlation_id=correlation))
                     client.receive()
                     self.times.append(time.perf_counter() - started)
         except BaseException as error:  # reported by the test thread
@@ -362,6 +367,7 @@ def test_admin_clients_on_the_control_plane_end_a_storm_the_data_plane_cannot_se
             # Saturated: every slot taken, the pool exhausted with requests queued for it.
             wait_until(lambda: broker.metric("broker_connections", listener="CLIENT") == 12)
             wait_until(lambda: broker.metric("broker_muted_channels", reason="memory") > 0)
+            depleted = broker.metric("broker_request_memory_depleted_seconds_total")
             probe.start()
             waiting = Probe(client)
             assert waiting.outcome(0.5) == "pending"
@@ -376,8 +382,9 @@ def test_admin_clients_on_the_control_plane_end_a_storm_the_data_plane_cannot_se
             wait_until(lambda: broker.metric("broker_throttle_time_seconds_total",
                                              quota="producer_byte_rate") > 0)
             assert broker.metric("broker_muted_channels", reason="throttle") > 0
-            depleted = broker.metric("broker_request_memory_depleted_seconds_total")
-            assert depleted > 0
+            # ... and it stayed saturated: requests waited for memory most of the time.
+            assert broker.metric("broker_request_memory_depleted_seconds_total") - depleted > \
+                0.5 * (time.monotonic() - probe.started_at)
             waiting.close()
         finally:
             probe.stop()

@@ -192,3 +192,24 @@ def test_queued_max_requests_stops_reading_without_blocking_the_worker(pool):
         assert broker.metric("broker_muted_channels", reason="queue") == 0
         for client in waiting + [third]:
             client.close()
+
+
+def test_shutdown_does_not_wait_for_connections_that_owe_no_answer():
+    """Half-read requests and requests waiting for memory are not acknowledged: SIGTERM closes
+    them at once instead of waiting out pybroker.shutdown.timeout.ms."""
+    overrides = {"queued.max.request.bytes": str(2 * MIB), "socket.request.max.bytes": str(MIB),
+                 "pybroker.shutdown.timeout.ms": "20000"}
+    broker = BrokerProcess(workers=1, overrides=overrides).start()
+    try:
+        address = broker.listeners["PLAINTEXT"]
+        holders = [socket.create_connection(address) for _ in range(3)]
+        for sock in holders:
+            sock.sendall(partial_frame(MIB))
+        wait_until(lambda: broker.metric("broker_muted_channels", reason="memory") == 1)
+        started = time.monotonic()
+        assert broker.stop(timeout=30) == 0
+        assert time.monotonic() - started < 5
+    finally:
+        broker.stop()
+        for sock in holders:
+            sock.close()

@@ -128,3 +128,39 @@ def test_idle_ip_sensors_expire():
     assert q.tracked_ips() == 1  # still in use
     q.expire_ip_sensors(now=4000.0)
     assert q.tracked_ips() == 0
+
+
+def test_the_control_plane_listener_is_outside_every_data_plane_limit():
+    q = ConnectionQuotas(2, protected=None, control_plane=1, window=1.0, samples=2,
+                         burst_windows=1, limits=Limits(
+                             max_connections=1, max_connections_per_ip=1,
+                             max_connection_creation_rate=1, ip_creation_rate_default=1,
+                             listener_max_connections={1: 2}))
+    assert q.admit(0, "10.0.0.1", now=0.0).verdict is Verdict.ADMIT
+    q.opened(1, 0, "10.0.0.1")
+    assert q.room(0) == 0  # the data listener is full: max.connections and per IP
+    for conn_id in (2, 3):  # the same address still gets in, unthrottled, uncounted
+        decision = q.admit(1, "10.0.0.1", now=0.0)
+        assert decision.verdict is Verdict.ADMIT and decision.delay == 0
+        q.opened(conn_id, 1, "10.0.0.1")
+    assert (q.total, q.per_ip, q.excess()) == (1, {"10.0.0.1": 1}, 0)
+    assert q.room(1) == 0  # its own listener limit
+    q.closed(2)
+    assert q.room(1) == 1 and q.total == 1 and q.per_ip == {"10.0.0.1": 1}
+    assert q.broker_rate(0.0) == 1  # only the data connection was charged
+
+
+def test_the_control_plane_has_a_connection_limit_by_default(tmp_path):
+    from broker.config import load_config
+    from broker.dynamic import CONTROL_PLANE_MAX_CONNECTIONS, DynamicConfig
+
+    raw = {"listeners": "CLIENT://:9092,CONTROLLER://:9094", "log.dirs": str(tmp_path),
+           "listener.security.protocol.map": "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+           "control.plane.listener.name": "CONTROLLER"}
+    assert DynamicConfig(load_config(raw)).limits().listener_max(1) == \
+        CONTROL_PLANE_MAX_CONNECTIONS == 100
+    raw["listener.name.controller.max.connections"] = "7"
+    assert DynamicConfig(load_config(raw)).limits().listener_max(1) == 7
+    del raw["control.plane.listener.name"]
+    raw.pop("listener.name.controller.max.connections")
+    assert DynamicConfig(load_config(raw)).limits().listener_max(1) == 2**31 - 1

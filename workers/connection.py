@@ -19,7 +19,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
-from workers.handlers import InvalidRequest
+from workers.handlers import ForwardRequest, InvalidRequest
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           request_received, response_sent, transition, unmute)
 from workers.quotas import Throttled
@@ -30,8 +30,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("workers.connection")
 
 _SIZE = struct.Struct(">i")
+_CLIENT_ID_LENGTH = struct.Struct(">h")  # request header v1+: after key, version, correlation
 _RESPONSE_PENDING = MuteState.RESPONSE_PENDING
 _NOT_MUTED = MuteState.NOT_MUTED
+
+
+def client_id_of(request) -> str | None:
+    """The client id of a request frame (header v1 and v2 put it at byte 8)."""
+    if len(request) < 10:
+        return None
+    length = _CLIENT_ID_LENGTH.unpack_from(request, 8)[0]
+    if length < 0:
+        return None
+    return bytes(request[10:10 + length]).decode("utf-8", "replace")
 
 
 def _resolve(future, value) -> None:
@@ -69,6 +80,13 @@ class Connection(asyncio.BufferedProtocol):
         self._waiting = None
         self._waiting_since = 0.0
         self._queue_wait = False  # the worker's share of queued.max.requests is full
+        # For the event log: bytes both ways, and the client id of the first request.
+        self.opened_at = self.last_active
+        self.bytes_in = self.bytes_out = 0
+        self.bytes_in_logged = self.bytes_out_logged = 0
+        self.aggregate = None  # (table, api key, entry) of workers.events, the current one
+        self.client_id: str | None = None
+        self._need_client_id = worker.events is not None
 
     # --- Protocol interface ---------------------------------------------------------------
 
@@ -104,6 +122,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
+        self.bytes_in += nbytes
         if self._large_view is None:  # the common case first: no call on the hot path
             self._serve(self._scratch[:nbytes].tobytes())
         else:
@@ -113,6 +132,7 @@ class Connection(asyncio.BufferedProtocol):
         """Bytes read into a frame's own buffer (False if none): serve the frame once whole."""
         if self._large_view is None:
             return False
+        self.bytes_in += nbytes
         self._large_got += nbytes
         if self._large_got == len(self._large):
             self._finish_large_frame()
@@ -145,6 +165,9 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 request = data[offset + 4:offset + 4 + size]
                 offset += 4 + size
+                if self._need_client_id:
+                    self._need_client_id = False
+                    self.client_id = client_id_of(request)
                 # The mute tables are looked up directly: this loop runs once per request.
                 # A state missing from a table is an illegal transition.
                 state = received.get(self.state)
@@ -171,6 +194,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _special(self, response, api_key: int, out: list[bytes]) -> bool:
         """A Future or a Throttled answer; True when the connection parks until it is done."""
+        if type(response) is ForwardRequest:  # the parent answers: wait for it, muted
+            response = self.worker.forward_admin(response.frame, self.listener_index, self.peer)
         if type(response) is not Throttled:
             self._park(response, api_key)
             return True
@@ -245,9 +270,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def _flush(self, out: list[bytes], handled: list[int], received_at: float | None = None) -> None:
         if out and not self.closing:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+            data = b"".join(out) if len(out) > 1 else out[0]
+            self.bytes_out += len(data)
+            self.transport.write(data)
         if handled:
-            self.worker.requests_served(self.listener_index, handled,
+            self.worker.requests_served(self, handled,
                                         self.last_active if received_at is None else received_at)
 
     def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
@@ -263,6 +290,9 @@ class Connection(asyncio.BufferedProtocol):
         request = self._large_view.toreadonly()
         self._large = self._large_view = None
         self._large_got = 0
+        if self._need_client_id:
+            self._need_client_id = False
+            self.client_id = client_id_of(request)
         try:
             self.state = request_received(self.state)
             response = self._handle(request, self.listener_index)
@@ -348,6 +378,7 @@ class PooledConnection(Connection):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
+        self.bytes_in += nbytes
         if self._into_frame_buffer(nbytes):
             return
         self._size_got += nbytes

@@ -3,7 +3,7 @@
 `Router.handle(frame, listener_index)` takes one request frame (the bytes after the size
 prefix) and returns the size-prefixed response (bytes), None when the request takes no
 response (acks=0 produce), or an asyncio Future of either when the answer has to wait (Fetch
-long poll).  It raises `InvalidRequest` when the connection must be closed: Kafka closes on
+long poll), or a ForwardRequest for the parent.  It raises `InvalidRequest` when the connection must be closed: Kafka closes on
 unknown API keys, unsupported versions and requests it cannot parse.
 
 The APIs themselves live in workers.apis; only what they declare is advertised in
@@ -34,6 +34,15 @@ class InvalidRequest(Exception):
         self.reason = reason
 
 
+class ForwardRequest:
+    """A handler's answer meaning "the parent serves this frame" (config and quota APIs)."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame):
+        self.frame = bytes(frame)
+
+
 @dataclass(frozen=True)
 class BrokerView:
     """What handlers need to know about this broker."""
@@ -50,7 +59,7 @@ class Api:
     name: str = ""
     versions: tuple[int, int] = (0, 0)
     pure = False  # True: the answer depends only on the request bytes after the correlation id
-    forwarded = False  # True: the raw frame goes to the parent (`forward`), undecoded here
+    forwarded = False  # True: the raw frame goes to the parent undecoded (ForwardRequest)
 
     def __init__(self, services=None):
         self.services = services  # workers.apis.Services
@@ -95,7 +104,7 @@ class Router:
             if answer is not None:
                 return b"".join((answer[0], request[4:8], answer[1]))
         if api.forwarded:
-            return api.forward(request, listener_index)
+            return ForwardRequest(request)
         try:
             header, offset = header_reader(request, 0)
         except Exception as error:  # kio raises several types for malformed input

@@ -41,9 +41,10 @@ def throttle_applies_client_side(api_key: int, version: int) -> bool:
 
 
 class ClientQuotas:
-    def __init__(self, props: ServerProperties, sensors: QuotaSensors, stats):
+    def __init__(self, props: ServerProperties, sensors: QuotaSensors, stats, events=None):
         self.sensors = sensors
         self.stats = stats
+        self.events = events  # workers.events.WorkerEvents, or None
         self.entries: dict[str, dict[str, float]] = {}
         self.static = {key: value for key, value in (
             ("producer_byte_rate", props.quota_producer_default),
@@ -110,6 +111,8 @@ class ClientQuotas:
         seconds = min(self.sensors.throttle(quota, entity, limit), self.cap)
         if seconds > 0:
             self.stats.throttled(quota, seconds)
+            if self.events is not None:
+                self.events.throttled(QUOTA_KEYS[quota], client_id, seconds)
             self._tell(quota, client_id, seconds)
         return seconds
 

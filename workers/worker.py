@@ -26,6 +26,8 @@ import socket
 import time
 
 from broker import ipc
+from broker.admin import ALTERING_APIS, refuse_change
+from broker.events import EventLog
 from broker.log.manager import log_settings
 from broker.log.topics import Epoch, TopicRegistry
 from broker.pool import SharedPool, wake_address
@@ -35,6 +37,7 @@ from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
 from workers.connection import Connection, PooledConnection
+from workers.events import WorkerEvents
 from workers.handlers import BrokerView, Router
 from workers.quotas import ClientQuotas
 
@@ -44,6 +47,16 @@ SCRATCH_BYTES = 256 * 1024
 LARGE_FRAME_BYTES = 64 * 1024  # frames above this are read into a buffer of their own
 TICK_SECONDS = 1.0
 _BUCKETS = len(DURATION_BOUNDS_NS) + 1
+
+
+def _cpu_and_wait_ns() -> tuple[int, int]:
+    """CPU time of this process's main thread and its time runnable but not running."""
+    try:
+        with open("/proc/self/schedstat", "rb") as handle:
+            cpu, waited, _slices = handle.read().split()
+        return int(cpu), int(waited)
+    except (OSError, ValueError):
+        return time.process_time_ns(), 0
 
 
 class WorkerStats:
@@ -61,7 +74,7 @@ class WorkerStats:
         self._duration = [block.worker_cell(slot, "request_duration_ns", i, 0) for i in listeners]
         self._cpu_ns = block.worker_cell(slot, "cpu_ns")
         self._idle_ppm = block.worker_cell(slot, "idle_ppm")
-        self._last_tick = (time.monotonic_ns(), time.process_time_ns())
+        self._last_tick = (time.monotonic_ns(), *_cpu_and_wait_ns())
         self._invalid = {reason: block.worker_cell(slot, "invalid_requests", n)
                          for n, reason in enumerate(INVALID_REASONS)}
         self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
@@ -92,13 +105,14 @@ class WorkerStats:
         words[self._throttle_buckets + quota * _BUCKETS + duration_bucket(nanoseconds)] += 1
 
     def tick(self) -> None:
-        """Refresh CPU time and the idle ratio (the share of wall time not spent on CPU)."""
-        wall, cpu = time.monotonic_ns(), time.process_time_ns()
-        last_wall, last_cpu = self._last_tick
-        self._last_tick = (wall, cpu)
+        """Refresh CPU time and the idle ratio: the share of wall time the event loop neither
+        ran nor waited for a CPU (so a worker starved of CPU does not look idle)."""
+        wall, (cpu, waited) = time.monotonic_ns(), _cpu_and_wait_ns()
+        last_wall, last_cpu, last_waited = self._last_tick
+        self._last_tick = (wall, cpu, waited)
         self.words[self._cpu_ns] = cpu
         if wall > last_wall:
-            busy = min(1.0, (cpu - last_cpu) / (wall - last_wall))
+            busy = min(1.0, (cpu - last_cpu + waited - last_waited) / (wall - last_wall))
             self.words[self._idle_ppm] = int((1.0 - busy) * 1_000_000)
 
     def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
@@ -132,14 +146,15 @@ class Worker:
         epoch = Epoch(block.words, block.parent_cell("metadata_epoch"))
         self.registry = TopicRegistry(config.log_dirs, log_settings(config), epoch)
         self.services = Services(view=view, props=config.props, registry=self.registry,
-                                 forward=lambda frame, listener: self.forward_admin(frame, listener, ""),
                                  may_alter=config.may_alter)
+        self.events = self._event_log(boot)
         props = config.props
         self.control_plane = boot.control_plane
         if not self.control_plane:  # the control plane is exempt from client quotas
             sensors = QuotaSensors(block, boot.slot, props.quota_window_size_seconds,
-                                   props.quota_window_num, props.pybroker_quota_burst_windows)
-            self.services.quotas = ClientQuotas(props, sensors, self.stats)
+                                   props.quota_window_num, props.pybroker_quota_burst_windows,
+                                   props.num_network_threads)
+            self.services.quotas = ClientQuotas(props, sensors, self.stats, self.events)
         self.router = Router(build_apis(self.services, self.control_plane), self.services.quotas)
         self.max_request_bytes = config.props.socket_request_max_bytes
         self.pool: SharedPool | None = None
@@ -202,13 +217,43 @@ class Worker:
         self.block.beat(self.slot)
         self.channel.send(ipc.encode(ipc.Ready(pid=os.getpid())))
         self._loop.call_later(TICK_SECONDS, self._tick)
+        if self.events is not None:
+            self._loop.call_later(1.0 - time.time() % 1.0, self._events_tick)
         log.info("worker %s serving (pid %d)", self.name, os.getpid())
         await self._stopped
+
+    @staticmethod
+    def _event_log(boot: ipc.Boot) -> WorkerEvents | None:
+        config = boot.config
+        if config.event_log_dir is None:
+            return None
+        from workers.apis import api_names
+
+        props = config.props
+        log_file = EventLog(config.event_log_dir, boot.name, config.node_id,
+                            props.pybroker_event_log_file_bytes,
+                            props.pybroker_event_log_total_bytes)
+        control = config.control_plane_index()
+        return WorkerEvents(log_file, [item.name for item in config.listeners],
+                            ["control" if i == control else "data"
+                             for i in range(len(config.listeners))],
+                            api_names(), props.pybroker_event_log_slow_request_ms)
+
+    def _events_tick(self) -> None:
+        """On every wall-clock second: write the second that just ended."""
+        now = time.time()
+        if self.events is not None:
+            self.events.tick(int(now - 0.5), self.connections)
+        self._loop.call_later(1.0 - now % 1.0, self._events_tick)
 
     def _pin(self) -> None:
         cpu = self.boot.config.props.pybroker_control_plane_cpu
         if self.control_plane and cpu is not None:
-            os.sched_setaffinity(0, {cpu})  # config validation checked it is allowed
+            try:
+                os.sched_setaffinity(0, {cpu})
+            except OSError as error:  # the CPU set changed since start-up: serve unpinned
+                log.error("worker %s cannot be pinned to CPU %d: %s", self.name, cpu, error)
+                return
             log.info("worker %s pinned to CPU %d", self.name, cpu)
 
     def begin_shutdown(self, deadline_seconds: float) -> None:
@@ -240,6 +285,8 @@ class Worker:
             self._loop.call_later(0.02, self._drain_step)
 
     def _finish(self) -> None:
+        if self.events is not None:
+            self.events.close()
         if not self._stopped.done():
             self._stopped.set_result(None)
 
@@ -384,6 +431,8 @@ class Worker:
         self._closed_ids.append(conn.conn_id)  # first: the parent's slot accounting
         self._schedule_ack()
         self.stats.closed(conn.listener_index, reason)
+        if self.events is not None:
+            self.events.connection_closed(conn, reason, time.monotonic() - conn.opened_at)
 
     # --- queued.max.requests ----------------------------------------------------------------
 
@@ -412,6 +461,8 @@ class Worker:
         """A connection read a size the pool could not give yet: it waits in grant order."""
         self._memory_waiters[conn.listener_index].append(conn)
         self.stats.muted("memory", +1)
+        if self.events is not None:
+            self.events.memory_muted(+1)
         self._take_grants()  # a grant may have landed between the refusal and now
 
     def release_memory(self, size: int, listener: int) -> None:
@@ -434,6 +485,8 @@ class Worker:
                 self._grants_seen[listener] += 1
                 conn = waiters.popleft()
                 self.stats.muted("memory", -1)
+                if self.events is not None:
+                    self.events.memory_muted(-1)
                 if conn.closing:  # it went away while queued: the bytes go straight back
                     self.pool.release(conn.memory_wait, listener)
                     conn.memory_wait = 0
@@ -463,8 +516,12 @@ class Worker:
 
     def forward_admin(self, request, listener: int, peer: str) -> asyncio.Future:
         """Send a config or quota request to the parent, which owns configuration."""
-        self._admin_ids += 1
         future = self._loop.create_future()
+        api_key = request[1] | request[0] << 8
+        if api_key in ALTERING_APIS and not self.services.may_alter(listener):
+            future.set_result(refuse_change(request, listener))  # no trip to the parent
+            return future
+        self._admin_ids += 1
         self._admin_waiting[self._admin_ids] = future
         try:
             self.channel.send(ipc.encode(ipc.AdminRequest(
@@ -483,9 +540,11 @@ class Worker:
         else:
             future.set_result(message.frame)
 
-    def requests_served(self, listener: int, api_keys: list[int], received_at: float) -> None:
+    def requests_served(self, conn: Connection, api_keys: list[int], received_at: float) -> None:
         elapsed = int((time.monotonic() - received_at) * 1e9)
-        self.stats.requests(listener, api_keys, elapsed)
+        self.stats.requests(conn.listener_index, api_keys, elapsed)
+        if self.events is not None:
+            self.events.requests(conn, api_keys, elapsed)
 
     def invalid_request(self, reason: str) -> None:
         self.stats.invalid(reason)

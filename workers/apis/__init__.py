@@ -25,7 +25,6 @@ class Services:
     props: ServerProperties
     registry: TopicRegistry
     waits: object = None  # workers.apis.fetch.FetchWaits, set once the loop runs
-    forward: object = None  # (frame, listener index) -> Future of the parent's answer
     quotas: object = None  # workers.quotas.ClientQuotas; None on the control plane
     may_alter: object = None  # (listener index) -> whether changes are served there
 

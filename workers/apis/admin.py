@@ -18,14 +18,11 @@ FORWARDED = (
 
 
 class Forwarded(Api):
-    forwarded = True
+    forwarded = True  # the router answers ForwardRequest; the connection sends it on
 
     def __init__(self, services, key: int, name: str, versions: tuple[int, int]):
         super().__init__(services)
         self.key, self.name, self.versions = key, name, versions
-
-    def forward(self, request, listener_index: int):
-        return self.services.forward(request, listener_index)
 
 
 def forwarded_apis(services) -> list[Api]:

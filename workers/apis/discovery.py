@@ -51,7 +51,7 @@ class Metadata(Api):
     def handle(self, ctx: RequestContext, body) -> bytes:
         registry = self.services.registry
         requested = self._requested(ctx.version, body)
-        if requested and self._may_create(ctx.version, body):
+        if requested and self._may_create(ctx, body):
             self._auto_create(requested)
         epoch = registry.epoch.get()
         if epoch != self._cache_epoch or len(self._cache) >= _METADATA_CACHE_LIMIT:
@@ -73,9 +73,11 @@ class Metadata(Api):
         return tuple(topic.name if topic.name is not None else getattr(topic, "topic_id", None)
                      for topic in topics)
 
-    def _may_create(self, version: int, body) -> bool:
-        allowed = version < 4 or body.allow_auto_topic_creation
-        return allowed and self.services.props.auto_create_topics_enable
+    def _may_create(self, ctx: RequestContext, body) -> bool:
+        allowed = ctx.version < 4 or body.allow_auto_topic_creation
+        may_alter = self.services.may_alter  # with a control plane, topics are created there
+        return (allowed and self.services.props.auto_create_topics_enable
+                and (may_alter is None or may_alter(ctx.listener_index)))
 
     def _auto_create(self, requested: tuple) -> None:
         registry = self.services.registry

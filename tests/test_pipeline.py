@@ -1,0 +1,193 @@
+"""The PySpark pipeline's aggregations on small hand-written event files with known answers."""
+
+import json
+import os
+
+import msgspec
+import pytest
+
+from broker import events as ev
+from broker.events import bucket_upper, latency_bucket
+
+from pipeline import aggregate
+from pipeline.job import run
+from pipeline.load import load_events, spark_session
+
+T0 = 1_790_000_000  # an epoch second
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = spark_session()
+    yield session
+    session.stop()
+
+
+def write(directory, items, name="events-1.jsonl"):
+    """Events (structs) or raw lines (bytes) into one file; return the directory."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "wb") as handle:
+        for item in items:
+            if isinstance(item, bytes):
+                handle.write(item + b"\n")
+                continue
+            item.node, item.proc = item.node or 0, item.proc or "data-0"
+            handle.write(msgspec.json.encode(item) + b"\n")
+    return str(directory)
+
+
+def at(second: int, offset_ms: int = 0) -> int:
+    return (T0 + second) * 1000 + offset_ms
+
+
+def accepted(second, ip="10.0.0.1"):
+    return ev.ConnectionAccepted(ts=at(second, 5), listener="CLIENT", ip=ip, port=1, conn_id=1)
+
+
+def rejected(second, reason="per_ip_limit", ip="10.0.0.9"):
+    return ev.ConnectionRejected(ts=at(second, 7), listener="CLIENT", ip=ip, reason=reason)
+
+
+def requests(second, client, count, latency, plane="data", bytes_in=100):
+    return ev.Requests(ts=at(second), second=T0 + second, listener="CLIENT", plane=plane,
+                       api="Produce", client_id=client, count=count, bytes_in=bytes_in,
+                       bytes_out=10, latency_us_sum=0, latency=latency)
+
+
+def rows_by_second(table):
+    return {row["second"] - T0: row for row in table.collect()}
+
+
+def test_latency_sketch_bounds_every_value_within_a_quarter():
+    for microseconds in [0, 1, 7, 8, 9, 10, 15, 16, 100, 999, 1000, 123456, 10**9]:
+        bucket = latency_bucket(microseconds)
+        assert microseconds < bucket_upper(bucket) <= max(microseconds * 1.25 + 1, 1)
+
+
+def test_timeline_counts_ratios_and_percentiles(spark, tmp_path):
+    fast, slow = latency_bucket(100), latency_bucket(10_000)
+    directory = write(tmp_path, [
+        accepted(0), accepted(0), accepted(0, ip="10.0.0.2"),
+        rejected(1), rejected(1), rejected(1, "per_ip_rate"),
+        ev.BrokerStats(ts=at(0), active={"CLIENT": 2, "CONTROLLER": 3}, pool_used=7,
+                       pool_limit=10, depleted_ms=250.0),
+        ev.AcceptorBlocked(ts=at(1), listener="CLIENT", reason="connection_limit",
+                           episodes=2, blocked_ms=500.0),
+        ev.AcceptorBlocked(ts=at(1), listener="CONTROLLER", reason="handoff_full",
+                           episodes=1, blocked_ms=200.0),
+        ev.Throttle(ts=at(2, 1), client_id="x", quota="producer_byte_rate", throttle_ms=30),
+        ev.Throttle(ts=at(2, 2), client_id="y", quota="request_percentage", throttle_ms=5),
+        ev.Throttle(ts=at(2, 3), client_id="x", quota="producer_byte_rate", throttle_ms=30),
+        # Two processes' sketches for one second add up: 98 fast, 2 slow requests.
+        requests(0, "a", 60, {fast: 60}),
+        requests(0, "b", 40, {fast: 38, slow: 2}),
+        requests(0, "admin", 4, {fast: 4}, plane="control"),
+        accepted(4),  # second 3 has nothing: it is still a row, of zeros
+    ])
+    loaded = load_events(spark, [directory])
+    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (16, 0, 0)
+    table = rows_by_second(aggregate.timeline(loaded.events))
+    assert sorted(table) == [0, 1, 2, 3, 4]
+    assert [table[s]["accepted"] for s in range(5)] == [3, 0, 0, 0, 1]
+    assert table[1]["rejected_per_ip_limit"] == 2 and table[1]["rejected_per_ip_rate"] == 1
+    assert table[1]["rejected"] == 3 and table[0]["rejected"] == 0
+    assert table[0]["active"] == 5 and table[0]["pool_used"] == 7
+    assert table[0]["pool_depleted_ms"] == 250.0
+    assert table[1]["acceptor_blocked_ratio"] == 0.5  # the worst acceptor, not the sum
+    assert table[2]["throttled_clients"] == 2 and table[2]["throttle_ms"] == 65
+    assert table[0]["data_requests"] == 100 and table[0]["control_requests"] == 4
+    assert table[0]["data_p50_ms"] == bucket_upper(fast) / 1000
+    assert table[0]["data_p99_ms"] == bucket_upper(slow) / 1000
+    assert table[0]["control_p99_ms"] == bucket_upper(fast) / 1000
+    assert table[3]["accepted"] == 0 and table[3]["data_requests"] == 0
+
+
+def test_top_n_ranks_ips_and_clients(spark, tmp_path):
+    directory = write(tmp_path, [
+        accepted(0, "10.0.0.1"), accepted(0, "10.0.0.1"), accepted(0, "10.0.0.2"),
+        rejected(0, ip="10.0.0.3"),
+        requests(0, "big", 1, {1: 1}, bytes_in=5000), requests(0, "small", 9, {1: 9}),
+        ev.Throttle(ts=at(0), client_id="small", quota="producer_byte_rate", throttle_ms=40),
+    ])
+    top = aggregate.top_n(load_events(spark, [directory]).events, n=1).collect()
+    found = {(row["dimension"], row["metric"]): (row["key"], row["value"]) for row in top}
+    assert found[("ip", "connections")] == ("10.0.0.1", 2)
+    assert found[("ip", "rejections")] == ("10.0.0.3", 1)
+    assert found[("client_id", "bytes")] == ("big", 5010)
+    assert found[("client_id", "requests")] == ("small", 9)
+    assert found[("client_id", "throttle_ms")] == ("small", 40)
+    assert all(row["rank"] == 1 for row in top)
+
+
+def test_incidents_join_close_seconds_and_name_who_drove_them(spark, tmp_path):
+    storm = [rejected(s, ip="10.6.6.6") for s in (10, 11, 13) for _ in range(12)]
+    directory = write(tmp_path, [
+        accepted(0), *storm, rejected(11, ip="10.0.0.1"),
+        requests(11, "hog", 5, {1: 5}, bytes_in=10**6), requests(11, "mouse", 5, {1: 5}),
+        ev.BrokerStats(ts=at(30), active={"CLIENT": 1}, depleted_ms=800.0),
+        ev.Throttle(ts=at(30), client_id="hog", quota="producer_byte_rate", throttle_ms=700),
+        accepted(40),
+    ])
+    events = load_events(spark, [directory]).events
+    per_second = aggregate.timeline(events)
+    found = aggregate.incidents(events, per_second).collect()
+    assert [(row["start"] - T0, row["end"] - T0, row["seconds"]) for row in found] == \
+        [(10, 13, 4), (30, 30, 1)]
+    storm_incident, depletion = found
+    assert storm_incident["peak_rejected_per_s"] == 13
+    assert storm_incident["top_ip"] == "10.6.6.6"
+    assert storm_incident["top_client_id"] == "hog"
+    assert depletion["peak_depleted_ms"] == 800.0
+    assert depletion["most_throttled_client_id"] == "hog"
+    stricter = aggregate.incidents(events, per_second,
+                                   aggregate.Thresholds(rejected_per_second=14)).collect()
+    assert [row["start"] - T0 for row in stricter] == [30]
+
+
+def test_jains_index_per_window(spark, tmp_path):
+    directory = write(tmp_path, [
+        requests(1, "a", 10, {1: 10}), requests(5, "b", 10, {1: 10}),  # window 0: equal
+        requests(12, "a", 30, {1: 30}), requests(15, "b", 10, {1: 10}),  # window 10: 30 v 10
+        requests(21, "a", 7, {1: 7}),  # window 20: one client
+    ])
+    found = aggregate.fairness(load_events(spark, [directory]).events, window=10).collect()
+    assert [(row["window_start"] - T0, row["clients"], row["requests"]) for row in found] == \
+        [(0, 2, 20), (10, 2, 40), (20, 1, 7)]
+    assert [round(row["jain_index"], 6) for row in found] == [1.0, 0.8, 1.0]
+
+
+def test_garbage_and_unknown_versions_are_counted_and_skipped(spark, tmp_path):
+    good = msgspec.json.encode(accepted(0))
+    future = json.loads(good)
+    future["v"] = 2
+    unknown_type = dict(json.loads(good), type="telepathy")
+    directory = write(tmp_path, [
+        accepted(0), good[:25], b"not json at all", b'{"type": "connection_accepted", "v": 1, '
+        b'"ts": "yesterday"}', json.dumps(future).encode(), json.dumps(unknown_type).encode(),
+        accepted(1),
+    ])
+    loaded = load_events(spark, [directory])
+    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (7, 3, 2)
+    assert loaded.events.count() == 2
+
+
+def test_the_job_writes_parquet_a_report_with_plots_and_a_summary(spark, tmp_path, capsys):
+    directory = write(tmp_path / "events", [
+        accepted(0), *[rejected(1) for _ in range(15)], requests(1, "a", 3, {5: 3}),
+        ev.Throttle(ts=at(1), client_id="greedy", quota="producer_byte_rate", throttle_ms=90),
+        b"{truncated",
+    ])
+    out = str(tmp_path / "out")
+    summary = run([directory], out, spark=spark)
+    for table in ("timeline", "top_n", "incidents", "fairness", "latency_by_plane"):
+        assert os.path.exists(os.path.join(out, table, "_SUCCESS"))
+    assert spark.read.parquet(os.path.join(out, "timeline")).count() == 2
+    assert (summary["events"], summary["bad_lines"], summary["incidents"]) == (18, 1, 1)
+    with open(os.path.join(out, "summary.json")) as handle:
+        assert json.load(handle)["events"] == 18
+    with open(summary["report"], encoding="utf-8") as handle:
+        page = handle.read()
+    assert page.count("src='data:image/png;base64,") == 4
+    assert "greedy" in page
+    printed = capsys.readouterr().out
+    assert "1 unreadable" in printed and "most throttled client: greedy" in printed

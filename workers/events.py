@@ -1,0 +1,141 @@
+"""A worker's side of the event log: per-second request aggregates, closes, throttles, mutes.
+
+Requests are far too many to log one by one, so each read's requests are added to a table
+keyed by (listener, API, client id) - count, bytes, latency sum and a latency sketch - that
+`tick` writes out as `requests` events (broker/events.py).  The hot path is a few integer
+operations: a connection keeps a reference to its current entry, and its byte counters are
+settled into that entry only when it switches API, closes, or the second ends.  The worker calls `tick` on every
+wall-clock second, so a table holds the requests answered in the second that just ended.  A read of pipelined
+requests counts each API with its number of requests and the read's latency for all of them;
+bytes go to the API the connection was serving when they were settled.  A connection's client id is the one of its first request (Kafka
+clients keep theirs for the life of a connection).  The table holds at most MAX_KEYS entries a
+second; the rest are added under the client id "<other>".
+"""
+
+from __future__ import annotations
+
+import time
+
+from broker import events
+from broker.events import EventLog, latency_bucket
+
+MAX_KEYS = 2000
+OTHER = "<other>"
+SKETCH_BUCKETS = 192  # up to about 2**47 us; slower requests count in the last bucket
+
+
+class WorkerEvents:
+    def __init__(self, log: EventLog, listeners: list[str], planes: list[str],
+                 api_names: dict[int, str], slow_ms: int):
+        self.log = log
+        self.listeners = listeners  # names by listener index
+        self.planes = planes  # "data" or "control" by listener index
+        self.api_names = api_names
+        self.slow_us = slow_ms * 1000
+        self._table: dict[tuple, list] = {}
+        self._muted = 0
+        self._unmuted = 0
+
+    # --- hot path: once per read of requests ----------------------------------------------
+
+    def requests(self, conn, api_keys: list[int], elapsed_ns: int) -> None:
+        us = elapsed_ns // 1000
+        if us < 8:  # broker.events.latency_bucket, inlined: this runs for every read
+            bucket = us
+        else:
+            top = us.bit_length() - 1
+            bucket = min(4 * top + ((us - (1 << top)) >> (top - 2)), SKETCH_BUCKETS - 1)
+        if len(api_keys) == 1:
+            cached = conn.aggregate
+            if cached is not None and cached[0] is self._table and cached[1] == api_keys[0]:
+                entry = cached[2]
+            else:
+                entry = self._switch(conn, api_keys[0])
+            entry[0] += 1
+            entry[3] += us
+            entry[4][bucket] += 1
+        else:
+            for api_key in set(api_keys):
+                count = api_keys.count(api_key)
+                entry = self._switch(conn, api_key)
+                entry[0] += count
+                entry[3] += us * count
+                entry[4][bucket] += count
+        if us >= self.slow_us:
+            self._slow(conn, api_keys[-1], us)
+
+    def _switch(self, conn, api_key: int) -> list:
+        """The entry for the connection's new (API, client); its bytes so far settle first."""
+        self.settle(conn)
+        key = (conn.listener_index, api_key, conn.client_id)
+        entry = self._table.get(key)
+        if entry is None:
+            if len(self._table) >= MAX_KEYS:
+                key = (key[0], key[1], OTHER)
+                entry = self._table.get(key)
+            if entry is None:
+                entry = self._table[key] = [0, 0, 0, 0, [0] * SKETCH_BUCKETS]
+        conn.aggregate = (self._table, api_key, entry)
+        return entry
+
+    def settle(self, conn) -> None:
+        """Add the bytes a connection moved since the last settling to its current entry."""
+        cached = conn.aggregate
+        if cached is not None and cached[0] is self._table:
+            entry = cached[2]
+            entry[1] += conn.bytes_in - conn.bytes_in_logged
+            entry[2] += conn.bytes_out - conn.bytes_out_logged
+        conn.bytes_in_logged, conn.bytes_out_logged = conn.bytes_in, conn.bytes_out
+
+    def _slow(self, conn, api_key: int, us: int) -> None:
+        listener = conn.listener_index
+        self.log.emit(events.SlowRequest(
+            listener=self.listeners[listener], plane=self.planes[listener],
+            api=self.api_names.get(api_key, str(api_key)), client_id=conn.client_id,
+            peer=conn.peer, latency_ms=us / 1000, bytes_in=conn.bytes_in - conn.bytes_in_logged))
+
+    # --- other events ---------------------------------------------------------------------
+
+    def connection_closed(self, conn, reason: str, lifetime_s: float) -> None:
+        self.settle(conn)
+        self.log.emit(events.ConnectionClosed(
+            listener=self.listeners[conn.listener_index], ip=conn.peer.rpartition(":")[0],
+            conn_id=conn.conn_id, reason=reason, client_id=conn.client_id,
+            lifetime_ms=int(lifetime_s * 1000), bytes_in=conn.bytes_in, bytes_out=conn.bytes_out))
+
+    def throttled(self, quota: str, client_id: str | None, seconds: float) -> None:
+        self.log.emit(events.Throttle(client_id=client_id, quota=quota,
+                                      throttle_ms=int(seconds * 1000)))
+
+    def memory_muted(self, change: int) -> None:
+        if change > 0:
+            self._muted += change
+        else:
+            self._unmuted -= change
+
+    # --- once a second --------------------------------------------------------------------
+
+    def flush_requests(self, second: int, connections=()) -> None:
+        for conn in connections:
+            self.settle(conn)
+        for (listener, api_key, client_id), entry in self._table.items():
+            self.log.emit(events.Requests(
+                ts=second * 1000, second=second, listener=self.listeners[listener],
+                plane=self.planes[listener], api=self.api_names.get(api_key, str(api_key)),
+                client_id=client_id, count=entry[0], bytes_in=entry[1], bytes_out=entry[2],
+                latency_us_sum=entry[3],
+                latency={bucket: n for bucket, n in enumerate(entry[4]) if n}))
+        self._table = {}
+
+    def tick(self, second: int, connections=()) -> None:
+        """Write the requests answered during `second` (epoch seconds) and the mutes."""
+        self.flush_requests(second, connections)
+        if self._muted or self._unmuted:
+            self.log.emit(events.MemoryMutes(ts=second * 1000, muted=self._muted,
+                                             unmuted=self._unmuted))
+            self._muted = self._unmuted = 0
+        self.log.flush()
+
+    def close(self) -> None:
+        self.tick(int(time.time()))
+        self.log.close()
