@@ -191,3 +191,76 @@ def test_the_job_writes_parquet_a_report_with_plots_and_a_summary(spark, tmp_pat
     assert "greedy" in page
     printed = capsys.readouterr().out
     assert "1 unreadable" in printed and "most throttled client: greedy" in printed
+
+
+class SparkDaemon:
+    """A Spark standalone master or worker JVM on 127.0.0.1, from pyspark's own scripts."""
+
+    def __init__(self, *args):
+        import subprocess
+        import sys
+        import threading
+
+        import pyspark
+
+        home = os.path.dirname(pyspark.__file__)
+        self.env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1",
+                        PYSPARK_PYTHON=sys.executable)
+        self.proc = subprocess.Popen([os.path.join(home, "bin", "spark-class"), *args],
+                                     env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except Exception:  # noqa: BLE001 - a JVM that ignores SIGTERM is killed
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
+    """--master spark://...: a real master and worker (separate JVMs, executors in their own
+    processes); the answer is the one local mode gives."""
+    import socket
+    import subprocess
+    import sys
+
+    from loadtest.harness import wait_until
+
+    def free_port():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+
+    directory = write(tmp_path / "events", [
+        accepted(0), *[rejected(1, ip="10.6.6.6") for _ in range(12)],
+        requests(1, "a", 3, {5: 3}), b"garbage"])
+    local = run([directory], str(tmp_path / "local"), spark=spark)
+    port = free_port()
+    master = SparkDaemon("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                         "--port", str(port), "--webui-port", str(free_port()))
+    worker = SparkDaemon("org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
+                         "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                         "--webui-port", str(free_port()))
+    try:
+        wait_until(lambda: worker.said("Successfully registered with master"), timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline", "--events", directory, "--out",
+             str(tmp_path / "cluster"), "--master", f"spark://127.0.0.1:{port}"],
+            env=master.env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert master.said("Registering app pybroker-incidents")
+        wait_until(lambda: worker.said("Asked to launch executor"), timeout=10)
+    finally:
+        worker.stop()
+        master.stop()
+    with open(tmp_path / "cluster" / "summary.json") as handle:
+        remote = json.load(handle)
+    for key in ("lines", "events", "bad_lines", "incidents", "seconds", "data_p99_ms"):
+        assert remote[key] == local[key], key
