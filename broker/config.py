@@ -177,6 +177,22 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     log_flush_interval_ms: Annotated[int, _doc(
         "fsync every partition with unflushed messages this often (unset: never by time).",
         ge=1)] | None = None
+    group_min_session_timeout_ms: Annotated[int, _doc(
+        "Smallest session.timeout.ms a consumer group member may ask for.", ge=1)] = 6000
+    group_max_session_timeout_ms: Annotated[int, _doc(
+        "Largest session.timeout.ms a consumer group member may ask for.", ge=1)] = 1800000
+    group_initial_rebalance_delay_ms: Annotated[int, _doc(
+        "How long the first rebalance of an empty group waits for more members to join.",
+        ge=0)] = 3000
+    group_max_size: Annotated[int, _doc(
+        "Members one consumer group may have.", ge=1, le=INT_MAX)] = INT_MAX
+    offsets_retention_minutes: Annotated[int, _doc(
+        "Committed offsets of a group that has been empty this long are deleted.",
+        ge=1)] = 10080
+    offsets_retention_check_interval_ms: Annotated[int, _doc(
+        "How often expired committed offsets are looked for.", ge=1)] = 600000
+    offset_metadata_max_bytes: Annotated[int, _doc(
+        "Largest metadata string an OffsetCommit may attach to an offset.", ge=0)] = 4096
     pybroker_event_log_enable: Annotated[bool, _doc(
         "Write the structured event log (broker/events.py), the input of the PySpark "
         "pipeline.")] = True
@@ -609,6 +625,10 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
     raw, per_listener = _split_listener_keys(raw)
     props = _convert(raw)
     _check_quota_settings(props)
+    if props.group_min_session_timeout_ms > props.group_max_session_timeout_ms:
+        raise ConfigError(f"group.min.session.timeout.ms: {props.group_min_session_timeout_ms} "
+                          f"is more than group.max.session.timeout.ms "
+                          f"{props.group_max_session_timeout_ms}")
     protocols = _parse_protocol_map(props.listener_security_protocol_map)
     listeners = _parse_listeners("listeners", props.listeners, protocols)
     _check_distinct_ports(listeners)

@@ -81,6 +81,7 @@ class AdminRequest(msgspec.Struct, tag=True, frozen=True):
 class AdminResponse(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     frame: bytes | None  # the response frame; None closes the connection
+    busy_ns: int = 0  # the parent's handling time, charged to the client's request quota
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates

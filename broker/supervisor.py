@@ -37,11 +37,14 @@ from broker.config import BrokerConfig, ConfigError, load_config
 from broker.connections import Connections
 from broker.dynamic import DynamicConfig
 from broker.events import EventLog
+from broker.groups.coordinator import GROUP_APIS, GroupCoordinator
+from broker.groups.offsets import OffsetStore
 from broker.handoff import WorkerHandle
 from broker.log.manager import LogManager
 from broker.log.topics import Epoch
 from broker.metrics import BlockCollector, serve_metrics
 from broker.pool import SharedPool, initialise_pool
+from broker.protocol.codec import REQUEST_PREFIX
 from broker.quotas import DEFAULT, QUOTA_KEYS, QuotaSensors
 from broker.runtime import Runtime
 from shm.block import CLOSE_REASONS, SharedBlock
@@ -89,6 +92,8 @@ class Supervisor:
         self._exit_code = 0
         self._backoff: dict[int, float] = {}
         self.events: EventLog | None = None
+        self.groups: GroupCoordinator | None = None
+        self._topics = None  # the parent's TopicRegistry, for the group coordinator
         self._depleted_seen = 0  # pool depleted ns already reported
         self._depletion: tuple[int, float] | None = None  # (start epoch ms, depleted ns then)
 
@@ -117,6 +122,7 @@ class Supervisor:
                                   self.config.may_alter, self.events)
         try:
             self.logs.startup()
+            self.groups = self._group_coordinator()
             for worker in self.workers:
                 self._spawn(worker)
             if await self._wait_until_ready():
@@ -129,8 +135,11 @@ class Supervisor:
                          len(self.workers), os.getpid())
                 await self._main_loop()
             await self._shutdown()
+            self.groups.close()
             self.logs.shutdown()
         finally:
+            if self._topics is not None:
+                self._topics.close()
             for sock in sockets:
                 sock.close()
             self._stop_metrics()
@@ -149,6 +158,18 @@ class Supervisor:
         reserved = self.config.pool_reserved_by_index()
         initialise_pool(self.block, limit, reserved)
         return SharedPool(self.block, -1, limit, reserved)
+
+    def _group_coordinator(self) -> GroupCoordinator:
+        props = self.config.props
+        offsets = OffsetStore(self.config.log_dirs[0],
+                              fsync_every_commit=props.log_flush_interval_messages == 1)
+        self._topics = self.logs.registry()
+
+        def partitions_of(topic: str) -> int | None:
+            info = self._topics.get(topic)
+            return None if info is None else info.partitions
+
+        return GroupCoordinator(self._loop, props, offsets, partitions_of)
 
     def _event_log(self) -> EventLog | None:
         if self.config.event_log_dir is None:
@@ -370,16 +391,33 @@ class Supervisor:
             pass  # a dead worker gets them again when it is respawned
 
     def _serve_admin(self, worker: WorkerHandle, message: ipc.AdminRequest) -> None:
+        """Config and quota requests (broker.admin) and group requests (broker.groups)."""
+        started = time.perf_counter_ns()
         try:
-            answer = self.admin.handle(message.frame, message.listener, message.peer)
+            api_key = REQUEST_PREFIX.unpack_from(message.frame, 0)[0]
+            service = self.groups if api_key in GROUP_APIS else self.admin
+            answer = service.handle(message.frame, message.listener, message.peer)
         except Exception:  # a malformed forwarded request costs that connection only
             log.exception("admin request from %s failed", worker.name)
             answer = None
+        busy = time.perf_counter_ns() - started
+        channel = worker.channel
+        if isinstance(answer, asyncio.Future):  # a JoinGroup or SyncGroup waiting
+            answer.add_done_callback(lambda done: self._answer_admin(
+                worker, channel, message.request_id,
+                None if done.cancelled() else done.result(), busy))
+            return
+        self._answer_admin(worker, channel, message.request_id, answer, busy)
+
+    @staticmethod
+    def _answer_admin(worker: WorkerHandle, channel, request_id: int, answer, busy: int) -> None:
+        if channel is None or worker.channel is not channel:
+            return  # the worker that asked is gone, and the connection with it
         try:
-            worker.channel.send(ipc.encode(ipc.AdminResponse(request_id=message.request_id,
-                                                             frame=answer)))
+            channel.send(ipc.encode(ipc.AdminResponse(request_id=request_id, frame=answer,
+                                                      busy_ns=busy)))
         except OSError:
-            pass  # the worker is gone; so is the connection that asked
+            pass
 
     def _detach_channel(self, worker: WorkerHandle) -> None:
         if worker.channel is not None:

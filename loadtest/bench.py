@@ -29,6 +29,9 @@ a uvloop server serves on this 2-core machine):
             pybroker.event.log.enable=false, same shapes (issue 8: cost <= 5 %); and once per
             run, the PySpark pipeline over a synthetic event log of --pipeline-gb GB
             (loadtest/events_gen.py): events per second, JVM start-up included;
+  groups    a third confluent-kafka consumer joining a stable group of two (heartbeats every
+            100 ms): seconds until all three hold their partitions; OffsetCommit round-trip
+            p50/p99 on one connection for --seconds (issue 9; no baseline);
   log       confluent-kafka producing 1 KiB records (acks=1, no compression) to a topic of
             2 partitions for a few seconds, then a consumer reading them all back; reported
             in MB/s, records/s and broker CPU seconds (all processes) per MB.  No baseline.
@@ -365,6 +368,80 @@ def control_plane_latency(seconds: float) -> dict[str, dict]:
     return figures
 
 
+def commit_frame(correlation: int) -> bytes:
+    """OffsetCommit v8 of one partition's offset for a group without members."""
+    from kafka.protocol.consumer.group import OffsetCommitRequest
+
+    topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    request = OffsetCommitRequest[8](
+        group_id="bench-commits", generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=[topic(name="bench-groups", partitions=[
+            topic.OffsetCommitRequestPartition(partition_index=0, committed_offset=correlation,
+                                               committed_leader_epoch=-1,
+                                               committed_metadata=None)])])
+    request.with_header(correlation_id=correlation, client_id="bench")
+    body = bytes(request.encode(header=True))
+    return struct.pack(">i", len(body)) + body
+
+
+def group_figures(seconds: float) -> dict[str, dict]:
+    """Issue 9: a third member joining a stable group of two (confluent-kafka, heartbeats every
+    100 ms) until all three hold partitions; and OffsetCommit round trips on one connection."""
+    from confluent_kafka import Consumer
+
+    from tests.wire import KafkaSocket, create_topic
+
+    broker = Broker(2, {"group.initial.rebalance.delay.ms": "0"})
+    figures = {}
+    consumers = []
+    try:
+        create_topic(broker.process.bootstrap, "bench-groups", 6)
+
+        def member():
+            consumer = Consumer({"bootstrap.servers": broker.process.bootstrap,
+                                 "group.id": "bench-group", "heartbeat.interval.ms": 100,
+                                 "session.timeout.ms": 6000, "enable.auto.commit": False})
+            consumer.subscribe(["bench-groups"])
+            consumers.append(consumer)
+            return consumer
+
+        def settled(count: int, deadline: float) -> bool:
+            while time.monotonic() < deadline:
+                for consumer in consumers:
+                    consumer.poll(0.01)
+                if len(consumers) == count and all(len(c.assignment()) == 6 // count
+                                                   for c in consumers):
+                    return True
+            return False
+
+        member(), member()
+        ok = settled(2, time.monotonic() + 30)
+        started = time.monotonic()
+        member()
+        ok = settled(3, time.monotonic() + 30) and ok
+        figures["group join"] = {"seconds": time.monotonic() - started, "errors": int(not ok)}
+        times = []
+        with KafkaSocket(broker.process.listeners["PLAINTEXT"]) as client:
+            deadline = time.monotonic() + seconds
+            correlation = 0
+            while time.monotonic() < deadline:
+                correlation += 1
+                frame = commit_frame(correlation)
+                began = time.perf_counter()
+                client.send(frame)
+                client.receive()
+                times.append(time.perf_counter() - began)
+        times.sort()
+        figures["offset commit"] = {"p50_ms": times[len(times) // 2] * 1e3,
+                                    "p99_ms": times[int(len(times) * 0.99)] * 1e3,
+                                    "count": len(times), "errors": 0}
+    finally:
+        for consumer in consumers:
+            consumer.close()
+        broker.close()
+    return figures
+
+
 def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures = {}
     echo = Server("echo_server.py")
@@ -397,6 +474,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures.update(produce_consume(seconds))
     figures.update(storm_fairness(frames["apiversions"], seconds))
     figures.update(control_plane_latency(seconds))
+    figures.update(group_figures(seconds))
     figures["burst pool on"] = memory_burst(pool=True)
     figures["burst pool off"] = memory_burst(pool=False)
     raw = Server("accept_close_server.py")
@@ -414,7 +492,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
     errors = 0
     for name in [n for n in passes[0] if "1KiB" not in n and not n.startswith(
-            ("p99", "burst", "control plane", "data listener"))]:
+            ("p99", "burst", "control plane", "data listener", "group join", "offset commit"))]:
         rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
         ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
         cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
@@ -454,6 +532,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
               f"{ratio:>7.2f} {rate:>13,.0f}")
     missed, failed = _print_control_plane(passes)
     errors += failed
+    errors += _print_groups(passes)
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
     for measured_names, baseline, target in TARGETS:
         best = 0.0
@@ -471,6 +550,20 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     print(f"{'storm p99 / quiet p99, bounded':58} {fairness:>6.2f}{'':13}  <= {FAIRNESS_TARGET}  "
           f"{'goal met' if met else 'goal MISSED'}")
     return 1 if missed or errors else 0
+
+
+def _print_groups(passes) -> int:
+    """Print the consumer-group figures; return the errors seen."""
+    joins = [p["group join"]["seconds"] for p in passes]
+    commits = [p["offset commit"] for p in passes]
+    print(f"\n{'consumer groups':48} {'median':>8} {'min':>8} {'max':>8}")
+    print(f"{'3rd member joins a group of 2: all assigned, s':48} {statistics.median(joins):>8.3f} "
+          f"{min(joins):>8.3f} {max(joins):>8.3f}")
+    for key in ("p50_ms", "p99_ms"):
+        values = [c[key] for c in commits]
+        print(f"{'OffsetCommit round trip ' + key.replace('_', ' '):48} "
+              f"{statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}")
+    return sum(p["group join"]["errors"] + p["offset commit"]["errors"] for p in passes)
 
 
 def _print_control_plane(passes) -> tuple[int, int]:

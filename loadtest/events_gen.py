@@ -19,8 +19,9 @@ FILE_BYTES = 64 * 1024 * 1024
 START_MS = 1_790_000_000_000
 
 
-def _event(rng: random.Random, second: int) -> events.Event:
-    ts = (START_MS // 1000 + second) * 1000 + rng.randrange(1000)
+def _event(rng: random.Random, offset: int) -> events.Event:
+    second = START_MS // 1000 + offset
+    ts = second * 1000 + rng.randrange(1000)
     ip = f"10.0.{rng.randrange(200) // 250}.{rng.randrange(200)}"
     client = f"client-{rng.randrange(500)}"
     roll = rng.random()

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
+MAX_FILLED_SECONDS = 7 * 86400
 PLANES = ("data", "control")
 
 
@@ -67,7 +68,10 @@ def timeline(events: DataFrame) -> DataFrame:
     spark = events.sparkSession
     if span["lo"] is None:
         return spark.createDataFrame([], "second long")
-    seconds = spark.range(span["lo"], span["hi"] + 1).withColumnRenamed("id", "second")
+    if span["hi"] - span["lo"] <= MAX_FILLED_SECONDS:  # every second, quiet ones as zeros
+        seconds = spark.range(span["lo"], span["hi"] + 1).withColumnRenamed("id", "second")
+    else:  # logs far apart in time: only the seconds that have events
+        seconds = events.select("second").distinct()
     accepted = _of(events, "connection_accepted").groupBy("second").agg(
         F.count(F.lit(1)).alias("accepted"))
     rejected = (_of(events, "connection_rejected").groupBy("second")

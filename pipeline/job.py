@@ -28,7 +28,8 @@ def run(locations: list[str], out: str, master: str | None = None, top: int = 10
     """Run the job; return the summary (also written to out/summary.json)."""
     started = time.monotonic()
     spark = spark or spark_session(master)
-    loaded = load_events(spark, locations)
+    os.makedirs(out, exist_ok=True)
+    loaded = load_events(spark, locations, staging=os.path.join(out, "parsed_events"))
     events = loaded.events
     per_second = aggregate.timeline(events).cache()
     tables = {

@@ -1,7 +1,7 @@
 """Spark session and reading: event files in, one DataFrame of valid events out, bad lines counted.
 
-A line Spark cannot parse against the schema (truncated, not JSON, a field of the wrong type)
-lands in `_corrupt`; a parsed line whose `v` is not SCHEMA_VERSION or whose `type` is unknown
+A line Spark cannot parse against the schema (truncated, not JSON, a field of the wrong type,
+no time or a time outside 2001-2100) is unreadable; a parsed line whose `v` is not SCHEMA_VERSION or whose `type` is unknown
 is an unknown-version line.  Both are counted and dropped, never fatal.
 """
 
@@ -15,6 +15,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.schema import CORRUPT, SCHEMA_VERSION, TYPE_NAMES, event_schema
+
+EARLIEST_MS, LATEST_MS = 978_307_200_000, 4_102_444_800_000  # 2001-01-01, 2100-01-01
 
 
 def spark_session(master: str | None = None, app: str = "pybroker-incidents") -> SparkSession:
@@ -55,19 +57,28 @@ class Loaded:
     unknown_version: int
 
 
-def load_events(spark: SparkSession, locations: list[str]) -> Loaded:
+def load_events(spark: SparkSession, locations: list[str], staging: str | None = None) -> Loaded:
+    """Parse once.  With `staging`, the parsed lines are written there as Parquet and every
+    aggregation reads the columns it needs from it (the fast path for big logs); without,
+    they are cached in memory (small inputs, tests)."""
     raw = (spark.read.schema(event_schema())
            .option("mode", "PERMISSIVE")
            .option("columnNameOfCorruptRecord", CORRUPT)
            .json(event_paths(locations)))
     # Spark refuses queries on the corrupt column alone unless the parse is materialised.
-    raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
-    known = F.col(CORRUPT).isNull() & (F.col("v") == SCHEMA_VERSION) & \
-        F.col("type").isin(*TYPE_NAMES) & F.col("ts").isNotNull()
+    if staging is not None:
+        raw.write.mode("overwrite").parquet(staging)
+        raw = spark.read.parquet(staging)
+    else:
+        raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
+    # A time outside 2001-2100 cannot be a broker's: such a line counts as unreadable
+    # (and would otherwise stretch the timeline over decades).
+    parsed = F.col(CORRUPT).isNull() & F.col("ts").between(EARLIEST_MS, LATEST_MS)
+    known = parsed & (F.col("v") == SCHEMA_VERSION) & F.col("type").isin(*TYPE_NAMES)
     counts = raw.select(
         F.count(F.lit(1)).alias("lines"),
-        F.sum(F.col(CORRUPT).isNotNull().cast("long")).alias("bad"),
-        F.sum((F.col(CORRUPT).isNull() & ~known).cast("long")).alias("unknown"),
+        F.sum((~parsed | F.col("ts").isNull()).cast("long")).alias("bad"),
+        F.sum((parsed & ~known).cast("long")).alias("unknown"),
     ).first()
     events = raw.where(known).drop(CORRUPT).withColumn("second", F.floor(F.col("ts") / 1000))
     return Loaded(events=events, lines=counts["lines"] or 0, bad_lines=counts["bad"] or 0,

@@ -164,10 +164,11 @@ def test_garbage_and_unknown_versions_are_counted_and_skipped(spark, tmp_path):
     directory = write(tmp_path, [
         accepted(0), good[:25], b"not json at all", b'{"type": "connection_accepted", "v": 1, '
         b'"ts": "yesterday"}', json.dumps(future).encode(), json.dumps(unknown_type).encode(),
-        accepted(1),
+        accepted(1), ev.ConnectionAccepted(ts=5, listener="X", ip="1.2.3.4", port=1, conn_id=1),
     ])
     loaded = load_events(spark, [directory])
-    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (7, 3, 2)
+    # Unreadable: cut short, not JSON, a time that is text, a time in 1970.
+    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (8, 4, 2)
     assert loaded.events.count() == 2
 
 

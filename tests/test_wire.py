@@ -41,7 +41,8 @@ def test_api_versions_lists_only_what_is_served(broker):
             assert {(k.api_key, k.min_version, k.max_version) for k in response.api_keys} == {
                 (0, 3, 10), (1, 4, 16), (2, 1, 11), (3, 0, 13), (10, 0, 6), (18, 0, 4),
                 (19, 2, 7), (20, 1, 6), (22, 0, 4), (32, 1, 4), (44, 0, 1), (48, 0, 1),
-                (49, 0, 1), (60, 0, 2)}
+                (49, 0, 1), (60, 0, 2), (8, 2, 9), (9, 1, 9), (11, 0, 7), (12, 0, 4), (13, 0, 5),
+                (14, 0, 5), (15, 0, 5), (16, 0, 5), (42, 0, 2)}
 
 
 def test_unsupported_api_versions_version_gets_a_v0_answer(broker):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from broker import events
-from broker.events import EventLog, latency_bucket
+from broker.events import EventLog
 
 MAX_KEYS = 2000
 OTHER = "<other>"

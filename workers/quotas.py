@@ -11,10 +11,12 @@ client ids in `pybroker.quota.exempt.client.ids` are never throttled.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import dataclass
 
 from broker.config import ServerProperties
+from broker.protocol.codec import response_header_is_flexible
 from broker.quotas import ANONYMOUS, FETCH, PRODUCE, QUOTA_KEYS, REQUEST, QuotaSensors, resolve
 
 log = logging.getLogger("workers.quotas")
@@ -22,6 +24,11 @@ log = logging.getLogger("workers.quotas")
 # First response version where the client itself backs off (KIP-219); older ones are delayed.
 CLIENT_SIDE_THROTTLE = {0: 6, 1: 8, 3: 6, 18: 2, 10: 2, 12: 2, 13: 2, 14: 2, 11: 3, 2: 3,
                         19: 3, 8: 4, 9: 4, 22: 1}
+# First response version whose body starts with throttle_time_ms, for the answers the parent
+# builds (config, quota and group APIs): the worker writes the throttle in there.
+THROTTLE_FIELD_SINCE = {8: 3, 9: 3, 11: 2, 12: 1, 13: 1, 14: 1, 15: 1, 16: 1, 42: 0, 32: 0,
+                        44: 0, 48: 0, 49: 0}
+_THROTTLE = struct.Struct(">i")
 LOG_EVERY_SECONDS = 1.0
 # Sensors count whole numbers: request time is counted in millionths of a percent-second.
 UNITS = {PRODUCE: 1, FETCH: 1, REQUEST: 1_000_000}
@@ -38,6 +45,15 @@ class Throttled:
 
 def throttle_applies_client_side(api_key: int, version: int) -> bool:
     return version >= CLIENT_SIDE_THROTTLE.get(api_key, 0)
+
+
+def with_throttle(frame: bytes, api_key: int, version: int, ms: int) -> bytes:
+    """A size-prefixed answer with its throttle_time_ms set (unchanged if it has none)."""
+    since = THROTTLE_FIELD_SINCE.get(api_key)
+    if since is None or version < since:
+        return frame
+    at = 8 + response_header_is_flexible(api_key, version)  # size, correlation, [tags]
+    return frame[:at] + _THROTTLE.pack(ms) + frame[at + 4:]
 
 
 class ClientQuotas:

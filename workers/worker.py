@@ -31,15 +31,16 @@ from broker.events import EventLog
 from broker.log.manager import log_settings
 from broker.log.topics import Epoch, TopicRegistry
 from broker.pool import SharedPool, wake_address
-from broker.quotas import QuotaSensors
+from broker.quotas import REQUEST, QuotaSensors
 from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
                        STATE_DRAINING, STATE_SERVING, SharedBlock, duration_bucket)
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
-from workers.connection import Connection, PooledConnection
+from workers.connection import Connection, PooledConnection, client_id_of
 from workers.events import WorkerEvents
 from workers.handlers import BrokerView, Router
-from workers.quotas import ClientQuotas
+from workers.quotas import (UNITS, ClientQuotas, Throttled, throttle_applies_client_side,
+                            with_throttle)
 
 log = logging.getLogger("workers.worker")
 
@@ -180,7 +181,7 @@ class Worker:
         self.by_id: dict[int, Connection] = {}
         self._closed_ids: list[int] = []
         self._admin_ids = 0
-        self._admin_waiting: dict[int, asyncio.Future] = {}
+        self._admin_waiting: dict[int, tuple] = {}  # id -> (future, api key, version, client)
         self._per_turn = config.props.pybroker_registrations_per_turn
         self._idle_seconds = config.props.connections_max_idle_ms / 1000
         self.shutdown_seconds = config.props.pybroker_shutdown_timeout_ms / 1000
@@ -522,7 +523,8 @@ class Worker:
             future.set_result(refuse_change(request, listener))  # no trip to the parent
             return future
         self._admin_ids += 1
-        self._admin_waiting[self._admin_ids] = future
+        self._admin_waiting[self._admin_ids] = (future, api_key, request[3] | request[2] << 8,
+                                                client_id_of(request))
         try:
             self.channel.send(ipc.encode(ipc.AdminRequest(
                 request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request))))
@@ -532,13 +534,25 @@ class Worker:
         return future
 
     def _admin_answered(self, message: ipc.AdminResponse) -> None:
-        future = self._admin_waiting.pop(message.request_id, None)
-        if future is None or future.done():
+        waiting = self._admin_waiting.pop(message.request_id, None)
+        if waiting is None or waiting[0].done():
             return
+        future, api_key, version, client_id = waiting
         if message.frame is None:
             future.set_exception(RuntimeError("the parent refused the request"))
-        else:
+            return
+        quotas = self.services.quotas
+        seconds = 0.0
+        if quotas is not None and quotas.active():  # the parent's time, as if spent here
+            seconds = quotas.record(REQUEST, client_id,
+                                    message.busy_ns / 1e9 * 100 * UNITS[REQUEST])
+        if seconds <= 0:
             future.set_result(message.frame)
+            return
+        # A client over its request quota: group and config answers are throttled too.
+        ms = max(1, int(seconds * 1000))
+        future.set_result(Throttled(with_throttle(message.frame, api_key, version, ms), ms,
+                                    delay=not throttle_applies_client_side(api_key, version)))
 
     def requests_served(self, conn: Connection, api_keys: list[int], received_at: float) -> None:
         elapsed = int((time.monotonic() - received_at) * 1e9)

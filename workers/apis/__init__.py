@@ -4,8 +4,8 @@ discovery  ApiVersions, Metadata, DescribeCluster, FindCoordinator
 produce    Produce, InitProducerId
 fetch      Fetch (long poll), ListOffsets
 topics     CreateTopics, DeleteTopics
-admin      DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas (forwarded
-           to the parent)
+admin      DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas and the
+           group APIs (JoinGroup, SyncGroup, ..., OffsetCommit/Fetch): forwarded to the parent
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
     from workers.apis.produce import InitProducerId, Produce
     from workers.apis.topics import CreateTopics, DeleteTopics
 
-    from workers.apis.admin import forwarded_apis
+    from workers.apis.admin import forwarded_apis, group_apis
 
     apis: list[Api] = [Metadata(services), DescribeCluster(services), CreateTopics(services),
                        DeleteTopics(services), *forwarded_apis(services)]
     if not control_plane:
         apis += [Produce(services), Fetch(services), ListOffsets(services),
-                 FindCoordinator(services), InitProducerId(services)]
+                 FindCoordinator(services), InitProducerId(services), *group_apis(services)]
     apis.append(ApiVersions(apis))
     return apis
 
@@ -61,4 +61,7 @@ def api_names() -> dict[int, str]:
                                            InitProducerId, Fetch, ListOffsets, CreateTopics,
                                            DeleteTopics)}
     names.update({key: name for key, name, _ in FORWARDED})
+    from broker.groups.coordinator import GROUP_APIS
+
+    names.update({key: name for key, (name, _) in GROUP_APIS.items()})
     return names

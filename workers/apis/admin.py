@@ -1,8 +1,9 @@
-"""Config and quota APIs: served by the parent, which owns configuration; workers forward them.
+"""APIs served by the parent, which workers forward: config and quotas (the parent owns
+configuration) and consumer groups (the parent is the group coordinator, broker.groups).
 
-DescribeConfigs, IncrementalAlterConfigs, DescribeClientQuotas and AlterClientQuotas arrive
-on any worker; the raw frame goes to the parent (IPC `AdminRequest`) and its answer comes back
-as bytes.  The connection stays muted meanwhile, like any request whose answer waits.
+The raw frame goes to the parent (IPC `AdminRequest`) and its answer comes back as bytes; the
+connection stays muted meanwhile, like any request whose answer waits (a JoinGroup waits for
+the rebalance).  Group APIs are served on data listeners only, not on the control plane.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ class Forwarded(Api):
     def __init__(self, services, key: int, name: str, versions: tuple[int, int]):
         super().__init__(services)
         self.key, self.name, self.versions = key, name, versions
+
+
+def group_apis(services) -> list[Api]:
+    from broker.groups.coordinator import GROUP_APIS
+
+    return [Forwarded(services, key, name, versions)
+            for key, (name, versions) in GROUP_APIS.items()]
 
 
 def forwarded_apis(services) -> list[Api]:

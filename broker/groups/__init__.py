@@ -1,0 +1,1 @@
+"""Consumer groups: the coordinator (in the parent) and the durable committed offsets."""

@@ -1,0 +1,509 @@
+"""The group coordinator (classic protocol), in the parent: one place for every group's state.
+
+Workers forward the group APIs' raw frames to the parent (IPC AdminRequest, like config
+requests); `GroupCoordinator.handle` answers with bytes, or with a Future of bytes when the
+answer must wait for a rebalance (JoinGroup, SyncGroup).  The worker keeps that connection
+muted meanwhile, so its event loop never blocks.  Committed offsets are durable
+(broker.groups.offsets); membership is not: after a restart members rejoin (UNKNOWN_MEMBER_ID).
+
+Rebalance (eager, as Kafka's GroupCoordinator): a join, a leave or an expired session moves
+the group to PreparingRebalance; it completes once every member has rejoined and no member id
+handed out with MEMBER_ID_REQUIRED is still pending - or when the largest rebalance timeout
+passes, dropping the members that did not rejoin.  The first rebalance of an empty group
+waits `group.initial.rebalance.delay.ms` for more members.  Completion bumps the generation,
+picks the protocol by vote and answers every JoinGroup (the leader gets the member list);
+the leader's SyncGroup then hands every member its assignment.  Sessions: a member that
+neither heartbeats nor waits in a join or sync for `session.timeout.ms` is removed.
+Static members (`group.instance.id`) keep their assignment across a restart of the client:
+rejoining with the same instance id takes over the old member id's place without a
+rebalance while the group is stable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from broker.groups.offsets import OffsetStore, Record
+from broker.groups.state import Group, GroupState, Member
+from broker.protocol import errors
+from broker.protocol.codec import REQUEST_PREFIX, request_readers
+from broker.protocol.context import NO_THROTTLE, RequestContext
+
+log = logging.getLogger("broker.groups")
+
+CHECK_EVERY = 0.25  # seconds between session expiry checks
+E = errors.ErrorCode
+
+# API key -> (name, versions served)
+GROUP_APIS = {
+    8: ("OffsetCommit", (2, 9)),
+    9: ("OffsetFetch", (1, 9)),
+    11: ("JoinGroup", (0, 7)),
+    12: ("Heartbeat", (0, 4)),
+    13: ("LeaveGroup", (0, 5)),
+    14: ("SyncGroup", (0, 5)),
+    15: ("DescribeGroups", (0, 5)),
+    16: ("ListGroups", (0, 5)),
+    42: ("DeleteGroups", (0, 2)),
+}
+
+
+class GroupCoordinator:
+    def __init__(self, loop: asyncio.AbstractEventLoop, props, offsets: OffsetStore,
+                 partitions_of):
+        self.loop = loop
+        self.props = props
+        self.offsets = offsets
+        self.partitions_of = partitions_of  # topic name -> partition count, or None
+        self.groups: dict[str, Group] = {}
+        self._handlers = {8: self._offset_commit, 9: self._offset_fetch, 11: self._join,
+                          12: self._heartbeat, 13: self._leave, 14: self._sync,
+                          15: self._describe, 16: self._list, 42: self._delete}
+        self._ticker = loop.call_later(CHECK_EVERY, self._tick)
+        self._next_retention = time.monotonic() + props.offsets_retention_check_interval_ms / 1000
+
+    def close(self) -> None:
+        self._ticker.cancel()
+        for group in self.groups.values():
+            if group.timer is not None:
+                group.timer.cancel()
+        self.offsets.close()
+
+    def handle(self, request: bytes, listener: int, peer: str):
+        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
+        header_reader, body_reader = request_readers(api_key, version)
+        header, offset = header_reader(request, 0)
+        body, _ = body_reader(request, offset)
+        ctx = RequestContext(request[4:8], api_key, version, listener, header)
+        return self._handlers[api_key](ctx, body, peer.rpartition(":")[0] or peer)
+
+    # --- JoinGroup ------------------------------------------------------------------------
+
+    def _join(self, ctx: RequestContext, body, host: str):
+        def answer(code, **values):
+            values = dict({"throttle_time": NO_THROTTLE, "error_code": code,
+                           "generation_id": -1, "protocol_type": None, "protocol_name": None,
+                           "leader": "", "member_id": "", "members": []}, **values)
+            if values["protocol_name"] is None and ctx.version < 7:
+                values["protocol_name"] = ""  # nullable from v7 only
+            return ctx.respond(values)
+
+        props = self.props
+        session = body.session_timeout.total_seconds()
+        rebalance = (body.rebalance_timeout.total_seconds() if ctx.version >= 1 else session)
+        if not body.group_id:
+            return answer(E.invalid_group_id)
+        if not props.group_min_session_timeout_ms <= session * 1000 <= \
+                props.group_max_session_timeout_ms:
+            return answer(E.invalid_session_timeout)
+        group = self.groups.get(body.group_id)
+        if group is None:
+            group = self.groups[body.group_id] = Group(body.group_id, empty_since_ms=_now_ms())
+        protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
+        if not self._compatible(group, body.protocol_type, protocols):
+            return answer(E.inconsistent_group_protocol)
+        instance = getattr(body, "group_instance_id", None)
+        member_id = body.member_id
+        client_id = ctx.header.client_id or ""
+        if not member_id:
+            member_id = f"{client_id}-{uuid.uuid4()}"
+            static = group.by_instance(instance) if instance else None
+            if static is not None and group.state is GroupState.STABLE and \
+                    static.protocols == protocols:
+                return self._replace_static(ctx, group, static, member_id, answer)
+            if static is not None:
+                self._remove(group, static, rebalance=False)
+            if ctx.version >= 4 and instance is None:
+                # KIP-394: the client must come back with this id; until then it is pending.
+                group.pending[member_id] = time.monotonic() + session
+                return answer(E.member_id_required, member_id=member_id)
+        elif member_id not in group.members and member_id not in group.pending:
+            return answer(E.unknown_member_id, member_id=member_id)
+        if member_id not in group.members and len(group.members) >= props.group_max_size:
+            group.pending.pop(member_id, None)
+            return answer(E.group_max_size_reached, member_id=member_id)
+        group.pending.pop(member_id, None)
+        member = group.members.get(member_id)
+        changed = member is None or member.protocols != protocols
+        if member is None:
+            member = group.members[member_id] = Member(
+                member_id, instance, client_id, host, session, rebalance, protocols)
+        member.protocols, member.session_timeout, member.rebalance_timeout = \
+            protocols, session, rebalance
+        member.deadline = time.monotonic() + session
+        group.protocol_type = body.protocol_type
+        future = self.loop.create_future()
+        if member.join is not None:  # a retried join replaces the one still waiting
+            member.join({"error_code": E.unknown_member_id, "member_id": member_id})
+
+        def respond(values: dict) -> None:
+            if not future.done():
+                future.set_result(answer(values.pop("error_code", E.none), **values))
+
+        member.join = respond
+        if not changed and (group.state is GroupState.COMPLETING or (
+                group.state is GroupState.STABLE and member_id != group.leader)):
+            # Nothing new: hand back the current generation without a rebalance (as Kafka).
+            member.join = None
+            respond(self._join_values(group, member))
+            return future
+        if group.state is not GroupState.PREPARING:
+            self._prepare_rebalance(group, f"{member_id} joined")
+        self._maybe_complete_join(group)
+        return future
+
+    def _compatible(self, group: Group, protocol_type: str, protocols) -> bool:
+        if not protocols or not protocol_type:
+            return False
+        if not group.members:
+            return True
+        if protocol_type != group.protocol_type:
+            return False
+        return bool(group.candidates() & {name for name, _ in protocols})
+
+    def _replace_static(self, ctx, group: Group, old: Member, member_id: str, answer):
+        del group.members[old.member_id]
+        old.member_id = member_id
+        group.members[member_id] = old
+        if group.leader is not None and group.leader not in group.members:
+            group.leader = member_id
+        old.deadline = time.monotonic() + old.session_timeout
+        return answer(E.none, **self._join_values(group, old))
+
+    def _join_values(self, group: Group, member: Member) -> dict:
+        leader = member.member_id == group.leader
+        return {"generation_id": group.generation, "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol, "leader": group.leader or "",
+                "member_id": member.member_id, "members": [
+                    {"member_id": m.member_id, "group_instance_id": m.instance_id,
+                     "metadata": m.metadata(group.protocol)}
+                    for m in group.members.values()] if leader else []}
+
+    # --- rebalancing ----------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state is GroupState.COMPLETING:
+            for member in group.members.values():  # the leader's assignment will not come
+                member.assignment = b""
+                if member.sync is not None:
+                    member.sync({"error_code": E.rebalance_in_progress})
+                    member.sync = None
+        was_empty = group.state is GroupState.EMPTY
+        group.transition(GroupState.PREPARING)
+        log.info("group %s rebalancing (generation %d): %s", group.group_id, group.generation,
+                 reason)
+        if group.timer is not None:
+            group.timer.cancel()
+        delay = self.props.group_initial_rebalance_delay_ms / 1000 if was_empty else 0.0
+        if delay > 0:
+            group.delaying = True
+            group.timer = self.loop.call_later(delay, self._delay_over, group)
+        else:
+            self._arm_rebalance_timeout(group)
+
+    def _delay_over(self, group: Group) -> None:
+        group.delaying = False
+        self._arm_rebalance_timeout(group)
+        self._maybe_complete_join(group)
+
+    def _arm_rebalance_timeout(self, group: Group) -> None:
+        timeout = max((m.rebalance_timeout for m in group.members.values()), default=0.0)
+        group.timer = self.loop.call_later(timeout, self._complete_join, group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state is GroupState.PREPARING and not group.delaying and group.all_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if group.state is not GroupState.PREPARING:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        group.delaying = False
+        for member in [m for m in group.members.values() if m.join is None]:
+            log.info("group %s: member %s did not rejoin in time", group.group_id,
+                     member.member_id)
+            del group.members[member.member_id]
+        group.pending.clear()
+        group.generation += 1
+        if not group.members:
+            group.transition(GroupState.EMPTY)
+            group.protocol = group.leader = None
+            group.empty_since_ms = _now_ms()
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition(GroupState.COMPLETING)
+        now = time.monotonic()
+        for member in group.members.values():
+            respond, member.join = member.join, None
+            member.deadline = now + member.session_timeout
+            respond(self._join_values(group, member))
+        log.info("group %s: generation %d, %d members, protocol %s", group.group_id,
+                 group.generation, len(group.members), group.protocol)
+
+    def _remove(self, group: Group, member: Member, rebalance: bool = True) -> None:
+        del group.members[member.member_id]
+        if member.join is not None:
+            member.join({"error_code": E.unknown_member_id, "member_id": member.member_id})
+        if member.sync is not None:
+            member.sync({"error_code": E.unknown_member_id})
+        if not rebalance:
+            return
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING):
+            self._prepare_rebalance(group, f"{member.member_id} left")
+        self._maybe_complete_join(group)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for group in list(self.groups.values()):
+            for member in [m for m in group.members.values() if m.deadline < now
+                           and m.join is None and m.sync is None]:
+                log.info("group %s: session of %s expired", group.group_id, member.member_id)
+                self._remove(group, member)
+            for member_id in [i for i, expiry in group.pending.items() if expiry < now]:
+                del group.pending[member_id]
+                self._maybe_complete_join(group)
+        if now >= self._next_retention:
+            self._next_retention = now + self.props.offsets_retention_check_interval_ms / 1000
+            self.expire_offsets()
+        self._ticker = self.loop.call_later(CHECK_EVERY, self._tick)
+
+    # --- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
+
+    def _member_problem(self, group: Group | None, member_id: str, generation: int):
+        if group is None or member_id not in group.members:
+            return E.unknown_member_id
+        if generation != group.generation:
+            return E.illegal_generation
+        return None
+
+    def _sync(self, ctx: RequestContext, body, _host: str):
+        def answer(code, assignment=b""):
+            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
+                                "protocol_type": group.protocol_type if group else None,
+                                "protocol_name": group.protocol if group else None,
+                                "assignment": assignment})
+
+        group = self.groups.get(body.group_id)
+        problem = self._member_problem(group, body.member_id, body.generation_id)
+        if problem is not None:
+            return answer(problem)
+        if ctx.version >= 5 and body.protocol_name is not None and \
+                body.protocol_name != group.protocol:
+            return answer(E.inconsistent_group_protocol)
+        if group.state is GroupState.PREPARING:
+            return answer(E.rebalance_in_progress)
+        member = group.members[body.member_id]
+        member.deadline = time.monotonic() + member.session_timeout
+        if group.state is GroupState.STABLE:
+            return answer(E.none, member.assignment)
+        future = self.loop.create_future()
+
+        def respond(values: dict) -> None:
+            if not future.done():
+                future.set_result(answer(values.get("error_code", E.none),
+                                         values.get("assignment", b"")))
+
+        member.sync = respond
+        if body.member_id == group.leader:
+            given = {a.member_id: bytes(a.assignment) for a in body.assignments}
+            group.transition(GroupState.STABLE)
+            for other in group.members.values():
+                other.assignment = given.get(other.member_id, b"")
+                if other.sync is not None:
+                    other.sync({"assignment": other.assignment})
+                    other.sync = None
+                other.deadline = time.monotonic() + other.session_timeout
+        return future
+
+    def _heartbeat(self, ctx: RequestContext, body, _host: str) -> bytes:
+        group = self.groups.get(body.group_id)
+        problem = self._member_problem(group, body.member_id, body.generation_id)
+        if problem is None:
+            member = group.members[body.member_id]
+            member.deadline = time.monotonic() + member.session_timeout
+            if group.state is GroupState.PREPARING:
+                problem = E.rebalance_in_progress
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": problem or E.none})
+
+    def _leave(self, ctx: RequestContext, body, _host: str) -> bytes:
+        group = self.groups.get(body.group_id)
+        if ctx.version >= 3:
+            leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        else:
+            leaving = [(body.member_id, None)]
+        results = []
+        for member_id, instance in leaving:
+            member = None
+            if group is not None:
+                member = group.members.get(member_id) or (
+                    group.by_instance(instance) if instance else None)
+            if member is None:
+                results.append({"member_id": member_id, "group_instance_id": instance,
+                                "error_code": E.unknown_member_id})
+                continue
+            self._remove(group, member)
+            results.append({"member_id": member_id, "group_instance_id": instance,
+                            "error_code": E.none})
+        top = E.none
+        if ctx.version < 3 and results[0]["error_code"] != E.none:
+            top = results[0]["error_code"]
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": top, "members": results})
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    def _offset_commit(self, ctx: RequestContext, body, _host: str) -> bytes:
+        group = self.groups.get(body.group_id)
+        generation = body.generation_id_or_member_epoch
+        problem = None
+        if not body.group_id:
+            problem = E.invalid_group_id
+        elif group is not None and group.state is GroupState.COMPLETING:
+            problem = E.rebalance_in_progress
+        elif generation >= 0 or (group is not None and group.members):
+            problem = self._member_problem(group, body.member_id, generation)
+        records, results = [], []
+        now = _now_ms()
+        limit = self.props.offset_metadata_max_bytes
+        for topic in body.topics:
+            partitions = self.partitions_of(topic.name)
+            answers = []
+            for part in topic.partitions:
+                code = problem
+                metadata = part.committed_metadata
+                if code is None and (partitions is None or not 0 <= part.partition_index < partitions):
+                    code = E.unknown_topic_or_partition
+                if code is None and metadata is not None and len(metadata.encode()) > limit:
+                    code = E.offset_metadata_too_large
+                if code is None:
+                    records.append(Record(group=body.group_id, topic=topic.name,
+                                          partition=part.partition_index,
+                                          offset=part.committed_offset,
+                                          leader_epoch=getattr(part, "committed_leader_epoch", -1),
+                                          metadata=metadata, committed_ms=now))
+                answers.append({"partition_index": part.partition_index,
+                                "error_code": code or E.none})
+            results.append({"name": topic.name, "partitions": answers})
+        try:
+            self.offsets.commit(records)
+        except OSError as error:
+            log.error("committing offsets of group %s failed: %s", body.group_id, error)
+            for topic in results:
+                for part in topic["partitions"]:
+                    if part["error_code"] == E.none:
+                        part["error_code"] = E.coordinator_not_available
+        if records and group is None:
+            self.groups[body.group_id] = Group(body.group_id, empty_since_ms=now)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
+
+    def _fetched(self, group_id: str, topics) -> list[dict]:
+        committed = self.offsets.get(group_id)
+        if topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in topics}
+        found = []
+        for topic, partitions in wanted.items():
+            rows = []
+            for partition in partitions:
+                entry = committed.get((topic, partition))
+                rows.append({"partition_index": partition, "error_code": E.none,
+                             "committed_offset": entry.offset if entry else -1,
+                             "committed_leader_epoch": entry.leader_epoch if entry else -1,
+                             "metadata": (entry.metadata if entry else "") or ""})
+            found.append({"name": topic, "partitions": rows})
+        return found
+
+    def _offset_fetch(self, ctx: RequestContext, body, _host: str) -> bytes:
+        if ctx.version >= 8:
+            groups = [{"group_id": g.group_id, "topics": self._fetched(g.group_id, g.topics),
+                       "error_code": E.none} for g in body.groups]
+            return ctx.respond({"throttle_time": NO_THROTTLE, "groups": groups})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+                            "topics": self._fetched(body.group_id, body.topics)})
+
+    def expire_offsets(self) -> int:
+        """Drop the offsets of groups empty for longer than offsets.retention.minutes."""
+        retention = self.props.offsets_retention_minutes * 60000
+        now = _now_ms()
+        records = []
+        for group_id, committed in list(self.offsets.groups.items()):
+            group = self.groups.get(group_id)
+            if group is not None and group.members:
+                continue
+            since = group.empty_since_ms if group is not None else 0
+            for (topic, partition), entry in committed.items():
+                if max(since, entry.committed_ms) + retention < now:
+                    records.append(Record(group=group_id, topic=topic, partition=partition))
+        if records:
+            self.offsets.commit(records)
+            log.info("expired %d committed offsets past offsets.retention.minutes",
+                     len(records))
+        self.offsets.maybe_compact()
+        return len(records)
+
+    # --- DescribeGroups, ListGroups, DeleteGroups --------------------------------------------
+
+    def _describe(self, ctx: RequestContext, body, _host: str) -> bytes:
+        found = []
+        for group_id in body.groups:
+            group = self.groups.get(group_id)
+            if group is None:
+                found.append({"error_code": E.none, "group_id": group_id,
+                              "group_state": "Dead", "protocol_type": "", "protocol_data": "",
+                              "members": [], "authorized_operations": -2147483648})
+                continue
+            stable = group.state is GroupState.STABLE
+            found.append({
+                "error_code": E.none, "group_id": group_id, "group_state": group.state.value,
+                "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
+                "authorized_operations": -2147483648,
+                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                             "client_id": m.client_id, "client_host": m.client_host,
+                             "member_metadata": m.metadata(group.protocol) if group.protocol
+                             and m.supports(group.protocol) else b"",
+                             "member_assignment": m.assignment if stable else b""}
+                            for m in group.members.values()]})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "groups": found})
+
+    def _list(self, ctx: RequestContext, body, _host: str) -> bytes:
+        states = set(getattr(body, "states_filter", ()) or ())
+        types = set(getattr(body, "types_filter", ()) or ())
+        listed = []
+        for group in self.groups.values():
+            if states and group.state.value not in states:
+                continue
+            if types and "classic" not in types:
+                continue
+            listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                           "group_state": group.state.value, "group_type": "classic"})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+                            "groups": listed})
+
+    def _delete(self, ctx: RequestContext, body, _host: str) -> bytes:
+        results = []
+        for group_id in body.groups_names:
+            group = self.groups.get(group_id)
+            if group is None and not self.offsets.get(group_id):
+                code = E.group_id_not_found
+            elif group is not None and group.members:
+                code = E.non_empty_group
+            else:
+                self.offsets.delete_group(group_id)
+                self.groups.pop(group_id, None)
+                code = E.none
+            results.append({"group_id": group_id, "error_code": code})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+

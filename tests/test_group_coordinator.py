@@ -1,0 +1,281 @@
+"""The group coordinator's state machine, in process: requests in, answers out, real timers.
+
+Requests are encoded with kio, handed to `GroupCoordinator.handle` as a worker would forward
+them, and answers decoded with kio; waiting answers are Futures on a real event loop.
+"""
+
+import asyncio
+import datetime
+
+import pytest
+
+from broker.config import load_config
+from broker.groups import coordinator as coordinator_module
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offsets import OffsetStore
+from broker.protocol.codec import build, encode_entity
+from kio.index import load_request_schema
+from tests.wire import decode_response
+
+E_NONE, UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCING = 0, 25, 22, 27
+MEMBER_ID_REQUIRED, INVALID_SESSION_TIMEOUT, NON_EMPTY, NOT_FOUND = 79, 26, 68, 69
+UNKNOWN_PARTITION, METADATA_TOO_LARGE, INCONSISTENT = 3, 12, 23
+
+
+def request(api_key: int, version: int, values: dict, client_id: str = "test") -> bytes:
+    cls = load_request_schema(api_key, version)
+    header = build(cls.__header_schema__, {"request_api_key": api_key, "request_api_version":
+                                           version, "correlation_id": 7, "client_id": client_id})
+    return encode_entity(header) + encode_entity(build(cls, values))
+
+
+class Harness:
+    def __init__(self, tmp_path, **settings):
+        raw = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "100",
+               "log.dirs": str(tmp_path)}
+        raw.update({key.replace("_", "."): value for key, value in settings.items()})
+        self.props = load_config(raw).props
+        self.loop = asyncio.new_event_loop()
+        self.directory = str(tmp_path)
+        self.coordinator = self._coordinator()
+
+    def _coordinator(self):
+        return GroupCoordinator(self.loop, self.props, OffsetStore(self.directory),
+                                {"t": 2}.get)
+
+    def restart(self):
+        self.coordinator.close()
+        self.coordinator = self._coordinator()
+
+    def send(self, api_key: int, version: int, values: dict, client_id: str = "test"):
+        """The decoded answer, or a Future of it."""
+        answer = self.coordinator.handle(request(api_key, version, values, client_id), 0,
+                                         "10.1.2.3:4567")
+        if isinstance(answer, asyncio.Future):
+            decoded = self.loop.create_future()
+            answer.add_done_callback(lambda done: decoded.set_result(
+                decode_response(api_key, version, done.result()[4:])[1]))
+            return decoded
+        return decode_response(api_key, version, answer[4:])[1]
+
+    def wait(self, future, timeout: float = 5.0):
+        """The answer a Future brings (an answer given at once passes through)."""
+        if not isinstance(future, asyncio.Future):
+            return future
+        return self.loop.run_until_complete(asyncio.wait_for(asyncio.shield(future), timeout))
+
+    def settle(self, seconds: float):
+        self.loop.run_until_complete(asyncio.sleep(seconds))
+
+    # --- the requests, as a consumer sends them -------------------------------------------
+
+    def join(self, member_id="", session=10.0, rebalance=5.0, protocols=(("range", b"m"),),
+             instance=None, client_id="test"):
+        return self.send(11, 5, {
+            "group_id": "g", "session_timeout": datetime.timedelta(seconds=session),
+            "rebalance_timeout": datetime.timedelta(seconds=rebalance), "member_id": member_id,
+            "group_instance_id": instance, "protocol_type": "consumer",
+            "protocols": [{"name": name, "metadata": data} for name, data in protocols]},
+            client_id)
+
+    def join_member(self, **options):
+        """MEMBER_ID_REQUIRED, then the real join: (member id, Future of the join answer)."""
+        first = self.join(**options)
+        assert first.error_code == MEMBER_ID_REQUIRED and first.member_id
+        return first.member_id, self.join(member_id=first.member_id, **options)
+
+    def sync(self, member_id, generation, assignments=()):
+        return self.send(14, 3, {"group_id": "g", "generation_id": generation,
+                                 "member_id": member_id, "group_instance_id": None,
+                                 "assignments": [{"member_id": m, "assignment": a}
+                                                 for m, a in assignments]})
+
+    def heartbeat(self, member_id, generation):
+        return self.send(12, 3, {"group_id": "g", "generation_id": generation,
+                                 "member_id": member_id, "group_instance_id": None}).error_code
+
+    def commit(self, offsets, generation=-1, member_id="", metadata=None):
+        return self.send(8, 8, {
+            "group_id": "g", "generation_id_or_member_epoch": generation, "member_id": member_id,
+            "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+                {"partition_index": partition, "committed_offset": offset,
+                 "committed_leader_epoch": -1, "committed_metadata": metadata}]}
+                for (topic, partition), offset in offsets.items()]})
+
+    def committed(self, group="g"):
+        answer = self.send(9, 8, {"groups": [{"group_id": group, "topics": None}],
+                                  "require_stable": False})
+        return {(t.name, p.partition_index): p.committed_offset
+                for t in answer.groups[0].topics for p in t.partitions}
+
+    def close(self):
+        self.coordinator.close()
+        self.loop.close()
+
+
+@pytest.fixture
+def harness(tmp_path):
+    found = Harness(tmp_path)
+    yield found
+    found.close()
+
+
+def codes(answer) -> list[int]:
+    return [p.error_code for t in answer.topics for p in t.partitions]
+
+
+def test_join_needs_a_member_id_then_forms_a_generation_with_a_leader(harness):
+    member, join = harness.join_member()
+    joined = harness.wait(join)
+    assert (joined.error_code, joined.generation_id, joined.leader) == (E_NONE, 1, member)
+    assert joined.protocol_name == "range"
+    assert [(m.member_id, m.metadata) for m in joined.members] == [(member, b"m")]
+    synced = harness.wait(harness.sync(member, 1, [(member, b"all of it")]))
+    assert (synced.error_code, synced.assignment) == (E_NONE, b"all of it")
+    assert harness.heartbeat(member, 1) == E_NONE
+    assert harness.heartbeat(member, 0) == ILLEGAL_GENERATION
+    assert harness.heartbeat("stranger", 1) == UNKNOWN_MEMBER
+    assert harness.join(member_id="never-issued").error_code == UNKNOWN_MEMBER
+    assert harness.join(session=0.01).error_code == INVALID_SESSION_TIMEOUT
+    assert harness.join(protocols=()).error_code == INCONSISTENT
+
+
+def test_a_second_member_rebalances_and_only_the_leader_assigns(harness):
+    first, join = harness.join_member()
+    harness.wait(join)
+    harness.wait(harness.sync(first, 1, [(first, b"p0,p1")]))
+    second, join_second = harness.join_member(client_id="other")
+    assert harness.heartbeat(first, 1) == REBALANCING  # told to rejoin
+    assert not join_second.done()
+    rejoin = harness.join(member_id=first)
+    leader_view, follower_view = harness.wait(rejoin), harness.wait(join_second)
+    assert leader_view.generation_id == follower_view.generation_id == 2
+    assert leader_view.leader == follower_view.leader == first
+    assert sorted(m.member_id for m in leader_view.members) == sorted([first, second])
+    assert list(follower_view.members) == []
+    waiting = harness.sync(second, 2)
+    harness.settle(0.05)
+    assert not waiting.done()  # the follower waits for the leader's assignment
+    led = harness.wait(harness.sync(first, 2, [(first, b"p0"), (second, b"p1")]))
+    assert led.assignment == b"p0" and harness.wait(waiting).assignment == b"p1"
+    described = harness.send(15, 5, {"groups": ["g", "nobody"],
+                                     "include_authorized_operations": False})
+    group, missing = described.groups
+    assert (group.group_state, group.protocol_data, len(group.members)) == \
+        ("Stable", "range", 2)
+    assert {m.client_id for m in group.members} == {"test", "other"}
+    assert {m.client_host for m in group.members} == {"10.1.2.3"}
+    assert missing.group_state == "Dead"
+
+
+def test_an_expired_session_or_a_leave_rebalances_the_rest(harness):
+    first, join = harness.join_member(session=0.3)
+    harness.wait(join)
+    harness.wait(harness.sync(first, 1, [(first, b"x")]))
+    second, join_second = harness.join_member(session=0.3)
+    harness.wait(harness.join(member_id=first, session=0.3))
+    harness.wait(join_second)
+    harness.wait(harness.sync(first, 2, [(first, b"a"), (second, b"b")]))
+    harness.settle(0.2)
+    assert harness.heartbeat(first, 2) == E_NONE  # the second member goes silent
+    harness.settle(0.35)
+    assert harness.heartbeat(first, 2) == REBALANCING
+    alone = harness.wait(harness.join(member_id=first, session=0.3))
+    assert (alone.generation_id, [m.member_id for m in alone.members]) == (3, [first])
+    left = harness.send(13, 3, {"group_id": "g", "members": [
+        {"member_id": first, "group_instance_id": None}]})
+    assert [m.error_code for m in left.members] == [E_NONE]
+    harness.settle(0.05)
+    listed = harness.send(16, 4, {"states_filter": []})
+    assert [(g.group_id, g.group_state) for g in listed.groups] == [("g", "Empty")]
+
+
+def test_a_member_that_does_not_rejoin_is_dropped_after_the_rebalance_timeout(harness):
+    first, join = harness.join_member(rebalance=0.3)
+    harness.wait(join)
+    harness.wait(harness.sync(first, 1, [(first, b"x")]))
+    second, join_second = harness.join_member(rebalance=0.3)  # the first never rejoins
+    answer = harness.wait(join_second, timeout=3)
+    assert (answer.generation_id, answer.leader) == (2, second)
+    assert [m.member_id for m in answer.members] == [second]
+
+
+def test_static_member_rejoining_keeps_its_assignment_without_a_rebalance(harness):
+    joined = harness.wait(harness.join(instance="host-1"))
+    member = joined.member_id
+    harness.wait(harness.sync(member, 1, [(member, b"mine")]))
+    again = harness.wait(harness.join(instance="host-1"))  # the client restarted
+    assert again.generation_id == 1 and again.member_id != member
+    assert harness.wait(harness.sync(again.member_id, 1)).assignment == b"mine"
+    assert harness.heartbeat(member, 1) == UNKNOWN_MEMBER  # the old id is fenced
+
+
+def test_offset_commits_are_checked_durable_and_expire(harness, monkeypatch):
+    assert codes(harness.commit({("t", 0): 5, ("t", 1): 7})) == [E_NONE, E_NONE]
+    assert codes(harness.commit({("nope", 0): 1})) == [UNKNOWN_PARTITION]
+    assert codes(harness.commit({("t", 9): 1})) == [UNKNOWN_PARTITION]
+    assert codes(harness.commit({("t", 0): 6}, metadata="x" * 5000)) == [METADATA_TOO_LARGE]
+    member, join = harness.join_member()
+    harness.wait(join)
+    harness.wait(harness.sync(member, 1, [(member, b"")]))
+    assert codes(harness.commit({("t", 0): 8})) == [UNKNOWN_MEMBER]  # group has members
+    assert codes(harness.commit({("t", 0): 8}, 5, member)) == [ILLEGAL_GENERATION]
+    assert codes(harness.commit({("t", 0): 8}, 1, member)) == [E_NONE]
+    assert harness.committed() == {("t", 0): 8, ("t", 1): 7}
+    harness.restart()  # a new coordinator reads them back from the file
+    assert harness.committed() == {("t", 0): 8, ("t", 1): 7}
+    assert harness.committed("other") == {}
+    # Retention counts from when the group became empty (now: it has no members after restart).
+    later = coordinator_module._now_ms() + 10080 * 60000 + 1000
+    monkeypatch.setattr(coordinator_module, "_now_ms", lambda: later)
+    assert harness.coordinator.expire_offsets() == 2
+    assert harness.committed() == {}
+    harness.restart()
+    assert harness.committed() == {}
+
+
+def test_delete_groups_refuses_live_groups(harness):
+    assert codes(harness.commit({("t", 0): 1})) == [E_NONE]
+    member, join = harness.join_member()
+    harness.wait(join)
+    harness.wait(harness.sync(member, 1, [(member, b"")]))
+
+    def delete(*names):
+        answer = harness.send(42, 2, {"groups_names": list(names)})
+        return [r.error_code for r in answer.results]
+
+    assert delete("g", "ghost") == [NON_EMPTY, NOT_FOUND]
+    harness.send(13, 3, {"group_id": "g", "members": [{"member_id": member,
+                                                       "group_instance_id": None}]})
+    harness.settle(0.05)
+    assert delete("g") == [E_NONE]
+    assert harness.committed() == {}
+    harness.restart()
+    assert harness.committed() == {}
+
+
+def test_compaction_keeps_only_the_latest_offsets(tmp_path, monkeypatch):
+    from broker.groups import offsets
+
+    monkeypatch.setattr(offsets, "COMPACT_MIN", 10)
+    store = OffsetStore(str(tmp_path))
+    for offset in range(50):
+        store.commit([offsets.Record(group="g", topic="t", partition=0, offset=offset)])
+    store.close()
+    store = OffsetStore(str(tmp_path))  # compacts at start-up
+    with open(store.path, "rb") as handle:
+        assert len(handle.readlines()) == 1
+    assert store.get("g")[("t", 0)].offset == 49
+    store.close()
+    with open(store.path, "ab") as handle:
+        handle.write(b'{"group": "g", "top')  # a torn last line is skipped
+    assert OffsetStore(str(tmp_path)).get("g")[("t", 0)].offset == 49
+
+
+
+def test_session_timeout_bounds_must_be_ordered():
+    from broker.config import ConfigError
+
+    with pytest.raises(ConfigError, match="^group.min.session.timeout.ms: 9000 is more than"):
+        load_config({"group.min.session.timeout.ms": "9000",
+                     "group.max.session.timeout.ms": "8000"})

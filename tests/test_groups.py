@@ -1,0 +1,224 @@
+"""Consumer groups with real clients: partitions shared, taken over, consumed exactly once,
+committed offsets surviving a killed worker and a killed broker."""
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from loadtest.harness import BrokerProcess, wait_until
+from tests.wire import KafkaSocket, alter_client_quota, create_topic, frame
+
+GROUPS = {"group.initial.rebalance.delay.ms": "100"}
+PARTITIONS = 6
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for number, value in enumerate(values):
+        producer.produce(topic, value.encode(), partition=number % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
+class Member(threading.Thread):
+    """One group consumer in its own thread: poll, record, commit synchronously, repeat."""
+
+    def __init__(self, client: str, bootstrap: str, topic: str, group: str, seen: list):
+        super().__init__(daemon=True)
+        self.client, self.bootstrap, self.topic, self.group = client, bootstrap, topic, group
+        self.seen = seen  # shared: (value, member name)
+        self.assigned: set = set()
+        self.stop_event = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self):
+        try:
+            getattr(self, f"_run_{self.client.replace('-', '_')}")()
+        except BaseException as error:  # reported by the test
+            self.failure = error
+
+    def _record(self, values):
+        for value in values:
+            self.seen.append((value, self.name))
+
+    def _run_kafka_python(self):
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap,
+                                 group_id=self.group, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", heartbeat_interval_ms=300,
+                                 session_timeout_ms=6000)
+        try:
+            while not self.stop_event.is_set():
+                batches = consumer.poll(timeout_ms=100)
+                self._record(r.value.decode() for rs in batches.values() for r in rs)
+                if batches:
+                    consumer.commit()
+                self.assigned = {tp.partition for tp in consumer.assignment()}
+        finally:
+            consumer.close()
+
+    def _run_confluent_kafka(self):
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "heartbeat.interval.ms": 300, "session.timeout.ms": 6000,
+                             "partition.assignment.strategy": "range"})
+        consumer.subscribe([self.topic])
+        try:
+            while not self.stop_event.is_set():
+                messages = consumer.consume(100, 0.1)
+                good = [m for m in messages if m.error() is None]
+                self._record(m.value().decode() for m in good)
+                if good:
+                    consumer.commit(asynchronous=False)
+                self.assigned = {tp.partition for tp in consumer.assignment()}
+        finally:
+            consumer.close()
+
+    def _run_aiokafka(self):
+        asyncio.run(self._aiokafka())
+
+    async def _aiokafka(self):
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap,
+                                    group_id=self.group, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", heartbeat_interval_ms=300,
+                                    session_timeout_ms=6000)
+        await consumer.start()
+        try:
+            while not self.stop_event.is_set():
+                batches = await consumer.getmany(timeout_ms=100)
+                self._record(r.value.decode() for rs in batches.values() for r in rs)
+                if batches:
+                    await consumer.commit()
+                self.assigned = {tp.partition for tp in consumer.assignment()}
+        finally:
+            await consumer.stop()
+
+    def finish(self):
+        self.stop_event.set()
+        self.join(30)
+        assert not self.is_alive() and self.failure is None, self.failure
+
+
+def exactly_once(seen: list, expected: list[str]) -> None:
+    values = [value for value, _ in seen]
+    assert sorted(values) == sorted(expected), (
+        f"{len(values)} consumed, {len(set(values))} distinct, {len(expected)} expected")
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "confluent-kafka"])
+def test_three_members_share_take_over_and_consume_exactly_once(client):
+    with BrokerProcess(workers=2, overrides=GROUPS) as broker:
+        topic, group = f"orders-{client}", f"billing-{client}"
+        create_topic(broker.bootstrap, topic, PARTITIONS)
+        first = [f"a{n}" for n in range(300)]
+        produce(broker.bootstrap, topic, first)
+        seen: list = []
+        members = [Member(client, broker.bootstrap, topic, group, seen) for _ in range(3)]
+        for member in members:
+            member.start()
+        wait_until(lambda: sorted(len(m.assigned) for m in members) == [2, 2, 2], timeout=60,
+                   message=f"assignments {[m.assigned for m in members]}")
+        assert set().union(*(m.assigned for m in members)) == set(range(PARTITIONS))
+        wait_until(lambda: len(seen) >= 300, timeout=30)
+        leaving = members.pop()
+        leaving.finish()  # a clean close: LeaveGroup, the others take its partitions over
+        wait_until(lambda: sorted(len(m.assigned) for m in members) == [3, 3], timeout=60,
+                   message=f"assignments {[m.assigned for m in members]}")
+        second = [f"b{n}" for n in range(300)]
+        produce(broker.bootstrap, topic, second)
+        wait_until(lambda: len(seen) >= 600, timeout=30)
+        time.sleep(0.5)  # room for a duplicate to show up
+        for member in members:
+            member.finish()
+        exactly_once(seen, first + second)
+        assert broker.metric("broker_requests_total", api="JoinGroup", listener="PLAINTEXT") > 0
+        assert broker.metric("broker_requests_total", api="OffsetCommit", listener="PLAINTEXT") > 0
+        # A restarted consumer resumes from the committed offsets: only what is new.
+        third = [f"c{n}" for n in range(12)]
+        produce(broker.bootstrap, topic, third)
+        later: list = []
+        restarted = Member(client, broker.bootstrap, topic, group, later)
+        restarted.start()
+        wait_until(lambda: len(later) >= 12, timeout=60)
+        time.sleep(0.5)
+        restarted.finish()
+        exactly_once(later, third)
+
+
+def committed(address, group: str, topic: str) -> dict[int, int]:
+    """OffsetFetch v8 on the wire."""
+    from kafka.protocol.consumer.group import OffsetFetchRequest
+
+    from tests.wire import decode_response
+
+    request = OffsetFetchRequest[8](groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+        group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics(
+            name=topic, partition_indexes=list(range(PARTITIONS)))])], require_stable=False)
+    request.with_header(correlation_id=1, client_id="test")
+    with KafkaSocket(address) as client:
+        client.send(frame(bytes(request.encode(header=True))))
+        _, response = decode_response(9, 8, client.receive())
+    return {p.partition_index: p.committed_offset for p in response.groups[0].topics[0].partitions}
+
+
+def test_killed_worker_or_broker_loses_no_committed_offset(tmp_path):
+    with BrokerProcess(workers=2, overrides=GROUPS, data_dir=str(tmp_path)) as broker:
+        topic, group = "ledger", "auditors"
+        create_topic(broker.bootstrap, topic, PARTITIONS)
+        produce(broker.bootstrap, topic, [f"x{n}" for n in range(120)])
+        seen: list = []
+        members = [Member("kafka-python", broker.bootstrap, topic, group, seen)
+                   for _ in range(3)]
+        for member in members:
+            member.start()
+        wait_until(lambda: len(seen) >= 120, timeout=60)
+        wait_until(lambda: committed(broker.listeners["PLAINTEXT"], group, topic) ==
+                   {p: 20 for p in range(PARTITIONS)}, timeout=30)
+        # Members are spread over both workers (round-robin hand-off); kill one of them.
+        killed = broker.worker_pids["data-0"]
+        os.kill(killed, signal.SIGKILL)
+        wait_until(lambda: broker.worker_pids["data-0"] != killed, timeout=15)
+        wait_until(lambda: broker.metric("broker_worker_up", worker="data-0") == 1, timeout=15)
+        assert committed(broker.listeners["PLAINTEXT"], group, topic) == \
+            {p: 20 for p in range(PARTITIONS)}
+        produce(broker.bootstrap, topic, [f"y{n}" for n in range(60)])
+        wait_until(lambda: len(seen) >= 180, timeout=60)
+        wait_until(lambda: committed(broker.listeners["PLAINTEXT"], group, topic) ==
+                   {p: 30 for p in range(PARTITIONS)}, timeout=60)
+        for member in members:
+            member.finish()
+        assert sorted(v for v, _ in seen) == sorted([f"x{n}" for n in range(120)] +
+                                                    [f"y{n}" for n in range(60)])
+        os.kill(broker.pid, signal.SIGKILL)  # the whole broker, no clean shutdown
+        broker.proc.wait(10)
+    for process in broker.worker_pids.values():
+        wait_until(lambda: not os.path.exists(f"/proc/{process}"), timeout=10)
+    with BrokerProcess(workers=2, overrides=GROUPS, data_dir=str(tmp_path)) as restarted:
+        assert committed(restarted.listeners["PLAINTEXT"], group, topic) == \
+            {p: 30 for p in range(PARTITIONS)}
+
+
+def test_group_requests_of_a_client_over_its_request_quota_are_throttled():
+    overrides = dict(GROUPS, **{"quota.window.num": "2", "pybroker.quota.burst.windows": "1"})
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        address = broker.listeners["PLAINTEXT"]
+        create_topic(broker.bootstrap, "quiet", PARTITIONS)
+        assert alter_client_quota(address, {"client-id": "test"}, "request_percentage",
+                                  0.001) == 0
+        deadline = time.monotonic() + 20
+        while broker.metric("broker_throttle_time_seconds_total",
+                            quota="request_percentage") == 0:
+            assert time.monotonic() < deadline, "never throttled"
+            committed(address, "g", "quiet")
+        assert broker.metric("broker_requests_total", api="OffsetFetch",
+                             listener="PLAINTEXT") > 0
