@@ -15,16 +15,18 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
     connection_closed    worker      a registered connection ended  listener, ip, conn_id, reason,
                                                                     client_id, lifetime_ms,
                                                                     bytes_in, bytes_out
-    acceptor_blocked     parent      per second with blocking       listener, reason (no_room,
-                                                                    rate, descriptors),
+    acceptor_blocked     parent      per second with blocking       listener, reason
+                                                                    (handoff_full,
+                                                                    connection_limit,
+                                                                    creation_rate, descriptors),
                                                                     episodes, blocked_ms
     pool_depleted        parent      a depletion period ended       started, duration_ms
     broker_stats         parent      every second                   active {listener: n},
                                                                     pool_used, pool_limit,
                                                                     pool_waiting, depleted_ms
     memory_mutes         worker      per second with any            muted, unmuted
-    throttle             worker      a client was throttled         listener, client_id, quota,
-                                                                    throttle_ms
+    throttle             worker      a client was throttled         client_id, quota, throttle_ms
+                                                                    (quotas are broker-wide)
     config_changed       parent      a dynamic change was applied   listener, peer, kind (config,
                                                                     quota), changes {key: value}
     requests             worker      per second, per (listener,     second, listener, plane, api,
@@ -32,6 +34,8 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
                                                                     bytes_out, latency_us_sum,
                                                                     latency {bucket: count}
     slow_request         worker      a request over the threshold   listener, plane, api,
+                                     (not one that waited on
+                                     purpose: long poll, rebalance)
                                      (pybroker.event.log.slow.      client_id, peer, latency_ms,
                                      request.ms)                    bytes_in
 
@@ -46,7 +50,8 @@ that file), buffered and flushed at least every second, rotated past
 `pybroker.event.log.file.bytes`.  When the directory holds more than
 `pybroker.event.log.total.bytes`, the oldest rotated files are deleted; a file still being
 written is held under a shared flock, which the deleter's non-blocking exclusive flock respects,
-so no process deletes another's open file.
+so no process deletes another's open file.  Open files are not deleted, so the directory may
+exceed the cap by up to one file (`file.bytes` + 64 KiB) per process.
 """
 
 from __future__ import annotations

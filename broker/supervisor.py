@@ -130,7 +130,7 @@ class Supervisor:
                 self._start_metrics()
                 self.logs.start_maintenance()
                 if self.events is not None:
-                    self._loop.call_later(1.0 - time.time() % 1.0, self._events_tick)
+                    self._events_tick()
                 log.info("broker ready node.id=%d workers=%d pid=%d", self.config.node_id,
                          len(self.workers), os.getpid())
                 await self._main_loop()
@@ -178,10 +178,17 @@ class Supervisor:
         return EventLog(self.config.event_log_dir, "parent", self.config.node_id,
                         props.pybroker_event_log_file_bytes, props.pybroker_event_log_total_bytes)
 
-    def _events_tick(self) -> None:
+    def _events_tick(self, boundary: int = 0) -> None:
         """On every wall-clock second: what the second that just ended looked like."""
         now = time.time()
-        second_ms = int(now - 0.5) * 1000
+        if boundary:
+            self._events_second(boundary - 1, now)
+        if not self._stopping:
+            following = int(now) + 1
+            self._loop.call_later(following - now, self._events_tick, following)
+
+    def _events_second(self, second: int, now: float) -> None:
+        second_ms = second * 1000
         emit = self.events.emit
         for acceptor in self.connections.acceptors:
             for reason, (episodes, nanoseconds) in acceptor.take_blocked().items():
@@ -195,8 +202,6 @@ class Supervisor:
             self._pool_events(stats, now)
         emit(stats)
         self.events.flush()
-        if not self._stopping:
-            self._loop.call_later(1.0 - time.time() % 1.0, self._events_tick)
 
     def _pool_events(self, stats: events.BrokerStats, now: float) -> None:
         """Pool figures for the second, and a pool_depleted event when a depletion ended."""
@@ -542,9 +547,12 @@ class Supervisor:
 
     async def _shutdown(self) -> None:
         """Stop accepting, let workers finish in-flight requests, then kill what remains."""
-        # 1. No new connections: close every listening socket (and held throttled sockets).
+        # 1. No new connections: close every listening socket (and held throttled sockets);
+        #    group requests waiting for a rebalance are answered now.
         if self.connections is not None:
             self.connections.stop()
+        if self.groups is not None:
+            self.groups.abort_waiting()
         # 2. Ask each worker to drain within the deadline.
         timeout_ms = self.config.props.pybroker_shutdown_timeout_ms
         for worker in self.workers:

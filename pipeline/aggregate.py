@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
+OTHER = "<other>"  # workers.events: clients past a worker's key limit, not one client
 MAX_FILLED_SECONDS = 7 * 86400
 PLANES = ("data", "control")
 
@@ -78,11 +79,15 @@ def timeline(events: DataFrame) -> DataFrame:
                 .pivot("reason", list(REJECT_REASONS)).agg(F.count(F.lit(1))))
     for reason in REJECT_REASONS:
         rejected = rejected.withColumnRenamed(reason, f"rejected_{reason}")
-    stats = _of(events, "broker_stats").groupBy("second").agg(
+    # Per broker (node) first, then summed: several brokers' logs make one cluster's view.
+    stats = (_of(events, "broker_stats").groupBy("second", "node").agg(
         F.max(F.aggregate(F.map_values("active"), F.lit(0).cast("long"),
                           lambda total, x: total + x)).alias("active"),
         F.max("pool_used").alias("pool_used"),
         F.sum("depleted_ms").alias("pool_depleted_ms"))
+        .groupBy("second").agg(F.sum("active").alias("active"),
+                               F.sum("pool_used").alias("pool_used"),
+                               F.max("pool_depleted_ms").alias("pool_depleted_ms")))
     blocked = (_of(events, "acceptor_blocked").groupBy("second", "listener")
                .agg((F.sum("blocked_ms") / 1000).alias("ratio"))
                .groupBy("second").agg(F.least(F.max("ratio"), F.lit(1.0))
@@ -107,7 +112,8 @@ def timeline(events: DataFrame) -> DataFrame:
 
 def _top(frame: DataFrame, dimension: str, key: str, metric: str, value, n: int) -> DataFrame:
     ranked = Window.orderBy(F.col("value").desc(), F.col("key"))
-    return (frame.where(F.col(key).isNotNull()).groupBy(F.col(key).alias("key"))
+    return (frame.where(F.col(key).isNotNull() & (F.col(key) != OTHER))
+            .groupBy(F.col(key).alias("key"))
             .agg(value.alias("value"))
             .withColumn("rank", F.row_number().over(ranked)).where(F.col("rank") <= n)
             .select(F.lit(dimension).alias("dimension"), "key", F.lit(metric).alias("metric"),
@@ -155,6 +161,7 @@ def incidents(events: DataFrame, per_second: DataFrame,
         F.max("throttled_clients").alias("peak_throttled_clients"))
     summary = summary.withColumn("seconds", F.col("end") - F.col("start") + 1)
     windowed = F.col("e.second").between(F.col("s.start"), F.col("s.end"))
+    events = events.where(F.coalesce(F.col("client_id"), F.lit("")) != OTHER)
     connections = events.where(F.col("type").isin("connection_accepted", "connection_rejected"))
     by_ip = _leader(summary, connections, windowed, "ip", F.count(F.lit(1)), "top_ip")
     clients = events.where(F.col("type") == "requests")
@@ -181,7 +188,8 @@ def _leader(summary: DataFrame, events: DataFrame, windowed, key: str, value,
 
 def fairness(events: DataFrame, window: int = 10) -> DataFrame:
     """Jain's fairness index over served requests per client id, per window of seconds."""
-    served = (_of(events, "requests").where(F.col("client_id").isNotNull())
+    served = (_of(events, "requests").where(F.col("client_id").isNotNull()
+                                            & (F.col("client_id") != OTHER))
               .withColumn("window_start", F.floor(F.col("second") / window) * window)
               .groupBy("window_start", "client_id").agg(F.sum("count").alias("x")))
     return (served.groupBy("window_start").agg(

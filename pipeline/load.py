@@ -73,11 +73,14 @@ def load_events(spark: SparkSession, locations: list[str], staging: str | None =
         raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     # A time outside 2001-2100 cannot be a broker's: such a line counts as unreadable
     # (and would otherwise stretch the timeline over decades).
-    parsed = F.col(CORRUPT).isNull() & F.col("ts").between(EARLIEST_MS, LATEST_MS)
-    known = parsed & (F.col("v") == SCHEMA_VERSION) & F.col("type").isin(*TYPE_NAMES)
+    parsed = F.col(CORRUPT).isNull() & F.coalesce(
+        F.col("ts").between(EARLIEST_MS, LATEST_MS), F.lit(False))
+    # coalesce: a line without `v` or `type` is an unknown version, not a silent null.
+    known = parsed & F.coalesce((F.col("v") == SCHEMA_VERSION) & F.col("type").isin(*TYPE_NAMES),
+                                F.lit(False))
     counts = raw.select(
         F.count(F.lit(1)).alias("lines"),
-        F.sum((~parsed | F.col("ts").isNull()).cast("long")).alias("bad"),
+        F.sum((~parsed).cast("long")).alias("bad"),
         F.sum((parsed & ~known).cast("long")).alias("unknown"),
     ).first()
     events = raw.where(known).drop(CORRUPT).withColumn("second", F.floor(F.col("ts") / 1000))

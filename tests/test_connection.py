@@ -71,7 +71,7 @@ class FakeWorker:
     def connection_closed(self, conn, reason):
         self.closed.append(reason)
 
-    def requests_served(self, conn, api_keys, received_at):
+    def requests_served(self, conn, api_keys, received_at, parked=False):
         self.served.extend(api_keys)
 
     def invalid_request(self, reason):

@@ -86,10 +86,13 @@ def test_a_broker_run_becomes_a_report_naming_the_storm_and_the_throttled_client
             sock.close()
         wait_until(lambda: broker.metric("broker_connections", listener="PLAINTEXT") == 0)
         # A producer far over its byte rate: its answers carry throttle times.
+        sent = received = 0
         with KafkaSocket(address, timeout=30) as greedy:
             for correlation in range(3):
-                greedy.send(_produce_as("greedy", "events", correlation))
-                greedy.receive()
+                request = _produce_as("greedy", "events", correlation)
+                greedy.send(request)
+                sent += len(request)
+                received += 4 + len(greedy.receive())
         wait_until(lambda: broker.metric("broker_throttle_time_seconds_total",
                                          quota="producer_byte_rate") > 0)
     events_dir = str(tmp_path / "pybroker-events")
@@ -99,7 +102,11 @@ def test_a_broker_run_becomes_a_report_naming_the_storm_and_the_throttled_client
             "ConnectionClosed", "Throttle", "ConfigChanged", "Requests",
             "BrokerStats"} <= kinds
     closed = [e for e in recorded if isinstance(e, ev.ConnectionClosed) and e.client_id == "greedy"]
-    assert closed and closed[0].bytes_in > 3 * 30000 and closed[0].bytes_out > 0
+    assert [(e.bytes_in, e.bytes_out) for e in closed] == [(sent, received)]
+    aggregated = [e for e in recorded if isinstance(e, ev.Requests) and e.client_id == "greedy"]
+    assert sum(e.count for e in aggregated) == 3 and {e.api for e in aggregated} == {"Produce"}
+    assert (sum(e.bytes_in for e in aggregated), sum(e.bytes_out for e in aggregated)) == \
+        (sent, received)
     change = next(e for e in recorded if isinstance(e, ev.ConfigChanged))
     assert change.kind == "quota" and change.listener == "PLAINTEXT" and change.peer
     assert {e.proc for e in recorded} == {"parent", "data-0", "data-1"}

@@ -279,3 +279,67 @@ def test_session_timeout_bounds_must_be_ordered():
     with pytest.raises(ConfigError, match="^group.min.session.timeout.ms: 9000 is more than"):
         load_config({"group.min.session.timeout.ms": "9000",
                      "group.max.session.timeout.ms": "8000"})
+
+
+def two_member_generation(harness, rebalance=5.0):
+    """A leader and a follower joined into generation 2; returns (leader, follower)."""
+    first, join = harness.join_member(rebalance=rebalance)
+    harness.wait(join)
+    harness.wait(harness.sync(first, 1, [(first, b"x")]))
+    second, join_second = harness.join_member(rebalance=rebalance)
+    harness.wait(harness.join(member_id=first, rebalance=rebalance))
+    harness.wait(join_second)
+    return first, second
+
+
+def test_a_retried_sync_answers_the_first_one_too(harness):
+    leader, follower = two_member_generation(harness)
+    first_try = harness.sync(follower, 2)
+    second_try = harness.sync(follower, 2)
+    assert harness.wait(first_try).error_code == REBALANCING  # never left hanging
+    harness.wait(harness.sync(leader, 2, [(leader, b"a"), (follower, b"b")]))
+    assert harness.wait(second_try).assignment == b"b"
+
+
+def test_a_leader_that_never_syncs_is_dropped_after_the_rebalance_timeout(harness):
+    leader, follower = two_member_generation(harness, rebalance=0.3)
+    waiting = harness.sync(follower, 2)
+    assert harness.wait(waiting, timeout=3).error_code == REBALANCING
+    again = harness.wait(harness.join(member_id=follower, rebalance=0.3), timeout=3)
+    assert (again.generation_id, again.leader) == (3, follower)
+    assert harness.heartbeat(leader, 3) == UNKNOWN_MEMBER
+
+
+def test_shutdown_answers_every_waiting_join_and_sync(harness):
+    first, join = harness.join_member()
+    harness.wait(join)
+    harness.wait(harness.sync(first, 1, [(first, b"x")]))
+    _second, join_second = harness.join_member()
+    assert not join_second.done()
+    harness.coordinator.abort_waiting()
+    assert harness.wait(join_second).error_code == 16  # NOT_COORDINATOR: look again
+
+
+def test_groups_with_offsets_are_listed_after_a_restart(harness):
+    assert codes(harness.commit({("t", 0): 3})) == [E_NONE]
+    harness.restart()
+    listed = harness.send(16, 4, {"states_filter": []})
+    assert [(g.group_id, g.group_state) for g in listed.groups] == [("g", "Empty")]
+
+
+def test_a_commit_after_a_torn_tail_survives_the_next_restart(tmp_path):
+    store = OffsetStore(str(tmp_path))
+    store.commit([offsets_record("t", 0, 1)])
+    store.close()
+    with open(store.path, "ab") as handle:
+        handle.write(b'{"group": "g", "topic": "t", "parti')  # killed mid-write
+    store = OffsetStore(str(tmp_path))
+    store.commit([offsets_record("t", 0, 42)])
+    store.close()
+    assert OffsetStore(str(tmp_path)).get("g")[("t", 0)].offset == 42
+
+
+def offsets_record(topic, partition, offset):
+    from broker.groups.offsets import Record
+
+    return Record(group="g", topic=topic, partition=partition, offset=offset)

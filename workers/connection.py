@@ -132,7 +132,6 @@ class Connection(asyncio.BufferedProtocol):
         """Bytes read into a frame's own buffer (False if none): serve the frame once whole."""
         if self._large_view is None:
             return False
-        self.bytes_in += nbytes
         self._large_got += nbytes
         if self._large_got == len(self._large):
             self._finish_large_frame()
@@ -265,17 +264,19 @@ class Connection(asyncio.BufferedProtocol):
         if type(response) is Throttled and self._special(response, api_key, out):
             return  # held back once more (a delayed throttle)
         self.state = response_sent(self.state)
-        self._flush(out, [api_key], self._waiting_since)
+        self._flush(out, [api_key], self._waiting_since, parked=True)
         self._serve(b"")  # frames that queued up behind it
 
-    def _flush(self, out: list[bytes], handled: list[int], received_at: float | None = None) -> None:
+    def _flush(self, out: list[bytes], handled: list[int], received_at: float | None = None,
+               parked: bool = False) -> None:
         if out and not self.closing:
             data = b"".join(out) if len(out) > 1 else out[0]
             self.bytes_out += len(data)
             self.transport.write(data)
         if handled:
             self.worker.requests_served(self, handled,
-                                        self.last_active if received_at is None else received_at)
+                                        self.last_active if received_at is None else received_at,
+                                        parked)
 
     def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
         """Receive the rest of a big frame straight into a buffer of its exact size."""

@@ -3,11 +3,10 @@
 Requests are far too many to log one by one, so each read's requests are added to a table
 keyed by (listener, API, client id) - count, bytes, latency sum and a latency sketch - that
 `tick` writes out as `requests` events (broker/events.py).  The hot path is a few integer
-operations: a connection keeps a reference to its current entry, and its byte counters are
-settled into that entry only when it switches API, closes, or the second ends.  The worker calls `tick` on every
+operations: a connection keeps a reference to its current entry.  The worker calls `tick` on every
 wall-clock second, so a table holds the requests answered in the second that just ended.  A read of pipelined
-requests counts each API with its number of requests and the read's latency for all of them;
-bytes go to the API the connection was serving when they were settled.  A connection's client id is the one of its first request (Kafka
+requests counts each API with its number of requests, the read's latency for all of them, and
+the bytes read and written since the connection's previous read split by count.  A connection's client id is the one of its first request (Kafka
 clients keep theirs for the life of a connection).  The table holds at most MAX_KEYS entries a
 second; the rest are added under the client id "<other>".
 """
@@ -38,35 +37,44 @@ class WorkerEvents:
 
     # --- hot path: once per read of requests ----------------------------------------------
 
-    def requests(self, conn, api_keys: list[int], elapsed_ns: int) -> None:
+    def requests(self, conn, api_keys: list[int], elapsed_ns: int, parked: bool = False) -> None:
+        """A read's requests, answered `elapsed_ns` after they arrived, with the bytes the
+        connection moved since its last read.  A parked request (a long-poll Fetch, a
+        JoinGroup) waited on purpose: never a slow_request."""
         us = elapsed_ns // 1000
         if us < 8:  # broker.events.latency_bucket, inlined: this runs for every read
             bucket = us
         else:
             top = us.bit_length() - 1
             bucket = min(4 * top + ((us - (1 << top)) >> (top - 2)), SKETCH_BUCKETS - 1)
+        bytes_in, bytes_out = conn.bytes_in - conn.bytes_in_logged, conn.bytes_out - conn.bytes_out_logged
+        conn.bytes_in_logged, conn.bytes_out_logged = conn.bytes_in, conn.bytes_out
         if len(api_keys) == 1:
             cached = conn.aggregate
             if cached is not None and cached[0] is self._table and cached[1] == api_keys[0]:
                 entry = cached[2]
             else:
-                entry = self._switch(conn, api_keys[0])
+                entry = self._entry(conn, api_keys[0])
             entry[0] += 1
+            entry[1] += bytes_in
+            entry[2] += bytes_out
             entry[3] += us
             entry[4][bucket] += 1
         else:
+            share = len(api_keys)
             for api_key in set(api_keys):
                 count = api_keys.count(api_key)
-                entry = self._switch(conn, api_key)
+                entry = self._entry(conn, api_key)
                 entry[0] += count
+                entry[1] += bytes_in * count // share
+                entry[2] += bytes_out * count // share
                 entry[3] += us * count
                 entry[4][bucket] += count
-        if us >= self.slow_us:
-            self._slow(conn, api_keys[-1], us)
+        if us >= self.slow_us and not parked:
+            self._slow(conn, api_keys[-1], us, bytes_in)
 
-    def _switch(self, conn, api_key: int) -> list:
-        """The entry for the connection's new (API, client); its bytes so far settle first."""
-        self.settle(conn)
+    def _entry(self, conn, api_key: int) -> list:
+        """The table entry of the connection's (API, client) this second."""
         key = (conn.listener_index, api_key, conn.client_id)
         entry = self._table.get(key)
         if entry is None:
@@ -78,26 +86,16 @@ class WorkerEvents:
         conn.aggregate = (self._table, api_key, entry)
         return entry
 
-    def settle(self, conn) -> None:
-        """Add the bytes a connection moved since the last settling to its current entry."""
-        cached = conn.aggregate
-        if cached is not None and cached[0] is self._table:
-            entry = cached[2]
-            entry[1] += conn.bytes_in - conn.bytes_in_logged
-            entry[2] += conn.bytes_out - conn.bytes_out_logged
-        conn.bytes_in_logged, conn.bytes_out_logged = conn.bytes_in, conn.bytes_out
-
-    def _slow(self, conn, api_key: int, us: int) -> None:
+    def _slow(self, conn, api_key: int, us: int, bytes_in: int) -> None:
         listener = conn.listener_index
         self.log.emit(events.SlowRequest(
             listener=self.listeners[listener], plane=self.planes[listener],
             api=self.api_names.get(api_key, str(api_key)), client_id=conn.client_id,
-            peer=conn.peer, latency_ms=us / 1000, bytes_in=conn.bytes_in - conn.bytes_in_logged))
+            peer=conn.peer, latency_ms=us / 1000, bytes_in=bytes_in))
 
     # --- other events ---------------------------------------------------------------------
 
     def connection_closed(self, conn, reason: str, lifetime_s: float) -> None:
-        self.settle(conn)
         self.log.emit(events.ConnectionClosed(
             listener=self.listeners[conn.listener_index], ip=conn.peer.rpartition(":")[0],
             conn_id=conn.conn_id, reason=reason, client_id=conn.client_id,
@@ -115,9 +113,7 @@ class WorkerEvents:
 
     # --- once a second --------------------------------------------------------------------
 
-    def flush_requests(self, second: int, connections=()) -> None:
-        for conn in connections:
-            self.settle(conn)
+    def flush_requests(self, second: int) -> None:
         for (listener, api_key, client_id), entry in self._table.items():
             self.log.emit(events.Requests(
                 ts=second * 1000, second=second, listener=self.listeners[listener],
@@ -127,9 +123,9 @@ class WorkerEvents:
                 latency={bucket: n for bucket, n in enumerate(entry[4]) if n}))
         self._table = {}
 
-    def tick(self, second: int, connections=()) -> None:
+    def tick(self, second: int) -> None:
         """Write the requests answered during `second` (epoch seconds) and the mutes."""
-        self.flush_requests(second, connections)
+        self.flush_requests(second)
         if self._muted or self._unmuted:
             self.log.emit(events.MemoryMutes(ts=second * 1000, muted=self._muted,
                                              unmuted=self._unmuted))

@@ -23,7 +23,7 @@ log = logging.getLogger("workers.quotas")
 
 # First response version where the client itself backs off (KIP-219); older ones are delayed.
 CLIENT_SIDE_THROTTLE = {0: 6, 1: 8, 3: 6, 18: 2, 10: 2, 12: 2, 13: 2, 14: 2, 11: 3, 2: 3,
-                        19: 3, 8: 4, 9: 4, 22: 1}
+                        19: 3, 8: 4, 9: 4, 22: 1, 15: 2, 16: 2, 42: 1, 32: 2}
 # First response version whose body starts with throttle_time_ms, for the answers the parent
 # builds (config, quota and group APIs): the worker writes the throttle in there.
 THROTTLE_FIELD_SINCE = {8: 3, 9: 3, 11: 2, 12: 1, 13: 1, 14: 1, 15: 1, 16: 1, 42: 0, 32: 0,

@@ -219,7 +219,7 @@ class Worker:
         self.channel.send(ipc.encode(ipc.Ready(pid=os.getpid())))
         self._loop.call_later(TICK_SECONDS, self._tick)
         if self.events is not None:
-            self._loop.call_later(1.0 - time.time() % 1.0, self._events_tick)
+            self._events_tick()
         log.info("worker %s serving (pid %d)", self.name, os.getpid())
         await self._stopped
 
@@ -240,12 +240,14 @@ class Worker:
                              for i in range(len(config.listeners))],
                             api_names(), props.pybroker_event_log_slow_request_ms)
 
-    def _events_tick(self) -> None:
-        """On every wall-clock second: write the second that just ended."""
+    def _events_tick(self, boundary: int = 0) -> None:
+        """On every wall-clock second: write the second that just ended (the one before the
+        boundary this call was scheduled for, even if it runs late)."""
+        if self.events is not None and boundary:
+            self.events.tick(boundary - 1)
         now = time.time()
-        if self.events is not None:
-            self.events.tick(int(now - 0.5), self.connections)
-        self._loop.call_later(1.0 - now % 1.0, self._events_tick)
+        following = int(now) + 1
+        self._loop.call_later(following - now, self._events_tick, following)
 
     def _pin(self) -> None:
         cpu = self.boot.config.props.pybroker_control_plane_cpu
@@ -554,11 +556,12 @@ class Worker:
         future.set_result(Throttled(with_throttle(message.frame, api_key, version, ms), ms,
                                     delay=not throttle_applies_client_side(api_key, version)))
 
-    def requests_served(self, conn: Connection, api_keys: list[int], received_at: float) -> None:
+    def requests_served(self, conn: Connection, api_keys: list[int], received_at: float,
+                        parked: bool = False) -> None:
         elapsed = int((time.monotonic() - received_at) * 1e9)
         self.stats.requests(conn.listener_index, api_keys, elapsed)
         if self.events is not None:
-            self.events.requests(conn, api_keys, elapsed)
+            self.events.requests(conn, api_keys, elapsed, parked)
 
     def invalid_request(self, reason: str) -> None:
         self.stats.invalid(reason)

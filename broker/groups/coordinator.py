@@ -62,8 +62,22 @@ class GroupCoordinator:
         self._handlers = {8: self._offset_commit, 9: self._offset_fetch, 11: self._join,
                           12: self._heartbeat, 13: self._leave, 14: self._sync,
                           15: self._describe, 16: self._list, 42: self._delete}
+        for group_id, committed in offsets.groups.items():  # known again after a restart
+            newest = max((entry.committed_ms for entry in committed.values()), default=0)
+            self.groups[group_id] = Group(group_id, empty_since_ms=newest)
         self._ticker = loop.call_later(CHECK_EVERY, self._tick)
         self._next_retention = time.monotonic() + props.offsets_retention_check_interval_ms / 1000
+
+    def abort_waiting(self) -> None:
+        """Shutting down: every JoinGroup and SyncGroup still waiting is answered
+        NOT_COORDINATOR (the client looks for the coordinator again), so no connection owes
+        an answer and workers can drain at once."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                for waiting in (member.join, member.sync):
+                    if waiting is not None:
+                        waiting({"error_code": E.not_coordinator})
+                member.join = member.sync = None
 
     def close(self) -> None:
         self._ticker.cancel()
@@ -99,12 +113,11 @@ class GroupCoordinator:
         if not props.group_min_session_timeout_ms <= session * 1000 <= \
                 props.group_max_session_timeout_ms:
             return answer(E.invalid_session_timeout)
-        group = self.groups.get(body.group_id)
-        if group is None:
-            group = self.groups[body.group_id] = Group(body.group_id, empty_since_ms=_now_ms())
+        group = self.groups.get(body.group_id) or Group(body.group_id, empty_since_ms=_now_ms())
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
         if not self._compatible(group, body.protocol_type, protocols):
             return answer(E.inconsistent_group_protocol)
+        self.groups.setdefault(body.group_id, group)
         instance = getattr(body, "group_instance_id", None)
         member_id = body.member_id
         client_id = ctx.header.client_id or ""
@@ -239,6 +252,10 @@ class GroupCoordinator:
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.transition(GroupState.COMPLETING)
+        # The leader's SyncGroup must come within the rebalance timeout (Kafka's pending-sync
+        # timeout): otherwise members that have not synced are dropped and it starts over.
+        timeout = max(m.rebalance_timeout for m in group.members.values())
+        group.timer = self.loop.call_later(timeout, self._sync_expired, group, group.generation)
         now = time.monotonic()
         for member in group.members.values():
             respond, member.join = member.join, None
@@ -246,6 +263,16 @@ class GroupCoordinator:
             respond(self._join_values(group, member))
         log.info("group %s: generation %d, %d members, protocol %s", group.group_id,
                  group.generation, len(group.members), group.protocol)
+
+    def _sync_expired(self, group: Group, generation: int) -> None:
+        if group.state is not GroupState.COMPLETING or group.generation != generation:
+            return
+        for member in [m for m in group.members.values() if m.sync is None]:
+            log.info("group %s: member %s did not sync in time", group.group_id,
+                     member.member_id)
+            self._remove(group, member, rebalance=False)
+        self._prepare_rebalance(group, "members did not sync in time")
+        self._maybe_complete_join(group)
 
     def _remove(self, group: Group, member: Member, rebalance: bool = True) -> None:
         del group.members[member.member_id]
@@ -260,7 +287,14 @@ class GroupCoordinator:
         self._maybe_complete_join(group)
 
     def _tick(self) -> None:
-        now = time.monotonic()
+        try:
+            self._expire(time.monotonic())
+        except Exception:  # noqa: BLE001 - a bad tick must not stop every later one
+            log.exception("group coordinator tick failed")
+        finally:
+            self._ticker = self.loop.call_later(CHECK_EVERY, self._tick)
+
+    def _expire(self, now: float) -> None:
         for group in list(self.groups.values()):
             for member in [m for m in group.members.values() if m.deadline < now
                            and m.join is None and m.sync is None]:
@@ -271,8 +305,10 @@ class GroupCoordinator:
                 self._maybe_complete_join(group)
         if now >= self._next_retention:
             self._next_retention = now + self.props.offsets_retention_check_interval_ms / 1000
-            self.expire_offsets()
-        self._ticker = self.loop.call_later(CHECK_EVERY, self._tick)
+            try:
+                self.expire_offsets()
+            except OSError as error:
+                log.error("expiring committed offsets failed: %s", error)
 
     # --- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
 
@@ -310,10 +346,15 @@ class GroupCoordinator:
                 future.set_result(answer(values.get("error_code", E.none),
                                          values.get("assignment", b"")))
 
+        if member.sync is not None:  # a retried SyncGroup: the earlier one gets an answer too
+            member.sync({"error_code": E.rebalance_in_progress})
         member.sync = respond
         if body.member_id == group.leader:
             given = {a.member_id: bytes(a.assignment) for a in body.assignments}
             group.transition(GroupState.STABLE)
+            if group.timer is not None:
+                group.timer.cancel()
+                group.timer = None
             for other in group.members.values():
                 other.assignment = given.get(other.member_id, b"")
                 if other.sync is not None:
@@ -447,6 +488,10 @@ class GroupCoordinator:
             self.offsets.commit(records)
             log.info("expired %d committed offsets past offsets.retention.minutes",
                      len(records))
+        for group_id, group in list(self.groups.items()):  # nothing left of them: forget
+            if group.state is GroupState.EMPTY and not group.pending and \
+                    not self.offsets.get(group_id):
+                del self.groups[group_id]
         self.offsets.maybe_compact()
         return len(records)
 

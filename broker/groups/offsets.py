@@ -53,6 +53,7 @@ class OffsetStore:
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(Record)
         self._load()
+        self._cut_torn_tail()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.maybe_compact()
 
@@ -68,6 +69,17 @@ class OffsetStore:
                     except msgspec.DecodeError:
                         # Only a torn last line can be bad (a crash mid-write): skip it.
                         log.warning("%s:%d: unreadable offset record skipped", self.path, number)
+        except FileNotFoundError:
+            pass
+
+    def _cut_torn_tail(self) -> None:
+        """A crash mid-write can leave a last line without its newline: cut it off, or the
+        next commit would be glued to it and lost at the following start-up."""
+        try:
+            with open(self.path, "rb+") as handle:
+                data = handle.read()
+                if data and not data.endswith(b"\n"):
+                    handle.truncate(data.rfind(b"\n") + 1)
         except FileNotFoundError:
             pass
 
