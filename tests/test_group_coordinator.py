@@ -19,7 +19,7 @@ from tests.wire import decode_response
 
 E_NONE, UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCING = 0, 25, 22, 27
 MEMBER_ID_REQUIRED, INVALID_SESSION_TIMEOUT, NON_EMPTY, NOT_FOUND = 79, 26, 68, 69
-UNKNOWN_PARTITION, METADATA_TOO_LARGE, INCONSISTENT = 3, 12, 23
+UNKNOWN_PARTITION, METADATA_TOO_LARGE, INCONSISTENT, FENCED = 3, 12, 23, 82
 
 
 def request(api_key: int, version: int, values: dict, client_id: str = "test") -> bytes:
@@ -207,7 +207,18 @@ def test_static_member_rejoining_keeps_its_assignment_without_a_rebalance(harnes
     again = harness.wait(harness.join(instance="host-1"))  # the client restarted
     assert again.generation_id == 1 and again.member_id != member
     assert harness.wait(harness.sync(again.member_id, 1)).assignment == b"mine"
-    assert harness.heartbeat(member, 1) == UNKNOWN_MEMBER  # the old id is fenced
+    # The old client, still running with the same instance id, is fenced everywhere.
+    old = {"group_id": "g", "generation_id": 1, "member_id": member,
+           "group_instance_id": "host-1"}
+    assert harness.send(12, 4, old).error_code == FENCED
+    assert harness.wait(harness.send(14, 5, dict(old, protocol_type="consumer",
+                                                 protocol_name="range",
+                                                 assignments=[]))).error_code == FENCED
+    assert harness.wait(harness.join(member_id=member, instance="host-1")).error_code == FENCED
+    left = harness.send(13, 4, {"group_id": "g", "members": [
+        {"member_id": member, "group_instance_id": "host-1"}]})
+    assert [m.error_code for m in left.members] == [FENCED]
+    assert harness.heartbeat(again.member_id, 1) == E_NONE  # the new one is untouched
 
 
 def test_offset_commits_are_checked_durable_and_expire(harness, monkeypatch):

@@ -16,7 +16,9 @@ the leader's SyncGroup then hands every member its assignment.  Sessions: a memb
 neither heartbeats nor waits in a join or sync for `session.timeout.ms` is removed.
 Static members (`group.instance.id`) keep their assignment across a restart of the client:
 rejoining with the same instance id takes over the old member id's place without a
-rebalance while the group is stable.
+rebalance while the group is stable, and the old member id is fenced (FENCED_INSTANCE_ID on
+its join, sync, heartbeat, commit or leave), so two clients sharing an instance id cannot
+take the place from each other forever.
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ class GroupCoordinator:
                 # KIP-394: the client must come back with this id; until then it is pending.
                 group.pending[member_id] = time.monotonic() + session
                 return answer(E.member_id_required, member_id=member_id)
+        elif _fenced(group, member_id, instance):
+            return answer(E.fenced_instance_id, member_id=member_id)
         elif member_id not in group.members and member_id not in group.pending:
             return answer(E.unknown_member_id, member_id=member_id)
         if member_id not in group.members and len(group.members) >= props.group_max_size:
@@ -312,7 +316,10 @@ class GroupCoordinator:
 
     # --- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
 
-    def _member_problem(self, group: Group | None, member_id: str, generation: int):
+    def _member_problem(self, group: Group | None, member_id: str, generation: int,
+                        instance: str | None = None):
+        if group is not None and _fenced(group, member_id, instance):
+            return E.fenced_instance_id  # an older client with this group.instance.id
         if group is None or member_id not in group.members:
             return E.unknown_member_id
         if generation != group.generation:
@@ -327,7 +334,8 @@ class GroupCoordinator:
                                 "assignment": assignment})
 
         group = self.groups.get(body.group_id)
-        problem = self._member_problem(group, body.member_id, body.generation_id)
+        problem = self._member_problem(group, body.member_id, body.generation_id,
+                                       getattr(body, "group_instance_id", None))
         if problem is not None:
             return answer(problem)
         if ctx.version >= 5 and body.protocol_name is not None and \
@@ -365,7 +373,8 @@ class GroupCoordinator:
 
     def _heartbeat(self, ctx: RequestContext, body, _host: str) -> bytes:
         group = self.groups.get(body.group_id)
-        problem = self._member_problem(group, body.member_id, body.generation_id)
+        problem = self._member_problem(group, body.member_id, body.generation_id,
+                                       getattr(body, "group_instance_id", None))
         if problem is None:
             member = group.members[body.member_id]
             member.deadline = time.monotonic() + member.session_timeout
@@ -382,6 +391,10 @@ class GroupCoordinator:
         results = []
         for member_id, instance in leaving:
             member = None
+            if group is not None and member_id and _fenced(group, member_id, instance):
+                results.append({"member_id": member_id, "group_instance_id": instance,
+                                "error_code": E.fenced_instance_id})
+                continue
             if group is not None:
                 member = group.members.get(member_id) or (
                     group.by_instance(instance) if instance else None)
@@ -408,7 +421,8 @@ class GroupCoordinator:
         elif group is not None and group.state is GroupState.COMPLETING:
             problem = E.rebalance_in_progress
         elif generation >= 0 or (group is not None and group.members):
-            problem = self._member_problem(group, body.member_id, generation)
+            problem = self._member_problem(group, body.member_id, generation,
+                                           getattr(body, "group_instance_id", None))
         records, results = [], []
         now = _now_ms()
         limit = self.props.offset_metadata_max_bytes
@@ -547,6 +561,14 @@ class GroupCoordinator:
                 code = E.none
             results.append({"group_id": group_id, "error_code": code})
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+
+
+def _fenced(group: Group, member_id: str, instance: str | None) -> bool:
+    """KIP-345: the instance id now belongs to another member id (a newer client)."""
+    if not instance:
+        return False
+    static = group.by_instance(instance)
+    return static is not None and static.member_id != member_id
 
 
 def _now_ms() -> int:
