@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
-.PHONY: install run test bench loadgen loadtest report java clean
+.PHONY: install run test bench fuzz loadgen loadtest report java clean
 
 install: $(STAMP)
 
@@ -33,6 +33,12 @@ loadgen: $(LOADGEN)
 loadtest/bin/%: loadtest/%.c
 	mkdir -p loadtest/bin
 	$${CC:-gcc} -O2 -Wall -o $@ $<
+
+# Every fuzz target (tests/fuzz) with atheris for FUZZ_SECONDS each; findings land in
+# fuzz-findings/.  `make test` runs each for a few seconds.
+FUZZ_SECONDS ?= 60
+fuzz: install
+	$(PY) -m tests.fuzz --seconds $(FUZZ_SECONDS)
 
 bench: install loadgen java
 	$(PY) -m loadtest.bench

@@ -95,6 +95,18 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     socket_receive_buffer_bytes: Annotated[int, _doc(
         "SO_RCVBUF of listening sockets (inherited by accepted ones); -1 keeps the OS default.",
         ge=-1)] = 102400
+    pybroker_request_max_entries: Annotated[int, _doc(
+        "Array elements (topics, partitions, keys, ...) one request may hold in all; more "
+        "closes the connection (invalid reason too_many_entries). Each is answered with an "
+        "entry that takes about 15 us to encode, so this bounds how long one request holds a "
+        "worker.", ge=1000, le=INT_MAX)] = 100_000
+    pybroker_request_receive_timeout_ms: Annotated[int, _doc(
+        "A request whose first bytes arrived this long ago and which is still incomplete "
+        "closes its connection (reason receive_timeout): a half-sent request never holds a "
+        "connection slot, a buffer or pool memory for ever.", ge=1)] = 30000
+    pybroker_fetch_max_wait_ms: Annotated[int, _doc(
+        "Longest a Fetch long poll waits, whatever max_wait_ms the client asks for.",
+        ge=0)] = 30000
     connections_max_idle_ms: Annotated[int, _doc(
         "Close connections idle for longer than this; -1 disables idle expiry.", ge=-1)] = 600000
     log_dirs: Annotated[str, _doc(
@@ -151,10 +163,19 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Create a topic when a client asks Metadata for an unknown one.")] = True
     num_partitions: Annotated[int, _doc(
         "Partitions of an auto-created topic, or of CreateTopics with -1.", ge=1, le=10000)] = 1
+    pybroker_max_partitions_per_topic: Annotated[int, _doc(
+        "Most partitions CreateTopics may give one topic (more gets INVALID_PARTITIONS).",
+        ge=1, le=1_000_000)] = 10000
     default_replication_factor: Annotated[int, _doc(
         "Replication factor of new topics; this broker is a single node, so 1.", ge=1, le=1)] = 1
     message_max_bytes: Annotated[int, _doc(
         "Largest record batch accepted by Produce.", ge=0, le=INT_MAX)] = 1048588
+    log_message_timestamp_before_max_ms: Annotated[int, _doc(
+        "A record stamped (CreateTime) further in the past than this is refused with "
+        "INVALID_TIMESTAMP.", ge=0)] = 2**63 - 1
+    log_message_timestamp_after_max_ms: Annotated[int, _doc(
+        "A record stamped (CreateTime) further in the future than this is refused with "
+        "INVALID_TIMESTAMP.", ge=0)] = 2**63 - 1
     log_segment_bytes: Annotated[int, _doc(
         "A partition's active segment is rolled past this size.", ge=14, le=INT_MAX)] = 1 << 30
     log_index_interval_bytes: Annotated[int, _doc(
@@ -250,7 +271,7 @@ class Listener(msgspec.Struct, frozen=True):
 
 # Keys that may also be given per listener as listener.name.<lowercase name>.<key>.
 LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
-_LISTENER_KEY = re.compile(r"^listener\.name\.([A-Za-z0-9_]+)\.(.+)$")
+_LISTENER_KEY = re.compile(r"listener\.name\.([A-Za-z0-9_]+)\.(.+)")  # matched whole
 
 
 class BrokerConfig(msgspec.Struct, frozen=True):
@@ -386,7 +407,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 # --- validation ----------------------------------------------------------------------------
 
 _KEYS = {field.encode_name: field for field in msgspec.structs.fields(ServerProperties)}
-_LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)$")
+# Both matched whole (fullmatch): "$" would also match before a trailing newline.
+_LISTENER_RE = re.compile(r"([A-Za-z0-9_]+)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)")
 _MSGSPEC_PATH = re.compile(r" - at `\$\.(.+?)`$")
 
 
@@ -433,7 +455,7 @@ def _parse_protocol_map(value: str) -> dict[str, str]:
 def _parse_listeners(key: str, value: str, protocols: dict[str, str]) -> tuple[Listener, ...]:
     listeners: list[Listener] = []
     for item in _split_csv(value):
-        match = _LISTENER_RE.match(item)
+        match = _LISTENER_RE.fullmatch(item)
         if match is None:
             raise ConfigError(f"{key}: invalid listener {item!r} (expected NAME://host:port)")
         name, host, port = match.group(1).upper(), match.group(2), int(match.group(3))
@@ -546,7 +568,7 @@ def _parse_host_port(key: str, value: str) -> tuple[str, int] | None:
 def _split_listener_keys(raw: dict[str, str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     plain, per_listener = {}, {}
     for key, value in raw.items():
-        match = _LISTENER_KEY.match(key)
+        match = _LISTENER_KEY.fullmatch(key)
         if match is None:
             plain[key] = value
             continue

@@ -157,7 +157,7 @@ class Connections:
         live = [w for w in self.data_workers if w.ready and w.channel is not None]
         round_id = next(self._rounds)
         self._round = {"id": round_id, "need": need, "pending": set(live), "found": []}
-        query = ipc.encode(ipc.EvictQuery(round=round_id, count=need, listeners=self.evictable))
+        query = ipc.EvictQuery(round=round_id, count=need, listeners=self.evictable)
         for worker in live:
             try:
                 worker.channel.send(query)
@@ -193,7 +193,7 @@ class Connections:
             self.acceptors[owner[0]].rejected("evicted", ip=owner[1])
         for worker, conn_ids in orders.items():
             try:
-                worker.channel.send(ipc.encode(ipc.Close(conn_ids=conn_ids, reason="evicted")))
+                worker.channel.send(ipc.Close(conn_ids=conn_ids, reason="evicted"))
             except (OSError, AttributeError):
                 pass  # a dead worker's connections are released by worker_gone
         if chosen:

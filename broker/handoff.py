@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,7 +28,7 @@ class WorkerHandle:
     control_plane: bool = False  # serves only the control-plane listener (KIP-291)
     pid: int = 0
     pidfd: int = -1
-    channel: socket.socket | None = None
+    channel: ipc.Channel | None = None
     ready: bool = False
     outstanding: int = 0  # sockets sent and not yet acknowledged as registered
     handed: list[int] = field(default_factory=list)  # sockets sent, per listener index
@@ -85,24 +84,25 @@ class Dispatcher:
             self._on_lost(listener, [conn_id for _, conn_id in leftover])
 
     def _send(self, worker: WorkerHandle, listener: int, conns: list, fds: list[int]) -> None:
+        """The channel takes the fds: it closes the parent's copies once they are sent."""
         sent = 0
         try:
             for start in range(0, len(fds), ipc.MAX_FDS_PER_MESSAGE):
                 chunk = slice(start, start + ipc.MAX_FDS_PER_MESSAGE)
-                ipc.send_handoff(worker.channel, conns[chunk], fds[chunk])
+                worker.channel.send(ipc.Handoff(conns[chunk]), fds[chunk])
                 worker.conn_ids.update(conn[0] for conn in conns[chunk])
                 sent += len(fds[chunk])
         except OSError as error:
-            # The worker's socket is gone or full; the sockets not sent are closed here and
-            # counted as closed, since the acceptor already counted them as accepted.
+            # The worker's channel is gone; the sockets not sent are closed here and counted
+            # as closed, since the acceptor already counted them as accepted.
             log.warning("hand-off of %d sockets to %s failed: %s", len(fds) - sent, worker.name,
                         error)
+            for fd in fds[sent + ipc.MAX_FDS_PER_MESSAGE:]:  # the failed chunk's went with
+                os.close(fd)  # the channel, which closes what it was given
             worker.outstanding -= len(fds) - sent
             self._on_lost(listener, [conn[0] for conn in conns[sent:]])
         finally:
             worker.handed[listener] += sent
-            for fd in fds:
-                os.close(fd)
 
     # --- credit ---------------------------------------------------------------------------
 

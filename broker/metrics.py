@@ -174,20 +174,20 @@ class BlockCollector:
         cpu = CounterMetricFamily("broker_network_worker_cpu_seconds",
                                   "CPU time of each worker process", labels=["worker", "plane"])
         queue = GaugeMetricFamily("broker_request_queue_size",
-                                  "Requests read and not yet answered (their answer waits)",
-                                  labels=["plane"])
+                                  "Requests read and waiting for the parent to serve them "
+                                  "(counted against queued.max.requests; long polls and "
+                                  "rebalance waits are not)", labels=["plane"])
         capacity = GaugeMetricFamily("broker_request_queue_capacity",
                                      "queued.max.requests, or the control plane's queue size",
                                      labels=["plane"])
         queued = dict.fromkeys(self.supervisor.queue_capacity(), 0)
-        in_flight = MUTE_REASONS.index("in_flight")
         for slot, name, plane in self.supervisor.worker_slots():
             if block.slot_state(slot) != STATE_SERVING:
                 continue
             idle.add_metric([name, plane], words[block.worker_cell(slot, "idle_ppm")] / 1e6)
             cpu.add_metric([name, plane], words[block.worker_cell(slot, "cpu_ns")] / 1e9)
-            queued[plane] = queued.get(plane, 0) + words[
-                block.worker_cell(slot, "muted_channels", in_flight)]
+            queued[plane] = queued.get(plane, 0) + words[block.worker_cell(slot,
+                                                                           "queued_requests")]
         for plane, size in self.supervisor.queue_capacity().items():
             queue.add_metric([plane], queued[plane])
             capacity.add_metric([plane], size)

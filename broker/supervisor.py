@@ -44,6 +44,7 @@ from broker.log.manager import LogManager
 from broker.log.topics import Epoch
 from broker.metrics import BlockCollector, serve_metrics
 from broker.pool import SharedPool, initialise_pool
+from broker.protocol import guard
 from broker.protocol.codec import REQUEST_PREFIX
 from broker.quotas import DEFAULT, QUOTA_KEYS, QuotaSensors
 from broker.runtime import Runtime
@@ -69,6 +70,7 @@ class Supervisor:
         self.log_level = log_level
         self._reload = reload  # () -> raw config (file + overrides) for SIGHUP, or None
         props = config.props
+        guard.limits.max_entries = props.pybroker_request_max_entries  # forwarded requests too
         self.block: SharedBlock | None = None
         self.workers = [WorkerHandle(slot=i, name=f"data-{i}",
                                      handed=[0] * len(config.listeners))
@@ -336,17 +338,18 @@ class Supervisor:
         finally:
             child_end.close()
         self.block.claim_slot(worker.slot, pid)
-        worker.pid, worker.channel, worker.ready = pid, parent_end, False
+        channel = ipc.Channel(parent_end, self._loop,
+                              on_broken=lambda error: self._channel_broken(worker, channel, error))
+        worker.pid, worker.channel, worker.ready = pid, channel, False
         worker.started_at, worker.abort_sent_at, worker.outstanding = time.monotonic(), 0.0, 0
         worker.handed = [0] * len(self.config.listeners)
-        parent_end.setblocking(False)
         boot = ipc.Boot(config=self.config, slot=worker.slot, shm_path=self.block.path,
                         cluster_id=self.runtime.cluster_id, name=worker.name,
                         control_plane=worker.control_plane)
-        parent_end.send(ipc.encode(boot))
+        channel.send(boot)
         if self.connections is not None:
             self._send_quotas(worker)
-        self._loop.add_reader(parent_end.fileno(), self._on_worker_message, worker)
+        self._loop.add_reader(channel.fileno(), self._on_worker_message, worker)
         worker.pidfd = os.pidfd_open(pid)
         self._loop.add_reader(worker.pidfd, self._reap)
         log.info("spawned worker %s pid=%d", worker.name, pid)
@@ -361,10 +364,12 @@ class Supervisor:
             if worker.channel is None:
                 return
             try:
-                message, fds = ipc.receive(worker.channel)
+                message, fds = worker.channel.receive()
             except BlockingIOError:
                 return
-            except (EOFError, OSError):
+            except (EOFError, OSError, ValueError, msgspec.DecodeError) as error:
+                if not isinstance(error, EOFError):
+                    log.error("channel of %s failed: %s", worker.name, error)
                 self._detach_channel(worker)  # the worker is exiting; SIGCHLD follows
                 return
             for fd in fds:
@@ -391,7 +396,7 @@ class Supervisor:
     def _send_quotas(self, worker: WorkerHandle) -> None:
         quotas = ipc.Quotas(entries=self.connections.dynamic.stored.client_quotas)
         try:
-            worker.channel.send(ipc.encode(quotas))
+            worker.channel.send(quotas)
         except OSError:
             pass  # a dead worker gets them again when it is respawned
 
@@ -419,16 +424,22 @@ class Supervisor:
         if channel is None or worker.channel is not channel:
             return  # the worker that asked is gone, and the connection with it
         try:
-            channel.send(ipc.encode(ipc.AdminResponse(request_id=request_id, frame=answer,
-                                                      busy_ns=busy)))
+            channel.send(ipc.AdminResponse(request_id=request_id, frame=answer, busy_ns=busy))
         except OSError:
-            pass
+            pass  # the worker is gone, and the connection that asked with it
+
+    def _channel_broken(self, worker: WorkerHandle, channel: ipc.Channel, error) -> None:
+        """The worker's end stopped reading or went away: it is treated as exiting (its
+        heartbeat watch or SIGCHLD finishes the job)."""
+        if worker.channel is channel:
+            log.error("channel of %s broke: %s", worker.name, error)
+            self._detach_channel(worker)
 
     def _detach_channel(self, worker: WorkerHandle) -> None:
         if worker.channel is not None:
-            self._loop.remove_reader(worker.channel.fileno())
-            worker.channel.close()
-            worker.channel = None
+            channel, worker.channel = worker.channel, None
+            self._loop.remove_reader(channel.fileno())
+            channel.close()
         worker.ready = False
 
     def _close_pidfd(self, worker: WorkerHandle) -> None:
@@ -558,7 +569,7 @@ class Supervisor:
         for worker in self.workers:
             if worker.channel is not None:
                 try:
-                    worker.channel.send(ipc.encode(ipc.Shutdown(deadline_ms=timeout_ms)))
+                    worker.channel.send(ipc.Shutdown(deadline_ms=timeout_ms))
                 except OSError:
                     self._signal(worker, signal.SIGTERM)
             elif worker.pid:

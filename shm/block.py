@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 HEADER_BYTES = 64
 HEADER = struct.Struct("=8sqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
@@ -54,9 +54,11 @@ STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
 
 # Dimensions of the counter cells.  "api" is indexed by the Kafka API key itself.
 MAX_API_KEY = 127
-CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted")
+CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted",
+                 "receive_timeout")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
-                   "unsupported_version", "malformed_header", "malformed_body", "produce_failed")
+                   "unsupported_version", "malformed_header", "malformed_body", "produce_failed",
+                   "too_many_entries")
 # Request duration histogram upper bounds, seconds; the last cell is +Inf.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -77,6 +79,7 @@ WORKER_COUNTERS = (
     ("request_duration_ns", ("listener", "api")),
     ("invalid_requests", ("invalid_reason",)),
     ("delayed_fetches", ()),  # a gauge: fetches waiting for data right now
+    ("queued_requests", ()),  # a gauge: requests counted against queued.max.requests
     ("throttle_ns", ("quota_type",)),  # throttle time handed out (KIP-219)
     ("throttle_bucket", ("quota_type", "bucket")),  # histogram of single throttles
     ("muted_channels", ("mute_reason",)),  # gauges
@@ -91,7 +94,7 @@ WORKER_COUNTERS = (
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
-WORKER_GAUGES = frozenset({"delayed_fetches", "muted_channels", "cpu_ns", "idle_ppm", "pool_leased",
+WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns", "idle_ppm", "pool_leased",
                            "pool_grants", "quota_window", "quota_count"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 QUOTA_ENTITIES = 256  # distinct quota sensors (user/client-id) the broker tracks at once

@@ -39,6 +39,9 @@ class FakeTransport:
     def close(self):
         self.closed = True
 
+    def get_extra_info(self, name, default=None):
+        return default  # no real socket behind it
+
     def responses(self):
         data, out = b"".join(self.writes), []
         while data:
@@ -58,6 +61,7 @@ class FakeWorker:
         self.served, self.invalid, self.closed = [], [], []
         self.stats = self
         self.events = None  # no event log
+        self.receive_timeout = 30.0
 
     def muted(self, reason, change):
         pass
@@ -120,9 +124,32 @@ def test_a_large_frame_is_read_into_its_own_buffer():
     request = metadata_request(12, correlation_id=5, topics=topics)
     assert len(request) > len(worker.scratch)
     feed(conn, request[:100])
-    assert conn.get_buffer(-1).nbytes == len(request) - 100  # exactly the rest of the frame
+    assert 0 < conn.get_buffer(-1).nbytes <= len(request) - 100  # never past the frame
     feed(conn, request[100:] + api_versions_request(3, correlation_id=6))
     assert transport.responses() == [5, 6]
+
+
+def test_a_claimed_size_is_not_allocated_before_the_bytes_arrive():
+    """A size prefix of 1 MiB followed by 8 bytes: the buffer follows what arrived."""
+    conn, transport, worker = connect(large_frame_bytes=64 * 1024, max_request_bytes=1 << 20)
+    feed(conn, struct.pack(">i", 1 << 20) + b"\0" * 8)
+    assert len(conn._large) <= 64 * 1024
+    assert not transport.closed and conn.receive_overdue(conn.last_active + 3600)
+    request = metadata_request(12, correlation_id=9, topics=[f"t{i}" for i in range(20000)])
+    conn, transport, worker = connect(large_frame_bytes=1024, max_request_bytes=1 << 20)
+    grown = []
+    view = memoryview(request)
+    while view:  # fed in 1 KiB reads: the buffer at most doubles what has arrived
+        buffer = conn.get_buffer(-1)
+        n = min(len(buffer), len(view), 1024)
+        buffer[:n] = view[:n]
+        conn.buffer_updated(n)
+        view = view[n:]
+        if conn._large is not None:
+            grown.append((len(conn._large), conn._large_got))
+    assert all(size <= max(2 * got, 1024) for size, got in grown)
+    assert transport.responses() == [9]
+    assert not conn.receive_overdue(conn.last_active + 3600)  # nothing half-read now
 
 
 def test_write_backpressure_stops_serving_until_the_peer_reads():

@@ -189,3 +189,105 @@ def test_two_processes_append_to_one_partition_without_losing_offsets(tmp_path):
     partition = registry.partition("shared", 0)
     assert offsets_in(partition.read(0, 10**9)[0]) == list(range(1200))
     registry.close()
+
+
+def _stamped(count: int, stamps: list[int]) -> bytes:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for index in range(count):
+        builder.append(index, timestamp=stamps[index], key=None, value=b"v", headers=[])
+    return bytes(builder.build())
+
+
+def test_validation_walks_the_records_and_fixes_the_max_timestamp():
+    batch = _stamped(3, [5000, 9000, 1000])  # the greatest stamp is not the last
+    assert records.validate(batch, 1 << 20).max_timestamp == 9000
+    wrong = records.with_max_timestamp(batch, 4)  # a client that sent a wrong max timestamp
+    assert records.max_timestamp_of(wrong) == 4
+    assert records.validate(wrong, 1 << 20).max_timestamp == 9000
+    assert records.record_timestamps(batch) == [(0, 5000), (1, 9000), (2, 1000)]
+
+
+def test_timestamps_outside_the_configured_bounds_are_refused():
+    bounds = records.TimestampBounds(before_ms=1000, after_ms=500)
+    assert records.validate(_stamped(2, [10_000, 10_400]), 1 << 20, bounds, now_ms=10_000)
+    for stamps in ([8_000, 10_000], [10_000, 10_600]):
+        with pytest.raises(records.BatchError) as refused:
+            records.validate(_stamped(2, stamps), 1 << 20, bounds, now_ms=10_000)
+        assert refused.value.code == "invalid_timestamp"
+
+
+def test_a_record_count_the_bytes_cannot_hold_never_drives_the_walk():
+    import struct
+
+    from crc32c import crc32c
+
+    lying = bytearray(make_batch(1))
+    struct.pack_into(">i", lying, 57, 2**31 - 1)
+    struct.pack_into(">i", lying, 23, 2**31 - 2)
+    struct.pack_into(">I", lying, 17, crc32c(bytes(lying[21:])))
+    started = time.monotonic()
+    with pytest.raises(records.BatchError):
+        records.validate(bytes(lying), 1 << 20)
+    assert records.record_timestamps(bytes(lying)) is None  # the header alone is believed
+    assert time.monotonic() - started < 1
+
+
+def test_a_batch_whose_offsets_would_overflow_the_segment_starts_a_new_one(registry):
+    """The append path rolls before an offset relative to the segment base passes 2**31 - 1
+    (a batch that large cannot be produced any more; it is written here below validation)."""
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    partition.append(make_batch(1))
+    huge = records.read_header(make_batch(1))._replace(last_offset_delta=2**31 - 1,
+                                                        record_count=2**31)
+    with partition.locked():
+        partition._append_locked(make_batch(1), huge)
+        partition._append_locked(make_batch(1), records.read_header(make_batch(1)))
+    bases = sorted(int(name[:-4]) for name in os.listdir(partition.directory)
+                   if name.endswith(".log"))
+    # The huge batch starts a segment at 1; the next lies 2**31 past that base: another.
+    assert bases == [0, 1, 2**31 + 1] and partition.log_end_offset == 2**31 + 2
+    assert partition.recover() == 0  # and recovery reads it all back
+
+
+def test_a_batch_larger_than_a_read_chunk_is_found_and_read_whole(tmp_path):
+    settings = LogSettings(max_message_bytes=3 << 20)
+    registry = TopicRegistry((str(tmp_path),), settings, Epoch())
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    partition.append(make_batch(1))
+    partition.append(make_batch(1, value_size=(1 << 20) + 5000))  # larger than READ_CHUNK
+    partition.append(make_batch(1))
+    for offset in (1, 2):
+        data, _ = partition.read(offset, 1 << 20)
+        assert records.read_header(data).base_offset == offset
+    assert offsets_in(partition.read(1, 10)[0]) == [1]
+    registry.close()
+
+
+def test_a_partition_that_cannot_be_repaired_goes_offline_and_says_so(registry):
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    partition.append(make_batch(1))
+    epoch = registry.epoch.get()
+    partition.state[1] = 12345  # dirty: a writer died mid-append
+    partition._repair = lambda: (_ for _ in ()).throw(ValueError("unreadable segment"))
+    result = partition.append(make_batch(1))
+    assert result.error == "kafka_storage_error" and partition.offline
+    assert registry.epoch.get() == epoch + 1 and registry.is_offline("t", 0)
+    assert partition.append(make_batch(1)).error == "kafka_storage_error"
+
+
+def test_staged_topics_appear_whole_and_a_losing_race_leaves_nothing(registry):
+    first, second = registry.staging("t", 3), registry.staging("t", 2)
+    first.build(2)
+    assert registry.get("t") is None  # nothing visible while staging
+    first.build(5)
+    second.build(2)
+    assert first.commit() is None and registry.get("t").partitions == 3
+    assert second.commit() == "topic_already_exists"
+    assert not [name for name in os.listdir(registry.log_dirs[0]) if "staging" in name]

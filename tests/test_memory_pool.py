@@ -168,29 +168,38 @@ def test_a_reserved_listener_is_served_while_the_shared_pool_is_exhausted():
 
 
 @pytest.mark.parametrize("pool", [False, True])
-def test_queued_max_requests_stops_reading_without_blocking_the_worker(pool):
+def test_long_polls_wait_in_purgatory_not_in_the_request_queue(pool):
+    """queued.max.requests counts requests waiting for the parent; fetches parked in long
+    poll do not fill it (Kafka's purgatory), so they never stop the worker reading others."""
     overrides = {"queued.max.requests": "2"}
     if pool:
         overrides.update({"queued.max.request.bytes": str(4 * MIB),
                           "socket.request.max.bytes": str(MIB)})
     with BrokerProcess(workers=1, overrides=overrides) as broker:
-        from tests.wire import fetch_request
+        from tests.wire import describe_configs_request, fetch_request
 
         create_topic(broker.bootstrap, "quiet")
         address = broker.listeners["PLAINTEXT"]
-        waiting = [KafkaSocket(address, timeout=10) for _ in range(2)]
+        waiting = [KafkaSocket(address, timeout=10) for _ in range(4)]
         for n, client in enumerate(waiting):
-            client.send(fetch_request("quiet", max_wait_ms=1500, correlation_id=n))
-        wait_until(lambda: broker.metric("broker_muted_channels", reason="in_flight") == 2)
+            client.send(fetch_request("quiet", max_wait_ms=5000, correlation_id=n))
+        wait_until(lambda: broker.metric("broker_muted_channels", reason="in_flight") == 4)
+        assert broker.metric("broker_request_queue_size", plane="data") == 0
         third = KafkaSocket(address, timeout=10)
-        third.send(api_versions_request(3, correlation_id=9))
-        wait_until(lambda: broker.metric("broker_muted_channels", reason="queue") == 1)
         started = time.monotonic()
-        assert struct.unpack_from(">i", third.receive())[0] == 9  # once a fetch is answered
-        assert [struct.unpack_from(">i", c.receive())[0] for c in waiting] == [0, 1]
-        assert time.monotonic() - started < 3
-        assert broker.metric("broker_muted_channels", reason="queue") == 0
-        for client in waiting + [third]:
+        third.send(api_versions_request(3, correlation_id=9))
+        assert struct.unpack_from(">i", third.receive())[0] == 9  # before any fetch answers
+        assert time.monotonic() - started < 2
+        # Forwarded requests do count: a burst of them from 12 connections is served in turn.
+        admins = [KafkaSocket(address, timeout=10) for _ in range(12)]
+        for n, client in enumerate(admins):
+            client.send(describe_configs_request(correlation_id=100 + n))
+        assert [struct.unpack_from(">i", c.receive())[0] for c in admins] == \
+            list(range(100, 112))
+        assert [struct.unpack_from(">i", c.receive())[0] for c in waiting] == [0, 1, 2, 3]
+        wait_until(lambda: broker.metric("broker_muted_channels", reason="queue") == 0)
+        assert broker.metric("broker_request_queue_size", plane="data") == 0
+        for client in waiting + admins + [third]:
             client.close()
 
 

@@ -35,9 +35,9 @@ def _boot(channel_fd: int):
     from shm.block import STATE_BOOTING, SharedBlock
     from workers.worker import Worker
 
-    channel = socket.socket(fileno=channel_fd)
-    channel.setblocking(True)
-    message, fds = ipc.receive(channel)
+    channel = ipc.Channel(socket.socket(fileno=channel_fd))  # blocking until the loop runs
+    channel.sock.setblocking(True)
+    message, fds = channel.receive()
     for fd in fds:
         os.close(fd)
     if not isinstance(message, ipc.Boot):

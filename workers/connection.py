@@ -32,6 +32,9 @@ log = logging.getLogger("workers.connection")
 _SIZE = struct.Struct(">i")
 _CLIENT_ID_LENGTH = struct.Struct(">h")  # request header v1+: after key, version, correlation
 _RESPONSE_PENDING = MuteState.RESPONSE_PENDING
+# Forwarded APIs whose answer waits at the parent by design (a rebalance): like a long poll,
+# they wait in a purgatory and do not count against queued.max.requests.
+WAITING_APIS = frozenset({11, 14})  # JoinGroup, SyncGroup
 _NOT_MUTED = MuteState.NOT_MUTED
 
 
@@ -71,11 +74,15 @@ class Connection(asyncio.BufferedProtocol):
         self._close_reason = "client"
         self._reading = True
         self._write_paused = False
-        # Framing state: bytes read but not yet served, and the large-frame receive buffer.
+        # Framing state: bytes read but not yet served, and the large-frame receive buffer,
+        # which grows as bytes arrive (never to a size a client only claims).
         self._pending = b""
         self._large: bytearray | None = None
         self._large_view: memoryview | None = None
         self._large_got = 0
+        self._large_size = 0
+        self._partial_since = 0.0  # when the frame still incomplete began to arrive
+        self.fd = -1
         # A request whose answer is still being prepared (Fetch long poll).
         self._waiting = None
         self._waiting_since = 0.0
@@ -92,6 +99,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else -1
         self.worker.connection_registered(self)
 
     def connection_lost(self, exc) -> None:
@@ -115,8 +124,14 @@ class Connection(asyncio.BufferedProtocol):
         if not self.closing:
             self._serve(b"")
 
+    @property
+    def reading(self) -> bool:
+        return self._reading
+
     def get_buffer(self, sizehint: int):
         if self._large_view is not None:
+            if self._large_got == len(self._large):
+                self._grow_frame_buffer()
             return self._large_view[self._large_got:]
         return self._scratch
 
@@ -133,9 +148,17 @@ class Connection(asyncio.BufferedProtocol):
         if self._large_view is None:
             return False
         self._large_got += nbytes
-        if self._large_got == len(self._large):
+        if self._large_got == self._large_size:
             self._finish_large_frame()
         return True
+
+    def _grow_frame_buffer(self) -> None:
+        """The frame buffer is full but the frame is not: double it (at most to the frame's
+        size), so memory follows the bytes that arrived, not the size a client claims."""
+        grown = bytearray(min(2 * len(self._large), self._large_size))
+        grown[:self._large_got] = self._large_view[:self._large_got]
+        self._large_view.release()
+        self._large, self._large_view = grown, memoryview(grown)
 
     # --- Framing and serving --------------------------------------------------------------
 
@@ -187,7 +210,12 @@ class Connection(asyncio.BufferedProtocol):
             self._flush(out, handled)
             self._fail(error)
             return
-        self._pending = data[offset:] if offset < end else b""
+        if offset < end:
+            if offset or not self._pending:  # a new frame began
+                self._partial_since = self.last_active
+            self._pending = data[offset:]
+        else:
+            self._pending = b""
         self._flush(out, handled)
         self._update_reading()
 
@@ -195,13 +223,16 @@ class Connection(asyncio.BufferedProtocol):
         """A Future or a Throttled answer; True when the connection parks until it is done."""
         if type(response) is ForwardRequest:  # the parent answers: wait for it, muted
             response = self.worker.forward_admin(response.frame, self.listener_index, self.peer)
+            # Queued for the parent, unless it waits there by design (a rebalance).
+            self._park(response, api_key, queued=api_key not in WAITING_APIS)
+            return True
         if type(response) is not Throttled:
-            self._park(response, api_key)
+            self._park(response, api_key, queued=False)  # a long poll waits in purgatory
             return True
         if response.delay:  # an old version: the broker holds the response back itself
             future = self.worker.loop.create_future()
             self.worker.loop.call_later(response.ms / 1000, _resolve, future, response.frame)
-            self._park(future, api_key)
+            self._park(future, api_key, queued=False)
             return True
         # KIP-219: the response leaves now, carrying the throttle; then the channel stays muted.
         self.state = transition(self.state, MuteEvent.THROTTLE_STARTED)
@@ -242,17 +273,18 @@ class Connection(asyncio.BufferedProtocol):
                                  f"frame size {size} larger than socket.request.max.bytes "
                                  f"{self.worker.max_request_bytes}")
 
-    def _park(self, future, api_key: int) -> None:
-        """A request whose answer waits: stay muted until the future is done."""
+    def _park(self, future, api_key: int, queued: bool) -> None:
+        """A request whose answer waits: stay muted until the future is done.  Only `queued`
+        ones (waiting for the parent to serve them) count against queued.max.requests."""
         self._waiting = future
         self._waiting_since = self.last_active
-        self.worker.request_parked()
+        self.worker.request_parked(queued)
         self._update_reading()
-        future.add_done_callback(lambda done: self._parked_done(done, api_key))
+        future.add_done_callback(lambda done: self._parked_done(done, api_key, queued))
 
-    def _parked_done(self, future, api_key: int) -> None:
+    def _parked_done(self, future, api_key: int, queued: bool) -> None:
         self._waiting = None
-        self.worker.request_done()
+        self.worker.request_done(queued)
         if self.closing or future.cancelled():
             return
         error = future.exception()
@@ -279,18 +311,20 @@ class Connection(asyncio.BufferedProtocol):
                                         parked)
 
     def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
-        """Receive the rest of a big frame straight into a buffer of its exact size."""
-        self._large = bytearray(size)
-        self._large_view = memoryview(self._large)
+        """Receive the rest of a big frame straight into a buffer of its own, which starts at
+        what arrived (at least LARGE_FRAME_BYTES) and grows as more does."""
         got = len(data) - body_start
+        self._large = bytearray(min(size, max(got, self._large_bytes)))
+        self._large_view = memoryview(self._large)
         self._large_view[:got] = data[body_start:]
-        self._large_got = got
+        self._large_got, self._large_size = got, size
+        self._partial_since = self.last_active
 
     def _finish_large_frame(self) -> None:
         """The big frame is complete: serve it as the next request in order."""
         request = self._large_view.toreadonly()
         self._large = self._large_view = None
-        self._large_got = 0
+        self._large_got = self._large_size = 0
         if self._need_client_id:
             self._need_client_id = False
             self.client_id = client_id_of(request)
@@ -351,6 +385,20 @@ class Connection(asyncio.BufferedProtocol):
         return (self.state is _NOT_MUTED and not self._pending and self._large is None
                 and self._waiting is None)
 
+    def receive_overdue(self, now: float) -> bool:
+        """A frame began to arrive more than pybroker.request.receive.timeout.ms ago and is
+        still incomplete (whole frames waiting behind a muted one do not count: the wait is
+        ours, not the client's)."""
+        return (self._partial_since > 0 and now - self._partial_since > self.worker.receive_timeout
+                and self._partial())
+
+    def _partial(self) -> bool:
+        if self._large is not None:
+            return True
+        pending = self._pending
+        return bool(pending) and (len(pending) < 4 or
+                                  len(pending) - 4 < _SIZE.unpack_from(pending)[0])
+
 
 class PooledConnection(Connection):
     """A channel when the memory pool is on (KIP-72): one frame at a time, as Kafka reads.
@@ -382,6 +430,8 @@ class PooledConnection(Connection):
         self.bytes_in += nbytes
         if self._into_frame_buffer(nbytes):
             return
+        if not self._size_got:
+            self._partial_since = self.last_active
         self._size_got += nbytes
         if self._size_got < 4:
             return
@@ -427,9 +477,10 @@ class PooledConnection(Connection):
         self._update_reading()
 
     def _begin_body(self, size: int) -> None:
-        self._large = bytearray(size)
+        self._large = bytearray(size)  # the pool granted these bytes: the bound is the pool's
         self._large_view = memoryview(self._large)
-        self._large_got = 0
+        self._large_got, self._large_size = 0, size
+        self._partial_since = time.monotonic()  # the receive deadline runs from the grant
 
     def _finish_large_frame(self) -> None:
         try:
@@ -457,3 +508,6 @@ class PooledConnection(Connection):
     def is_idle(self) -> bool:
         return (super().is_idle() and not self.memory_wait and self._size_got == 0
                 and not self._queued_size)
+
+    def _partial(self) -> bool:
+        return self._size_got > 0 or self._large is not None

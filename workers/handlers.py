@@ -1,7 +1,9 @@
 """Request routing: decode each request with kio and hand it to the API that serves it.
 
 `Router.handle(frame, listener_index)` takes one request frame (the bytes after the size
-prefix) and returns the size-prefixed response (bytes), None when the request takes no
+prefix), decodes it with kio behind the request guard (broker.protocol.guard: a count the
+frame cannot back never reaches kio's native reader, which would abort the process), and
+returns the size-prefixed response (bytes), None when the request takes no
 response (acks=0 produce), or an asyncio Future of either when the answer has to wait (Fetch
 long poll), or a ForwardRequest for the parent.  It raises `InvalidRequest` when the connection must be closed: Kafka closes on
 unknown API keys, unsupported versions and requests it cannot parse.
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from broker.protocol import errors
 from broker.protocol.codec import REQUEST_PREFIX, frame, request_readers
+from broker.protocol.guard import TooManyEntries
 from broker.protocol.context import NO_THROTTLE, RequestContext, error_code  # noqa: F401 (re-export)
 
 # The route of a request: its API key and version read as one unsigned 32-bit number.
@@ -103,17 +106,20 @@ class Router:
             answer = memo.get(key)
             if answer is not None:
                 return b"".join((answer[0], request[4:8], answer[1]))
-        if api.forwarded:
-            return ForwardRequest(request)
         try:
             header, offset = header_reader(request, 0)
         except Exception as error:  # kio raises several types for malformed input
             raise InvalidRequest("malformed_header", f"bad request header: {error!r}") from None
         try:
-            body, _ = body_reader(request, offset)
+            body, _ = body_reader(request, offset)  # guarded: see broker.protocol.guard
+        except TooManyEntries as error:
+            raise InvalidRequest("too_many_entries", f"{api.name} v{api_version}: {error}") \
+                from None
         except Exception as error:  # as above: any decode failure closes the connection
             raise InvalidRequest("malformed_body",
                                  f"bad {api.name} v{api_version} body: {error!r}") from None
+        if api.forwarded:  # decoded here first, so the parent only sees frames that decode
+            return ForwardRequest(request)
         ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header)
         quotas = self.quotas
         if quotas is not None and quotas.active():

@@ -22,8 +22,11 @@ import asyncio
 import collections
 import logging
 import os
+import select
 import socket
 import time
+
+import msgspec
 
 from broker import ipc
 from broker.admin import ALTERING_APIS, refuse_change
@@ -31,6 +34,7 @@ from broker.events import EventLog
 from broker.log.manager import log_settings
 from broker.log.topics import Epoch, TopicRegistry
 from broker.pool import SharedPool, wake_address
+from broker.protocol import guard
 from broker.quotas import REQUEST, QuotaSensors
 from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
                        STATE_DRAINING, STATE_SERVING, SharedBlock, duration_bucket)
@@ -47,6 +51,7 @@ log = logging.getLogger("workers.worker")
 SCRATCH_BYTES = 256 * 1024
 LARGE_FRAME_BYTES = 64 * 1024  # frames above this are read into a buffer of their own
 TICK_SECONDS = 1.0
+_HUNG_UP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 _BUCKETS = len(DURATION_BOUNDS_NS) + 1
 
 
@@ -79,6 +84,7 @@ class WorkerStats:
         self._invalid = {reason: block.worker_cell(slot, "invalid_requests", n)
                          for n, reason in enumerate(INVALID_REASONS)}
         self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
+        self._queued_requests = block.worker_cell(slot, "queued_requests")
         self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
                        for n, reason in enumerate(MUTE_REASONS)}
         self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
@@ -95,6 +101,9 @@ class WorkerStats:
 
     def delayed_fetches(self, count: int) -> None:
         self.words[self._delayed_fetches] = count
+
+    def queued_requests(self, count: int) -> None:
+        self.words[self._queued_requests] = count
 
     def muted(self, reason: str, change: int) -> None:
         self.words[self._muted[reason]] += change
@@ -133,7 +142,7 @@ class WorkerStats:
 class Worker:
     """Owns the event loop's connections and the hand-off socket of one worker process."""
 
-    def __init__(self, boot: ipc.Boot, channel: socket.socket, block: SharedBlock):
+    def __init__(self, boot: ipc.Boot, channel: ipc.Channel, block: SharedBlock):
         config = boot.config
         self.boot = boot
         self.slot = boot.slot
@@ -156,6 +165,7 @@ class Worker:
                                    props.quota_window_num, props.pybroker_quota_burst_windows,
                                    props.num_network_threads)
             self.services.quotas = ClientQuotas(props, sensors, self.stats, self.events)
+        guard.limits.max_entries = props.pybroker_request_max_entries
         self.router = Router(build_apis(self.services, self.control_plane), self.services.quotas)
         self.max_request_bytes = config.props.socket_request_max_bytes
         self.pool: SharedPool | None = None
@@ -173,7 +183,10 @@ class Worker:
         self._queue_share = max(1, -(-config.props.queued_max_requests // workers))
         if self.control_plane:
             self._queue_share = config.props.pybroker_control_plane_queue_size
-        self.in_flight = 0  # requests read and not yet answered (their answer waits)
+        # Requests read whose answer waits for the parent (queued.max.requests counts them).
+        # Long polls, rebalance waits and delayed throttles wait in a purgatory instead, as in
+        # Kafka: they never stop this worker from reading other clients' requests.
+        self.in_flight = 0
         self._queue_waiters: collections.deque = collections.deque()
         self.large_frame_bytes = LARGE_FRAME_BYTES
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
@@ -184,6 +197,7 @@ class Worker:
         self._admin_waiting: dict[int, tuple] = {}  # id -> (future, api key, version, client)
         self._per_turn = config.props.pybroker_registrations_per_turn
         self._idle_seconds = config.props.connections_max_idle_ms / 1000
+        self.receive_timeout = config.props.pybroker_request_receive_timeout_ms / 1000
         self.shutdown_seconds = config.props.pybroker_shutdown_timeout_ms / 1000
         self._send_buffer = config.props.socket_send_buffer_bytes
         self._families = [item.family() for item in config.listeners]
@@ -206,7 +220,8 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._stopped = self._loop.create_future()
         self.services.waits = FetchWaits(self._loop, self.stats.delayed_fetches)
-        self.channel.setblocking(False)
+        self.channel.attach(self._loop)
+        self.channel.on_broken = self._parent_gone
         self._loop.add_reader(self.channel.fileno(), self._on_channel)
         self._pin()
         if self.pool is not None:
@@ -216,7 +231,7 @@ class Worker:
             self._loop.add_reader(self._wake_socket.fileno(), self._on_wake)
         self.block.set_state(self.slot, STATE_SERVING)
         self.block.beat(self.slot)
-        self.channel.send(ipc.encode(ipc.Ready(pid=os.getpid())))
+        self.channel.send(ipc.Ready(pid=os.getpid()))
         self._loop.call_later(TICK_SECONDS, self._tick)
         if self.events is not None:
             self._events_tick()
@@ -296,25 +311,45 @@ class Worker:
     def _tick(self) -> None:
         self.block.beat(self.slot)
         self.stats.tick()
+        now = time.monotonic()
         if self._idle_seconds >= 0 and not self._draining:
-            cutoff = time.monotonic() - self._idle_seconds
+            cutoff = now - self._idle_seconds
             for conn in [c for c in self.connections if c.last_active < cutoff and c.is_idle()]:
                 log.debug("closing idle connection %s from %s", conn.conn_id, conn.peer)
                 conn.close("idle")
+        for conn in [c for c in self.connections if c.receive_overdue(now)]:
+            log.info("connection %s from %s: a request still incomplete after %d ms; closing",
+                     conn.conn_id, conn.peer, self.receive_timeout * 1000)
+            conn.close("receive_timeout")
+        self._close_hung_up()
         self._loop.call_later(TICK_SECONDS, self._tick)
+
+    def _close_hung_up(self) -> None:
+        """Connections whose reading is paused (muted, parked, throttled, waiting for memory
+        or queue room) never see their peer go: ask the kernel which peers hung up."""
+        paused = {conn.fd: conn for conn in self.connections
+                  if not conn.reading and not conn.closing and conn.fd >= 0}
+        if not paused:
+            return
+        poller = select.poll()
+        for fd in paused:
+            poller.register(fd, _HUNG_UP)
+        for fd, _events in poller.poll(0):
+            conn = paused[fd]
+            log.debug("connection %s from %s: the peer hung up while paused", conn.conn_id,
+                      conn.peer)
+            conn.close("client")
 
     # --- hand-off -------------------------------------------------------------------------
 
     def _on_channel(self) -> None:
         while True:
             try:
-                message, fds = ipc.receive(self.channel)
+                message, fds = self.channel.receive()
             except BlockingIOError:
                 break
-            except (EOFError, ConnectionError):
-                log.warning("worker %s: parent went away; shutting down", self.name)
-                self._loop.remove_reader(self.channel.fileno())
-                self.begin_shutdown(1.0)
+            except (EOFError, OSError, ValueError, msgspec.DecodeError) as error:
+                self._parent_gone(error)
                 return
             if isinstance(message, ipc.Handoff):
                 self._accept_handoff(message, fds)
@@ -333,6 +368,21 @@ class Worker:
                 log.error("worker %s: unexpected message %r", self.name, message)
                 for fd in fds:
                     os.close(fd)
+
+    def _parent_gone(self, error: BaseException) -> None:
+        """The channel to the parent broke: nothing can be forwarded or acknowledged any
+        more, so the worker drains and exits (the parent, if alive, restarts it)."""
+        if self.channel.closed and self.channel.sock.fileno() < 0:
+            return
+        log.warning("worker %s: channel to the parent failed (%s); shutting down", self.name,
+                    error or "closed")
+        self._loop.remove_reader(self.channel.fileno())
+        self.channel.close()
+        for future, *_ in self._admin_waiting.values():  # their clients must not wait forever
+            if not future.done():
+                future.set_exception(ConnectionError("the parent is gone"))
+        self._admin_waiting.clear()
+        self.begin_shutdown(1.0)
 
     def _accept_handoff(self, message: ipc.Handoff, fds: list[int]) -> None:
         if len(fds) != len(message.conns):
@@ -408,14 +458,12 @@ class Worker:
         if not self._credits_to_return and not self._closed_ids:
             return
         try:
-            self.channel.send(ipc.encode(ipc.Progress(registered=self._credits_to_return,
-                                                      closed=self._closed_ids)))
-            self._credits_to_return = 0
-            self._closed_ids = []
-        except BlockingIOError:
-            self._loop.call_later(0.001, self._schedule_ack)
+            self.channel.send(ipc.Progress(registered=self._credits_to_return,
+                                           closed=self._closed_ids))
         except OSError:
-            pass  # the parent is gone; _on_channel sees the EOF and shuts down
+            pass  # the parent is gone; _parent_gone shuts the worker down
+        self._credits_to_return = 0
+        self._closed_ids = []
 
     # --- called by connections ------------------------------------------------------------
 
@@ -446,13 +494,19 @@ class Worker:
         self._queue_waiters.append(conn)
         self.stats.muted("queue", +1)
 
-    def request_parked(self) -> None:
-        self.in_flight += 1
+    def request_parked(self, queued: bool) -> None:
+        """A request whose answer waits; `queued` if it counts against queued.max.requests."""
         self.stats.muted("in_flight", +1)
+        if queued:
+            self.in_flight += 1
+            self.stats.queued_requests(self.in_flight)
 
-    def request_done(self) -> None:
-        self.in_flight -= 1
+    def request_done(self, queued: bool) -> None:
         self.stats.muted("in_flight", -1)
+        if not queued:
+            return
+        self.in_flight -= 1
+        self.stats.queued_requests(self.in_flight)
         while self._queue_waiters and not self.queue_full():
             conn = self._queue_waiters.popleft()
             self.stats.muted("queue", -1)
@@ -513,7 +567,7 @@ class Worker:
         reply = ipc.EvictCandidates(round=query.round, candidates=[
             (c.conn_id, int(c.last_active * 1e9)) for c in candidates])
         try:
-            self.channel.send(ipc.encode(reply))
+            self.channel.send(reply)
         except OSError:
             pass  # the parent finishes the round without us
 
@@ -528,11 +582,12 @@ class Worker:
         self._admin_waiting[self._admin_ids] = (future, api_key, request[3] | request[2] << 8,
                                                 client_id_of(request))
         try:
-            self.channel.send(ipc.encode(ipc.AdminRequest(
-                request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request))))
+            self.channel.send(ipc.AdminRequest(
+                request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request)))
         except OSError as error:
             self._admin_waiting.pop(self._admin_ids, None)
-            future.set_exception(error)
+            if not future.done():  # _parent_gone may have failed it already
+                future.set_exception(error)
         return future
 
     def _admin_answered(self, message: ipc.AdminResponse) -> None:

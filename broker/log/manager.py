@@ -3,7 +3,8 @@
 Start-up (before any worker runs): leftovers of interrupted topic creations and deletions are
 removed; if the previous broker did not leave `.pybroker-clean-shutdown` behind, every
 partition is recovered from its files (torn trailing batches are cut).  A partition whose
-`dirty` flag is set is recovered in any case.  At shutdown, after the workers are gone, every
+`dirty` or `offline` flag is set is recovered in any case; one that cannot be recovered is
+marked offline and the broker starts without it.  At shutdown, after the workers are gone, every
 partition is fsynced and the marker written.  Retention and the timed flush run on a thread
 of the parent, on their own handles.
 """
@@ -17,7 +18,8 @@ import time
 
 from broker.config import BrokerConfig, retention_ms
 from broker.log.partition import W_DIRTY, LogSettings
-from broker.log.topics import Epoch, TopicRegistry, remove_leftovers
+from broker.log.records import TimestampBounds
+from broker.log.topics import Epoch, TopicRegistry, forget_offline, remove_leftovers
 
 log = logging.getLogger("broker.log")
 
@@ -29,7 +31,9 @@ def log_settings(config: BrokerConfig) -> LogSettings:
     return LogSettings(segment_bytes=props.log_segment_bytes,
                        index_interval_bytes=props.log_index_interval_bytes,
                        max_message_bytes=props.message_max_bytes,
-                       flush_interval_messages=props.log_flush_interval_messages)
+                       flush_interval_messages=props.log_flush_interval_messages,
+                       timestamps=TimestampBounds(props.log_message_timestamp_before_max_ms,
+                                                  props.log_message_timestamp_after_max_ms))
 
 
 class LogManager:
@@ -48,23 +52,39 @@ class LogManager:
     def startup(self) -> None:
         for name in remove_leftovers(self.config.log_dirs):
             log.info("removed unfinished topic directory %s", name)
+        forget_offline(self.config.log_dirs)
         markers = [os.path.join(d, CLEAN_SHUTDOWN) for d in self.config.log_dirs]
         clean = all(os.path.exists(marker) for marker in markers)
         registry = self.registry()
-        recovered = 0
+        recovered = offline = 0
         try:
             for topic in registry.topics().values():
                 for index in range(topic.partitions):
-                    partition = registry.partition(topic.name, index)
-                    if clean and not partition.state[W_DIRTY]:
+                    try:
+                        partition = registry.partition(topic.name, index)
+                    except OSError as error:  # its state file cannot even be opened
+                        log.error("partition %s-%d is offline: it cannot be opened: %s",
+                                  topic.name, index, error)
+                        registry.record_offline(topic.name, index)
+                        offline += 1
                         continue
-                    cut = partition.recover()
+                    if clean and not partition.state[W_DIRTY] and not partition.offline:
+                        continue
                     recovered += 1
+                    try:
+                        cut = partition.recover()
+                    except Exception as error:  # one bad partition must not stop the broker
+                        partition.mark_offline(error)
+                        offline += 1
+                        continue
                     if cut:
                         log.warning("partition %s-%d: cut %d bytes of torn or corrupt data at "
                                     "the end of the log", topic.name, index, cut)
         finally:
             registry.close()
+        if offline:
+            log.error("log recovery: %d partitions are offline (see above); the others serve",
+                      offline)
         for marker in markers:
             if os.path.exists(marker):
                 os.unlink(marker)

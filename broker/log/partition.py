@@ -8,6 +8,7 @@ process and holds (8-byte words, native endian):
     1 dirty (writer pid)  5 active segment base     9 segments version (bumped on roll/delete)
     2 log start offset    6 active segment size     10 messages not yet fsynced
     3 log end offset      7 active index entries    11 last fsync, unix ns
+    12 appends            13 offline (non-zero: recovery failed; nothing is served)
     32.. the idempotent-producer table (producers.py)
 
 Write order inside the lock makes readers safe without taking it: batch bytes, then the index
@@ -15,11 +16,17 @@ entry and its count, then size and log end offset, then the high watermark (sing
 high watermark = log end).  A reader loads the high watermark first and only returns batches
 below it.  `dirty` is set for the duration of an append: if a worker dies mid-append (kill -9),
 the next appender finds it set and repairs the partition from its files before going on.
+
+A partition whose files cannot be repaired (start-up recovery or a repair after a failed
+append raises) is marked offline: produce, fetch and offset lookups answer
+KAFKA_STORAGE_ERROR, Metadata shows it without a leader, and the rest of the broker serves on.
+The next start-up tries to recover it again.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import mmap
 import os
 import time
@@ -28,15 +35,22 @@ from dataclasses import dataclass
 
 from broker.log import records
 from broker.log.producers import TABLE_WORDS, ProducerTable, Verdict
-from broker.log.segment import Segment, list_bases
+from broker.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases
+
+log = logging.getLogger("broker.log")
 
 STATE_FILE = "state"
 STATE_MAGIC = int.from_bytes(b"PYBRKPS1", "little")
 (W_MAGIC, W_DIRTY, W_LOG_START, W_LOG_END, W_HIGH_WATERMARK, W_ACTIVE_BASE, W_ACTIVE_SIZE,
  W_INDEX_ENTRIES, W_SINCE_INDEX, W_SEGMENTS_VERSION, W_UNFLUSHED, W_LAST_FLUSH) = range(12)
 W_APPENDS = 12
+W_OFFLINE = 13  # non-zero: the partition could not be recovered and serves nothing
 PRODUCERS_WORD = 32
 STATE_BYTES = 8 * (PRODUCERS_WORD + TABLE_WORDS)
+
+
+class PartitionOffline(OSError):
+    """The partition's files could not be recovered; it serves nothing until a restart."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,7 @@ class LogSettings:
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
     flush_interval_messages: int = 2**63 - 1
+    timestamps: records.TimestampBounds = records.TimestampBounds()
 
 
 @dataclass
@@ -73,6 +88,7 @@ class Partition:
         self._segments: dict[int, Segment] = {}
         self._bases: list[int] = []
         self._segments_version = -1
+        self.on_offline = None  # called once marked offline (the registry bumps the epoch)
 
     def close(self) -> None:
         for segment in self._segments.values():
@@ -96,6 +112,10 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         return self.state[W_LOG_END]
+
+    @property
+    def offline(self) -> bool:
+        return self.state[W_OFFLINE] != 0
 
     @contextmanager
     def locked(self):
@@ -129,13 +149,29 @@ class Partition:
     def append(self, batch_bytes: bytes) -> AppendResult:
         """Validate, assign offsets, write; the result carries Kafka's error name on failure."""
         try:
-            batch = records.validate(batch_bytes, self.settings.max_message_bytes)
+            batch = records.validate(batch_bytes, self.settings.max_message_bytes,
+                                     self.settings.timestamps)
         except records.BatchError as error:
             return AppendResult(error.code, message=str(error))
+        if batch.max_timestamp != records.max_timestamp_of(batch_bytes):
+            batch_bytes = records.with_max_timestamp(batch_bytes, batch.max_timestamp)
         with self.locked():
+            if self.offline:
+                return AppendResult("kafka_storage_error", message="the partition is offline")
             if self.state[W_DIRTY]:
-                self._repair()
+                try:
+                    self._repair()
+                except Exception as error:  # files we cannot repair: this partition only pays
+                    self.mark_offline(error)
+                    return AppendResult("kafka_storage_error", message="the partition is offline")
             return self._append_locked(batch_bytes, batch)
+
+    def mark_offline(self, cause: BaseException) -> None:
+        """Serve nothing from this partition until a restart recovers it (see the docstring)."""
+        log.error("partition %s-%d is offline: %s", self.topic, self.index, cause)
+        self.state[W_OFFLINE] = 1
+        if self.on_offline is not None:
+            self.on_offline()
 
     def _append_locked(self, batch_bytes: bytes, batch: records.Batch) -> AppendResult:
         state = self.state
@@ -150,7 +186,10 @@ class Partition:
                                                            f"{verdict.value}")
         state[W_DIRTY] = os.getpid()
         base_offset = state[W_LOG_END]
-        if state[W_ACTIVE_SIZE] and state[W_ACTIVE_SIZE] + batch.size > self.settings.segment_bytes:
+        full = state[W_ACTIVE_SIZE] + batch.size > self.settings.segment_bytes
+        # Offsets are kept relative to the segment's base in 32 bits: roll before they overflow.
+        far = base_offset + batch.last_offset_delta - state[W_ACTIVE_BASE] > MAX_RELATIVE_OFFSET
+        if state[W_ACTIVE_SIZE] and (full or far):
             self._roll(base_offset)
         segment = self._segment(state[W_ACTIVE_BASE], create=True)
         position = state[W_ACTIVE_SIZE]
@@ -355,6 +394,7 @@ class Partition:
         state[W_HIGH_WATERMARK] = next_offset
         state[W_SEGMENTS_VERSION] += 1
         state[W_DIRTY] = 0
+        state[W_OFFLINE] = 0  # recovered: serving again
         return size_before - position
 
     def _initialise_state(self) -> None:

@@ -9,12 +9,15 @@ Header layout, big-endian (Kafka's DefaultRecordBatch):
     17 crc uint32 (CRC32C of bytes 21..end)                61 records
 
 A batch is stored exactly as the client sent it; only the base offset, which lies outside the
-CRC, is rewritten.  Compressed batches pass through untouched.
+CRC, is rewritten.  Compressed batches pass through untouched.  `validate` refuses what Kafka's
+LogValidator refuses, and every walk over records is bounded by bytes, never by the count a
+header claims.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -24,6 +27,14 @@ LOG_OVERHEAD = 12  # base offset + batch length: the bytes not counted in batch 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
+_BASE_TIMESTAMP = struct.Struct(">q")
+# Attributes (int16 at byte 21).
+CODEC_MASK = 0x07
+LOG_APPEND_TIME = 0x08
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+ZSTD = 4
 
 
 class BatchError(ValueError):
@@ -31,7 +42,7 @@ class BatchError(ValueError):
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
-        self.code = code  # "corrupt_message" or "invalid_record"
+        self.code = code  # a Kafka error name, e.g. "corrupt_message" or "invalid_record"
 
 
 class Batch(NamedTuple):
@@ -69,12 +80,26 @@ def read_header(buffer, position: int = 0) -> Batch:
                  producer_epoch, base_sequence, count, attributes)
 
 
-def validate(buffer, max_batch_bytes: int) -> Batch:
-    """Check that `buffer` holds exactly one sound v2 batch; return its header.
+class TimestampBounds(NamedTuple):
+    """How far a CreateTime record's timestamp may lie behind or ahead of the broker's clock
+    (log.message.timestamp.before.max.ms / .after.max.ms)."""
 
-    Raises BatchError("corrupt_message") for wrong lengths or CRC, ("invalid_record") for
-    anything Kafka refuses in a v3+ Produce (old magic, several batches, no records), and
-    ("message_too_large") above `max_batch_bytes`.
+    before_ms: int = 2**63 - 1
+    after_ms: int = 2**63 - 1
+
+
+def validate(buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBounds(),
+             now_ms: int | None = None) -> Batch:
+    """Check that `buffer` holds exactly one sound v2 batch, as Kafka's LogValidator does;
+    return its header.
+
+    Raises BatchError with Kafka's error name: "corrupt_message" for wrong lengths, CRC, an
+    unknown codec or records that do not parse within the batch; "invalid_record" for what a
+    v3+ Produce may not carry (old magic, several batches, control batches) or offsets that
+    disagree with the record count; "message_too_large" above `max_batch_bytes`;
+    "invalid_timestamp" for a CreateTime stamp outside `bounds`.  Uncompressed records are
+    walked one by one (the walk is bounded by the batch's bytes, whatever the header claims);
+    compressed ones are judged by their header.
     """
     total = len(buffer)
     if total < HEADER_BYTES:
@@ -94,10 +119,47 @@ def validate(buffer, max_batch_bytes: int) -> Batch:
     batch = read_header(buffer, 0)
     if crc32c(memoryview(buffer)[21:size]) != struct.unpack_from(">I", buffer, 17)[0]:
         raise BatchError("corrupt_message", "record batch CRC mismatch")
-    if batch.record_count <= 0 or batch.last_offset_delta < 0:
-        raise BatchError("invalid_record", f"batch of {batch.record_count} records, last offset "
-                                           f"delta {batch.last_offset_delta}")
+    _check_header(batch)
+    base_timestamp = _BASE_TIMESTAMP.unpack_from(buffer, 27)[0]
+    if batch.attributes & CODEC_MASK:
+        least, greatest = base_timestamp, batch.max_timestamp
+    else:
+        least, greatest = walk_records(buffer, HEADER_BYTES, size, batch.record_count)
+        least, greatest = base_timestamp + least, base_timestamp + greatest
+        # As Kafka, the header's max timestamp is the records' greatest (see with_max_timestamp).
+        batch = batch._replace(max_timestamp=greatest)
+    if not batch.attributes & LOG_APPEND_TIME:
+        _check_timestamps((least, greatest), bounds, now_ms)
     return batch
+
+
+def _check_header(batch: Batch) -> None:
+    codec = batch.attributes & CODEC_MASK
+    if codec not in CODECS:
+        raise BatchError("corrupt_message", f"unknown compression codec {codec}")
+    if batch.attributes & CONTROL:
+        raise BatchError("invalid_record", "clients may not write control batches")
+    if batch.record_count <= 0 or batch.last_offset_delta != batch.record_count - 1:
+        # The log end moves by last offset delta + 1: a delta that disagrees with the count
+        # would let one batch move it by 2**31.
+        raise BatchError("invalid_record",
+                         f"inconsistent batch: {batch.record_count} records, last offset delta "
+                         f"{batch.last_offset_delta}")
+
+
+def _check_timestamps(stamps: tuple[int, int], bounds: TimestampBounds,
+                      now_ms: int | None) -> None:
+    """The least and greatest CreateTime stamps must lie within the bounds around now."""
+    if bounds.before_ms >= 2**62 and bounds.after_ms >= 2**62:
+        return
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    for stamp in stamps:
+        if stamp == -1:
+            continue  # NO_TIMESTAMP
+        if stamp < now - bounds.before_ms or stamp > now + bounds.after_ms:
+            raise BatchError("invalid_timestamp",
+                             f"timestamp {stamp} is outside [{now - bounds.before_ms}, "
+                             f"{now + bounds.after_ms}]")
 
 
 def is_sound(buffer, position: int, available: int) -> Batch | None:
@@ -119,41 +181,163 @@ def with_base_offset(batch: bytes, base_offset: int) -> bytes:
     return _BASE_OFFSET.pack(base_offset) + batch[8:]
 
 
-def headers_in(buffer, limit: int | None = None):
-    """Yield the headers of the complete batches in `buffer` (e.g. a chunk read from disk)."""
+def max_timestamp_of(batch) -> int:
+    return _BASE_TIMESTAMP.unpack_from(batch, 35)[0]
+
+
+def with_max_timestamp(batch, max_timestamp: int) -> bytes:
+    """The same batch with its header's max timestamp set and the CRC recomputed."""
+    rewritten = bytearray(batch)
+    _BASE_TIMESTAMP.pack_into(rewritten, 35, max_timestamp)
+    struct.pack_into(">I", rewritten, 17, crc32c(memoryview(rewritten)[21:]))
+    return bytes(rewritten)
+
+
+def headers_in(buffer, limit: int | None = None, partial: bool = False):
+    """Yield the headers of the complete batches in `buffer` (e.g. a chunk read from disk).
+
+    With `partial`, also the header of a last batch whose body runs past the end (a batch
+    larger than the chunk: its header alone says where it lies).
+    """
     end = len(buffer) if limit is None else limit
     position = 0
     while end - position >= HEADER_BYTES:
         length = _OFFSET_AND_LENGTH.unpack_from(buffer, position)[1]
-        if length < HEADER_BYTES - LOG_OVERHEAD or position + LOG_OVERHEAD + length > end:
+        if length < HEADER_BYTES - LOG_OVERHEAD:
+            return
+        if position + LOG_OVERHEAD + length > end:
+            if partial:
+                yield read_header(buffer, position)
             return
         yield read_header(buffer, position)
         position += LOG_OVERHEAD + length
 
 
 def _varint(buffer, position: int) -> tuple[int, int]:
-    """A zigzag varint (Kafka's record fields): (value, next position)."""
-    shift = result = 0
-    while True:
+    """A zigzag varint of at most 10 bytes (Kafka's record fields): (value, next position)."""
+    result = shift = 0
+    while shift < 70:
         byte = buffer[position]
         position += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return (result >> 1) ^ -(result & 1), position
         shift += 7
+    raise BatchError("corrupt_message", "varint longer than 10 bytes")
+
+
+def walk_records(buffer, position: int, end: int, count: int,
+                 stamps: list | None = None) -> tuple[int, int]:
+    """Walk the `count` records of an uncompressed batch between `position` and `end`.
+
+    Checks what Kafka's DefaultRecord reader checks: each record's fields fit its length, its
+    offset delta is its index, and the records fill the batch exactly.  Returns the least and
+    greatest timestamp deltas; with `stamps`, appends (offset delta, timestamp delta) per
+    record.  The
+    loop is bounded by the bytes (every record takes at least 7), never by the header's count,
+    so a lie in a stored batch cannot drive it.  Raises BatchError.
+    """
+    if count > (end - position) // 7:
+        raise BatchError("corrupt_message", f"{count} records cannot fit {end - position} bytes")
+    varint, least, greatest = _varint, 2**63, -(2**63)
+    try:
+        for index in range(count):
+            # Varints of one or two bytes are read inline: record and value lengths of small
+            # and 1 KiB records; longer ones go through _varint.
+            byte = buffer[position]
+            if byte < 0x80:
+                length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif buffer[position + 1] < 0x80:
+                length = (byte & 0x7F) | buffer[position + 1] << 7
+                length, position = (length >> 1) ^ -(length & 1), position + 2
+            else:
+                length, position = varint(buffer, position)
+            stop = position + length
+            if length < 6 or stop > end:
+                raise BatchError("corrupt_message", f"record {index}: length {length}")
+            byte = buffer[position + 1]  # past the attributes
+            if byte < 0x80:
+                stamp, position = (byte >> 1) ^ -(byte & 1), position + 2
+            else:
+                stamp, position = varint(buffer, position + 1)
+            byte = buffer[position]
+            if byte < 0x80:
+                delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                delta, position = varint(buffer, position)
+            if delta != index:
+                raise BatchError("invalid_record", f"record {index} has offset delta {delta}")
+            if stamp > greatest:
+                greatest = stamp
+            if stamp < least:
+                least = stamp
+            if stamps is not None:
+                stamps.append((delta, stamp))
+            byte = buffer[position]  # the key: length -1 is null
+            if byte < 0x80:
+                size, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                size, position = varint(buffer, position)
+            if size > 0:
+                position += size
+            elif size < -1:
+                raise BatchError("corrupt_message", f"record {index}: key length {size}")
+            byte = buffer[position]  # the value, likewise
+            if byte < 0x80:
+                size, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif buffer[position + 1] < 0x80:
+                size = (byte & 0x7F) | buffer[position + 1] << 7
+                size, position = (size >> 1) ^ -(size & 1), position + 2
+            else:
+                size, position = varint(buffer, position)
+            if size > 0:
+                position += size
+            elif size < -1:
+                raise BatchError("corrupt_message", f"record {index}: value length {size}")
+            if buffer[position] == 0:  # no headers, the common case
+                position += 1
+            else:
+                position = _skip_headers(buffer, position, stop, index)
+            if position != stop:
+                raise BatchError("corrupt_message", f"record {index} does not fill its length")
+    except IndexError:
+        raise BatchError("corrupt_message", "a record runs past the batch") from None
+    if position != end:
+        raise BatchError("corrupt_message", f"{end - position} bytes after the last record")
+    return least, greatest
+
+
+def _skip_headers(buffer, position: int, stop: int, index: int) -> int:
+    byte = buffer[position]
+    if byte < 0x80:
+        count, position = (byte >> 1) ^ -(byte & 1), position + 1
+    else:
+        count, position = _varint(buffer, position)
+    if count < 0 or count * 2 > stop - position:
+        raise BatchError("corrupt_message", f"record {index}: {count} headers")
+    for _ in range(count):
+        size, position = _varint(buffer, position)
+        if size < 0:
+            raise BatchError("corrupt_message", f"record {index}: header key length {size}")
+        size, position = _varint(buffer, position + size)
+        if size > 0:
+            position += size
+        elif size < -1:
+            raise BatchError("corrupt_message", f"record {index}: header value length {size}")
+    return position
 
 
 def record_timestamps(batch) -> list[tuple[int, int]] | None:
-    """(offset, timestamp) of each record of an uncompressed batch; None if compressed."""
+    """(offset, timestamp) of each record of a stored uncompressed batch; None if compressed,
+    or if its records do not parse (then only the header can be believed)."""
     header = read_header(batch, 0)
-    if header.attributes & 0x07:
+    if header.attributes & CODEC_MASK:
         return None
-    base_timestamp = struct.unpack_from(">q", batch, 27)[0]
-    position, found = HEADER_BYTES, []
-    for _ in range(header.record_count):
-        length, body = _varint(batch, position)
-        timestamp_delta, after = _varint(batch, body + 1)  # past the record's attributes byte
-        offset_delta, _ = _varint(batch, after)
-        found.append((header.base_offset + offset_delta, base_timestamp + timestamp_delta))
-        position = body + length
-    return found
+    base_timestamp = _BASE_TIMESTAMP.unpack_from(batch, 27)[0]
+    stamps: list[tuple[int, int]] = []
+    try:
+        walk_records(batch, HEADER_BYTES, min(len(batch), header.size), header.record_count,
+                     stamps)
+    except BatchError:
+        return None
+    return [(header.base_offset + delta, base_timestamp + stamp) for delta, stamp in stamps]

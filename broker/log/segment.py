@@ -18,6 +18,7 @@ from broker.log import records
 
 INDEX_ENTRY = struct.Struct(">II")
 READ_CHUNK = 1 << 20
+MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka's: offsets relative to a segment's base are int32
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -63,7 +64,11 @@ class Segment:
             raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
 
     def add_index_entry(self, entry_number: int, offset: int, position: int) -> None:
-        os.pwrite(self.index_fd, INDEX_ENTRY.pack(offset - self.base_offset, position),
+        relative = offset - self.base_offset
+        if not 0 <= relative < 2**32:  # the entry's format; appends roll long before this
+            raise ValueError(f"{self.log_path}: offset {offset} does not fit a 32-bit offset "
+                             f"relative to the segment base {self.base_offset}")
+        os.pwrite(self.index_fd, INDEX_ENTRY.pack(relative, position),
                   entry_number * INDEX_ENTRY.size)
 
     def truncate(self, size: int, index_entries: int) -> None:
@@ -102,7 +107,8 @@ class Segment:
         while position < end:
             chunk = self.read(position, min(READ_CHUNK, end - position))
             advanced = 0
-            for batch in records.headers_in(chunk):
+            # A batch larger than the chunk is judged by its header (it may be the one).
+            for batch in records.headers_in(chunk, partial=True):
                 if batch.last_offset >= offset:
                     return position + batch.position, batch.base_offset
                 advanced = batch.position + batch.size

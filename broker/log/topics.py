@@ -6,6 +6,8 @@ flock on `<first log dir>/.topics.lock` and then bumps the metadata epoch, a cou
 process can read (a cell of the shared block, written only under that lock); each process
 re-reads the directories when the epoch moves.  Deleted partitions are renamed to
 `<topic>-<n>.<id>-delete` first, so a half-deleted topic is never seen as a topic.
+Partitions that went offline (broker.log.partition) are listed in OFFLINE_FILE, so Metadata
+can say so without opening every partition.
 """
 
 from __future__ import annotations
@@ -21,9 +23,16 @@ from dataclasses import dataclass
 
 from broker.log.partition import LogSettings, Partition
 
-LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+# Matched whole (fullmatch): with re.match, "$" would also match before a trailing newline.
+LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 METADATA_FILE = "partition.metadata"
+OFFLINE_FILE = ".pybroker-offline-partitions"  # "topic<TAB>index" lines, under the topics lock
+
+
+def is_legal_name(name: str) -> bool:
+    """Kafka's rule: 1 to 249 of [a-zA-Z0-9._-], and neither "." nor ".."."""
+    return bool(LEGAL_NAME.fullmatch(name)) and name not in (".", "..")
 
 
 def encode_topic_id(topic_id: uuid.UUID) -> str:
@@ -68,6 +77,7 @@ class TopicRegistry:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self._offline: set[tuple[str, int]] = set()
 
     # --- reading --------------------------------------------------------------------------
 
@@ -92,8 +102,21 @@ class TopicRegistry:
         handle = self._partitions.get(key)
         if handle is None:
             handle = Partition(topic.directories[index], name, index, self.settings)
+            handle.on_offline = lambda: self.record_offline(name, index)
             self._partitions[key] = handle
         return handle
+
+    def record_offline(self, name: str, index: int) -> None:
+        """A partition went offline: every process's Metadata answers must say so."""
+        with self._locked():
+            with open(os.path.join(self.log_dirs[0], OFFLINE_FILE), "a", encoding="utf-8") as out:
+                out.write(f"{name}\t{index}\n")
+            self.epoch.bump()
+
+    def is_offline(self, name: str, index: int) -> bool:
+        """Whether the partition was marked offline (Metadata shows it without a leader)."""
+        self.topics()
+        return (name, index) in self._offline
 
     def _reload(self) -> None:
         epoch = self.epoch.get()
@@ -104,7 +127,7 @@ class TopicRegistry:
             except FileNotFoundError:
                 continue
             for name in names:
-                match = _PARTITION_DIR.match(name)
+                match = _PARTITION_DIR.fullmatch(name)
                 if match is None:
                     continue
                 directory = os.path.join(log_dir, name)
@@ -128,6 +151,7 @@ class TopicRegistry:
                 del self._partitions[key]
         self._topics = topics
         self._by_id = {topic.topic_id: topic for topic in topics.values()}
+        self._offline = _read_offline(self.log_dirs[0])
         self._seen_epoch = epoch
 
     # --- changing -------------------------------------------------------------------------
@@ -143,36 +167,40 @@ class TopicRegistry:
         finally:
             os.close(fd)
 
-    def create(self, name: str, partitions: int, validate_only: bool = False) -> str | None:
-        """Create a topic; return None or a Kafka error name."""
-        if not LEGAL_NAME.match(name) or name in (".", ".."):
+    def create(self, name: str, partitions: int, validate_only: bool = False,
+               max_partitions: int = 2**31 - 1) -> str | None:
+        """Create a topic at once; return None or a Kafka error name (CreateTopics builds
+        large ones a slice at a time through `staging`)."""
+        problem = self.check_new(name, partitions, max_partitions)
+        if problem is not None or validate_only:
+            return problem
+        staging = self.staging(name, partitions)
+        staging.build(partitions)
+        return staging.commit()
+
+    def check_new(self, name: str, partitions: int, max_partitions: int) -> str | None:
+        """Why a topic could not be created (a Kafka error name), or None."""
+        if not is_legal_name(name):
             return "invalid_topic_exception"
-        if partitions < 1:
+        if not 1 <= partitions <= max_partitions:
             return "invalid_partitions"
-        with self._locked():
-            if name in self.topics():
-                return "topic_already_exists"
-            if validate_only:
-                return None
-            topic_id = uuid.uuid4()
-            for index in range(partitions):
-                self._create_partition(name, index, topic_id)
-            self.epoch.bump()
+        if name in self.topics():
+            return "topic_already_exists"
         return None
 
-    def _create_partition(self, name: str, index: int, topic_id: uuid.UUID) -> None:
-        log_dir = min(self.log_dirs, key=_partition_count)
-        final = os.path.join(log_dir, f"{name}-{index}")
-        staging = f"{final}.{uuid.uuid4().hex}-staging"
-        os.makedirs(staging)
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as handle:
-            handle.write(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")
-        partition = Partition(staging, name, index, self.settings)
-        try:
-            partition.recover()  # writes a fresh state and an empty first segment
-        finally:
-            partition.close()
-        os.rename(staging, final)
+    def staging(self, name: str, partitions: int) -> "Staging":
+        return Staging(self, name, partitions)
+
+    def _commit(self, staging: "Staging") -> str | None:
+        """Under the topics lock: the staged partitions become the topic, or are removed."""
+        with self._locked():
+            if staging.name in self.topics():
+                staging.abort()
+                return "topic_already_exists"
+            for staged, final in staging.built:
+                os.rename(staged, final)
+            self.epoch.bump()
+        return None
 
     def delete(self, name: str) -> str | None:
         with self._locked():
@@ -195,6 +223,56 @@ class TopicRegistry:
         self._partitions.clear()
 
 
+class Staging:
+    """A topic being created: its partitions are built in `-staging` directories (outside the
+    topics lock, a slice at a time if the caller wishes), then renamed into place at once
+    under the lock.  Leftovers of a creation that never committed are removed at start-up."""
+
+    def __init__(self, registry: TopicRegistry, name: str, partitions: int):
+        self.registry = registry
+        self.name = name
+        self.partitions = partitions
+        self.topic_id = uuid.uuid4()
+        self.built: list[tuple[str, str]] = []  # (staging directory, final directory)
+        self._counts = {log_dir: _partition_count(log_dir) for log_dir in registry.log_dirs}
+
+    @property
+    def done(self) -> bool:
+        return len(self.built) == self.partitions
+
+    def build(self, count: int) -> None:
+        """Build the next `count` partitions (fewer if fewer remain)."""
+        for index in range(len(self.built), min(self.partitions, len(self.built) + count)):
+            log_dir = min(self._counts, key=self._counts.get)  # the emptiest log dir
+            self._counts[log_dir] += 1
+            final = os.path.join(log_dir, f"{self.name}-{index}")
+            self.built.append((self._build_one(final, index), final))
+
+    def _build_one(self, final: str, index: int) -> str:
+        staging = f"{final}.{uuid.uuid4().hex}-staging"
+        os.makedirs(staging)
+        try:
+            with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as handle:
+                handle.write(f"version: 0\ntopic_id: {encode_topic_id(self.topic_id)}\n")
+            partition = Partition(staging, self.name, index, self.registry.settings)
+            try:
+                partition.recover()  # writes a fresh state and an empty first segment
+            finally:
+                partition.close()
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made partition
+            raise
+        return staging
+
+    def commit(self) -> str | None:
+        return self.registry._commit(self)
+
+    def abort(self) -> None:
+        for staged, _final in self.built:
+            shutil.rmtree(staged, ignore_errors=True)
+        self.built = []
+
+
 def _read_topic_id(directory: str) -> uuid.UUID | None:
     try:
         with open(os.path.join(directory, METADATA_FILE), encoding="utf-8") as handle:
@@ -207,9 +285,31 @@ def _read_topic_id(directory: str) -> uuid.UUID | None:
     return None
 
 
+def _read_offline(log_dir: str) -> set[tuple[str, int]]:
+    try:
+        with open(os.path.join(log_dir, OFFLINE_FILE), encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        name, _, index = line.partition("\t")
+        if index.isdigit():
+            found.add((name, int(index)))
+    return found
+
+
+def forget_offline(log_dirs: tuple[str, ...]) -> None:
+    """Start-up, before recovery: every partition gets its chance again."""
+    try:
+        os.unlink(os.path.join(log_dirs[0], OFFLINE_FILE))
+    except FileNotFoundError:
+        pass
+
+
 def _partition_count(log_dir: str) -> int:
     try:
-        return sum(1 for name in os.listdir(log_dir) if _PARTITION_DIR.match(name))
+        return sum(1 for name in os.listdir(log_dir) if _PARTITION_DIR.fullmatch(name))
     except FileNotFoundError:
         return 0
 

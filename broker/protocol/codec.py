@@ -17,18 +17,36 @@ import typing
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from broker.protocol.guard import limits, walker
+
 INT32 = struct.Struct(">i")
 REQUEST_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
 @functools.cache
 def request_readers(api_key: int, api_version: int):
-    """(header reader, body reader) for a request version kio knows, else KeyError."""
+    """(header reader, body reader) for a request version kio knows, else KeyError.
+
+    The body reader runs the request guard first (broker.protocol.guard): kio's native reader
+    would abort the process on an array count the frame cannot back.  The header needs none:
+    it holds no array.
+    """
     try:
         cls = load_request_schema(api_key, api_version)
     except Exception:  # kio raises its own index errors for unknown keys and versions
         raise KeyError((api_key, api_version)) from None
-    return entity_reader(cls.__header_schema__), entity_reader(cls)
+    return entity_reader(cls.__header_schema__), guarded_reader(cls)
+
+
+def guarded_reader(cls):
+    """kio's reader of `cls`, behind the guard that keeps hostile counts away from it."""
+    check, read = walker(cls), entity_reader(cls)
+
+    def read_body(buffer, offset: int):
+        check(buffer, offset, limits.max_entries)
+        return read(buffer, offset)
+
+    return read_body
 
 
 @functools.cache

@@ -5,16 +5,17 @@ from __future__ import annotations
 import re
 import uuid
 
-from broker.log.topics import LEGAL_NAME
+from broker.log.topics import is_legal_name
 from broker.protocol import errors
 from broker.protocol.codec import build, encode_entity, frame, response_class
-from workers.handlers import NO_THROTTLE, Api, RequestContext
+from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext
 
 # Kafka's rule for ApiVersions v3+ client_software_name / client_software_version.
 _SOFTWARE_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 _ZERO_UUID = uuid.UUID(int=0)
 _NO_AUTHORIZED_OPERATIONS = -2147483648
 _METADATA_CACHE_LIMIT = 512
+AUTO_CREATE_PARTITIONS = 64  # partitions one Metadata request may auto-create (ms each)
 
 
 class ApiVersions(Api):
@@ -51,8 +52,11 @@ class Metadata(Api):
     def handle(self, ctx: RequestContext, body) -> bytes:
         registry = self.services.registry
         requested = self._requested(ctx.version, body)
+        later = set()
         if requested and self._may_create(ctx, body):
-            self._auto_create(requested)
+            later = self._auto_create(requested)
+        if later:  # an answer that changes on the next request: not cached
+            return ctx.frame(encode_entity(self._response(ctx, requested, later)))
         epoch = registry.epoch.get()
         if epoch != self._cache_epoch or len(self._cache) >= _METADATA_CACHE_LIMIT:
             self._cache.clear()
@@ -66,12 +70,20 @@ class Metadata(Api):
 
     @staticmethod
     def _requested(version: int, body) -> tuple | None:
-        """None for "all topics", else the names (or ids, for v10+ lookups by id)."""
+        """None for "all topics", else the names (or ids: v12+ looks topics up by id)."""
         topics = body.topics
         if topics is None or (version == 0 and not topics):
             return None
-        return tuple(topic.name if topic.name is not None else getattr(topic, "topic_id", None)
-                     for topic in topics)
+        requested = {}  # each topic once, in the order first asked (Kafka uses a set)
+        for topic in topics:
+            if topic.name is not None:
+                requested[topic.name] = None
+            elif version < 12:  # as Kafka: names are nullable on the wire from v10, usable
+                raise InvalidRequest("malformed_body",  # as absent only from v12
+                                     f"Metadata v{version}: a topic without a name")
+            else:
+                requested[topic.topic_id or _ZERO_UUID] = None
+        return tuple(requested)
 
     def _may_create(self, ctx: RequestContext, body) -> bool:
         allowed = ctx.version < 4 or body.allow_auto_topic_creation
@@ -79,13 +91,24 @@ class Metadata(Api):
         return (allowed and self.services.props.auto_create_topics_enable
                 and (may_alter is None or may_alter(ctx.listener_index)))
 
-    def _auto_create(self, requested: tuple) -> None:
-        registry = self.services.registry
+    def _auto_create(self, requested: tuple) -> set:
+        """Create unknown topics, AUTO_CREATE_PARTITIONS' worth per request at most; return
+        the names left for a later request (answered LEADER_NOT_AVAILABLE, as Kafka answers
+        a topic whose creation is under way: clients ask again)."""
+        registry, partitions = self.services.registry, self.services.props.num_partitions
+        budget, later = AUTO_CREATE_PARTITIONS, set()
         for name in requested:
-            if isinstance(name, str) and registry.get(name) is None:
-                registry.create(name, self.services.props.num_partitions)
+            if not isinstance(name, str) or registry.get(name) is not None \
+                    or not is_legal_name(name):
+                continue
+            if budget <= 0:
+                later.add(name)
+                continue
+            if registry.create(name, partitions) is None:
+                budget -= partitions
+        return later
 
-    def _response(self, ctx: RequestContext, requested):
+    def _response(self, ctx: RequestContext, requested, later=frozenset()):
         view, registry = self.services.view, self.services.registry
         endpoint = view.advertised[ctx.listener_index]
         brokers = [] if endpoint is None else [
@@ -94,14 +117,14 @@ class Metadata(Api):
         if requested is None:
             described = [self._topic(info) for info in topics.values()]
         else:
-            described = [self._lookup(item) for item in requested]
+            described = [self._lookup(item, item in later) for item in requested]
         return build(response_class(self.key, ctx.version), {
             "throttle_time": NO_THROTTLE, "error_code": errors.NONE, "brokers": brokers,
             "cluster_id": view.cluster_id, "controller_id": view.node_id, "topics": described,
             "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
         })
 
-    def _lookup(self, item) -> dict:
+    def _lookup(self, item, being_created: bool = False) -> dict:
         registry = self.services.registry
         if isinstance(item, uuid.UUID):
             info = registry.by_id(item)
@@ -111,7 +134,8 @@ class Metadata(Api):
             return self._topic(info)
         info = registry.get(item)
         if info is None:
-            code = errors.ErrorCode.invalid_topic_exception if not _legal(item) \
+            code = errors.ErrorCode.invalid_topic_exception if not is_legal_name(item) \
+                else errors.ErrorCode.leader_not_available if being_created \
                 else errors.UNKNOWN_TOPIC_OR_PARTITION
             return {"error_code": code, "name": item, "topic_id": _ZERO_UUID,
                     "is_internal": False, "partitions": []}
@@ -122,13 +146,16 @@ class Metadata(Api):
         partitions = [{"error_code": errors.NONE, "partition_index": index, "leader_id": node,
                        "leader_epoch": 0, "replica_nodes": (node,), "isr_nodes": (node,),
                        "offline_replicas": ()} for index in range(info.partitions)]
+        for index in self._offline(info):  # as a partition whose only replica is offline
+            partitions[index].update(error_code=errors.ErrorCode.leader_not_available,
+                                     leader_id=-1, isr_nodes=(), offline_replicas=(node,))
         return {"error_code": errors.NONE, "name": info.name, "topic_id": info.topic_id,
                 "is_internal": False, "partitions": partitions,
                 "topic_authorized_operations": _NO_AUTHORIZED_OPERATIONS}
 
-
-def _legal(name: str) -> bool:
-    return bool(LEGAL_NAME.match(name)) and name not in (".", "..")
+    def _offline(self, info) -> list[int]:
+        registry = self.services.registry
+        return [index for index in range(info.partitions) if registry.is_offline(info.name, index)]
 
 
 class DescribeCluster(Api):

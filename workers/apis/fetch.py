@@ -27,8 +27,13 @@ EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4,
 class Fetch(Api):
     key, name, versions = 1, "Fetch", (4, 16)
 
+    def __init__(self, services):
+        super().__init__(services)
+        self._max_wait_seconds = services.props.pybroker_fetch_max_wait_ms / 1000
+
     def handle(self, ctx: RequestContext, body):
-        if body.session_id != 0:  # this broker never creates fetch sessions
+        # Fetch sessions (KIP-227) exist from v7; this broker never creates one.
+        if getattr(body, "session_id", 0) != 0:
             return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": 0, "responses": [],
                                 "error_code": errors.ErrorCode.fetch_session_id_not_found})
         quotas = self.services.quotas
@@ -38,7 +43,7 @@ class Fetch(Api):
                 return self._throttled(ctx, [], already)
         wanted = self._resolve(ctx.version, body)
         topics, total, failed = self._read(ctx, body, wanted)
-        wait_seconds = body.max_wait.total_seconds()
+        wait_seconds = min(body.max_wait.total_seconds(), self._max_wait_seconds)
         waits = self.services.waits
         if total >= body.min_bytes or failed or wait_seconds <= 0 or waits is None:
             return self._answer(ctx, topics, total)
@@ -63,19 +68,27 @@ class Fetch(Api):
         return Throttled(frame, ms, delay=not throttle_applies_client_side(1, ctx.version))
 
     def _resolve(self, version: int, body) -> list:
-        """[(topic name or None, topic id or None, info, [(request partition, Partition)])]."""
+        """[(topic name or None, topic id or None, info, [(request partition, Partition)])].
+
+        A partition named twice is read once, with the last entry's offsets, and answered
+        once, where it first appeared (Kafka keeps fetch data in an insertion-ordered map);
+        so the work and the answer grow with distinct partitions, not with the request.
+        """
         registry = self.services.registry
-        wanted = []
+        topics: dict = {}  # topic name or id -> (name, id, info, {partition index: request})
         for topic in body.topics:
-            if version >= 13:
-                info = registry.by_id(topic.topic_id)
-            else:
-                info = registry.get(topic.topic)
-            name = info.name if info is not None else getattr(topic, "topic", None)
-            parts = [(part, registry.partition(info.name, part.partition) if info else None)
-                     for part in topic.partitions]
-            wanted.append((name, getattr(topic, "topic_id", None), info, parts))
-        return wanted
+            key = topic.topic_id if version >= 13 else topic.topic
+            if key not in topics:
+                info = registry.by_id(key) if version >= 13 else registry.get(key)
+                name = info.name if info is not None else getattr(topic, "topic", None)
+                topics[key] = (name, getattr(topic, "topic_id", None), info, {})
+            parts = topics[key][3]
+            for part in topic.partitions:
+                parts[part.partition] = part
+        return [(name, topic_id, info,
+                 [(part, registry.partition(info.name, index) if info else None)
+                  for index, part in parts.items()])
+                for name, topic_id, info, parts in topics.values()]
 
     def _read(self, ctx: RequestContext, body, wanted) -> tuple[list, int, bool]:
         room, total, failed = body.max_bytes, 0, False
@@ -101,6 +114,8 @@ class Fetch(Api):
             unknown = errors.UNKNOWN_TOPIC_ID if version >= 13 and info is None \
                 else errors.UNKNOWN_TOPIC_OR_PARTITION
             return dict(answer, error_code=unknown), 0
+        if partition.offline:
+            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error), 0
         high, start = partition.high_watermark, partition.log_start_offset
         answer.update(high_watermark=high, last_stable_offset=high, log_start_offset=start)
         offset = request.fetch_offset
@@ -121,7 +136,7 @@ class FetchWaits:
     def __init__(self, loop: asyncio.AbstractEventLoop, report=lambda count: None):
         self.loop = loop
         self._report = report  # told the number of waiting fetches whenever it changes
-        self._waiting: list[_Waiter] = []
+        self._waiting: dict[_Waiter, None] = {}  # insertion-ordered, O(1) removal
         self._polling = False
 
     def wait(self, seconds: float, wanted, read, min_bytes: int, answer) -> asyncio.Future:
@@ -129,7 +144,9 @@ class FetchWaits:
         response the future resolves to."""
         waiter = _Waiter(self, self.loop.create_future(), wanted, read, min_bytes, answer)
         waiter.timer = self.loop.call_later(seconds, waiter.finish)
-        self._waiting.append(waiter)
+        # The connection went away (the future is cancelled): forget the waiter at once.
+        waiter.future.add_done_callback(lambda future: future.cancelled() and waiter._forget())
+        self._waiting[waiter] = None
         self._report(len(self._waiting))
         if not self._polling:
             self._polling = True
@@ -150,8 +167,7 @@ class FetchWaits:
             self._polling = False
 
     def discard(self, waiter: "_Waiter") -> None:
-        if waiter in self._waiting:
-            self._waiting.remove(waiter)
+        if self._waiting.pop(waiter, False) is None:
             self._report(len(self._waiting))
 
 
@@ -162,7 +178,8 @@ class _Waiter:
         self.read = read
         self.answer = answer
         self.min_bytes = min_bytes
-        self.partitions = [p for _n, _i, _info, parts in wanted for _r, p in parts if p is not None]
+        self.partitions = list({id(p): p for _n, _i, _info, parts in wanted
+                                for _r, p in parts if p is not None}.values())
         self.marks = [p.high_watermark for p in self.partitions]
         self.timer = None
 
@@ -214,12 +231,27 @@ class ListOffsets(Api):
 
     def handle(self, ctx: RequestContext, body) -> bytes:
         registry = self.services.registry
+        seen: dict[tuple[str, int], int] = {}
+        for topic in body.topics:
+            for part in topic.partitions:
+                key = (topic.name, part.partition_index)
+                seen[key] = seen.get(key, 0) + 1
         topics = []
         for topic in body.topics:
-            answers = [self._offset(registry.partition(topic.name, part.partition_index), part)
-                       for part in topic.partitions]
+            answers = []
+            for part in topic.partitions:
+                if seen[(topic.name, part.partition_index)] > 1:  # Kafka: each one refused,
+                    answers.append(self._duplicate(part))  # none looked up
+                else:
+                    answers.append(self._offset(
+                        registry.partition(topic.name, part.partition_index), part))
             topics.append({"name": topic.name, "partitions": answers})
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})
+
+    @staticmethod
+    def _duplicate(request) -> dict:
+        return {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
+                "leader_epoch": -1, "error_code": errors.ErrorCode.invalid_request}
 
     @staticmethod
     def _offset(partition, request) -> dict:
@@ -227,6 +259,8 @@ class ListOffsets(Api):
                   "leader_epoch": 0, "error_code": errors.NONE}
         if partition is None:
             return dict(answer, error_code=errors.UNKNOWN_TOPIC_OR_PARTITION, leader_epoch=-1)
+        if partition.offline:
+            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
         wanted = request.timestamp
         if wanted in (LATEST, LATEST_TIERED):
             return dict(answer, offset=partition.high_watermark)

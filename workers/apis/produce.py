@@ -6,6 +6,7 @@ import datetime
 import logging
 import secrets
 
+from broker.log import records
 from broker.protocol import errors
 from broker.quotas import PRODUCE
 from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
@@ -31,7 +32,7 @@ class Produce(Api):
         for topic in body.topic_data:
             partitions = []
             for data in topic.partition_data:
-                result = self._append(topic.name, data, refusal)
+                result = self._append(topic.name, data, refusal or self._refusal(ctx, data))
                 failed |= result["error_code"] != errors.NONE
                 partitions.append(result)
             topics.append({"name": topic.name, "partition_responses": partitions})
@@ -56,6 +57,19 @@ class Produce(Api):
         size = sum(len(data.records or b"") for topic in body.topic_data
                    for data in topic.partition_data)
         return quotas.record(PRODUCE, ctx.header.client_id, size)
+
+    @staticmethod
+    def _refusal(ctx: RequestContext, data) -> str | None:
+        """What Kafka refuses by the request before the log sees the batch."""
+        batch = data.records
+        if not batch or len(batch) < records.HEADER_BYTES:
+            return None  # the log refuses it with the right code
+        attributes = batch[22] | batch[21] << 8
+        if attributes & records.TRANSACTIONAL:  # transactional records need a transactional id
+            return "transactional_id_authorization_failed"
+        if attributes & records.CODEC_MASK == records.ZSTD and ctx.version < 7:
+            return "unsupported_compression_type"
+        return None
 
     def _append(self, topic: str, data, refusal: str | None) -> dict:
         answer = {"index": data.index, "base_offset": -1, "log_append_time": None,

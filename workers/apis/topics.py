@@ -8,12 +8,21 @@ cluster-level alter rights.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from workers.handlers import NO_THROTTLE, Api, RequestContext, error_code
+
+log = logging.getLogger("workers.apis.topics")
+SLICE_PARTITIONS = 32  # partitions built per event-loop turn (about 10 ms of work)
 
 _MESSAGES = {
     "topic_already_exists": "Topic '{}' already exists.",
     "invalid_topic_exception": "Topic name '{}' is illegal: use [a-zA-Z0-9._-], 1 to 249 chars.",
-    "invalid_partitions": "Number of partitions must be larger than 0.",
+    "invalid_partitions": "Number of partitions must be between 1 and "
+                          "pybroker.max.partitions.per.topic.",
+    "invalid_request": "Topic '{}' appears more than once in the request.",
+    "kafka_storage_error": "The partitions of '{}' could not be written.",
     "invalid_replication_factor": "Replication factor must be 1: this cluster has one broker.",
     "invalid_replica_assignment": "Replica assignments may only name this broker.",
     "invalid_config": "Topic-level configurations are not supported yet.",
@@ -27,13 +36,79 @@ def _refused(services, ctx: RequestContext) -> bool:
 
 
 class CreateTopics(Api):
+    """Topics are built a slice of partitions per event-loop turn when they are many, so a
+    request for thousands of partitions never holds the worker; their directories appear at
+    once, under the topics lock, when all are built (broker.log.topics.Staging)."""
+
     key, name, versions = 19, "CreateTopics", (2, 7)
 
-    def handle(self, ctx: RequestContext, body) -> bytes:
+    def handle(self, ctx: RequestContext, body):
         if _refused(self.services, ctx):
-            results = [self._refusal(topic.name) for topic in body.topics]
+            return ctx.respond({"throttle_time": NO_THROTTLE,
+                                "topics": [self._refusal(topic.name) for topic in body.topics]})
+        names = [topic.name for topic in body.topics]
+        duplicated = {name for name in names if names.count(name) > 1} if len(names) > 1 else ()
+        plans = [self._plan(topic, body.validate_only) for topic in body.topics
+                 if topic.name not in duplicated]
+        plans += [_Plan(name, -1, "invalid_request", None) for name in sorted(duplicated)]
+        building = [plan.staging for plan in plans if plan.staging is not None]
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (in-process use): build everything now
+            loop = None
+        if loop is None or sum(item.partitions for item in building) <= SLICE_PARTITIONS:
+            for staging in building:
+                self._build(plans, staging, staging.partitions)
+            return self._answer(ctx, plans)
+        future = loop.create_future()
+        loop.call_soon(self._build_slice, ctx, plans, building, future)
+        return future
+
+    def _build_slice(self, ctx: RequestContext, plans: list, building: list, future) -> None:
+        if future.done():  # the connection went away: drop what was staged
+            for staging in building:
+                staging.abort()
+            return
+        budget = SLICE_PARTITIONS
+        while building and budget > 0:
+            staging = building[0]
+            before = len(staging.built)
+            self._build(plans, staging, budget)
+            budget -= max(1, len(staging.built) - before)
+            if staging.done or not staging.built:
+                building.pop(0)
+        if building:
+            asyncio.get_running_loop().call_soon(self._build_slice, ctx, plans, building, future)
         else:
-            results = [self._create(topic, body.validate_only) for topic in body.topics]
+            future.set_result(self._answer(ctx, plans))
+
+    @staticmethod
+    def _build(plans: list, staging, count: int) -> None:
+        try:
+            staging.build(count)
+        except OSError as error:  # e.g. the disk is full: this topic fails, the rest goes on
+            log.error("creating topic %s failed: %s", staging.name, error)
+            staging.abort()
+            for plan in plans:
+                if plan.staging is staging:
+                    plan.problem, plan.staging = "kafka_storage_error", None
+
+    def _answer(self, ctx: RequestContext, plans: list) -> bytes:
+        results = []
+        for plan in plans:
+            if plan.staging is not None:
+                plan.problem = plan.staging.commit()
+            info = self.services.registry.get(plan.name) if plan.problem is None else None
+            results.append({
+                "name": plan.name,
+                "topic_id": info.topic_id if info is not None else None,
+                "error_code": error_code(plan.problem),
+                "error_message": _message(plan.problem, plan.name),
+                "num_partitions": plan.partitions if plan.problem is None else -1,
+                "replication_factor": 1 if plan.problem is None else -1,
+                "configs": (),
+                "topic_config_error_code": 0,
+            })
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
 
     @staticmethod
@@ -43,7 +118,7 @@ class CreateTopics(Api):
                 "error_message": _MESSAGES["cluster_authorization_failed"], "configs": (),
                 "topic_config_error_code": 0}
 
-    def _create(self, topic, validate_only: bool) -> dict:
+    def _plan(self, topic, validate_only: bool) -> "_Plan":
         props, registry = self.services.props, self.services.registry
         partitions = topic.num_partitions if topic.num_partitions != -1 else props.num_partitions
         replication = topic.replication_factor if topic.replication_factor != -1 \
@@ -58,18 +133,27 @@ class CreateTopics(Api):
         if problem is None and topic.configs:
             problem = "invalid_config"
         if problem is None:
-            problem = registry.create(topic.name, partitions, validate_only)
-        info = registry.get(topic.name) if problem is None else None
-        return {
-            "name": topic.name,
-            "topic_id": info.topic_id if info is not None else None,
-            "error_code": error_code(problem),
-            "error_message": _MESSAGES.get(problem, problem or "").format(topic.name) or None,
-            "num_partitions": partitions if problem is None else -1,
-            "replication_factor": 1 if problem is None else -1,
-            "configs": (),
-            "topic_config_error_code": 0,
-        }
+            problem = registry.check_new(topic.name, partitions,
+                                         props.pybroker_max_partitions_per_topic)
+        staging = None
+        if problem is None and not validate_only:
+            staging = registry.staging(topic.name, partitions)
+        return _Plan(topic.name, partitions, problem, staging)
+
+
+class _Plan:
+    """One topic of a CreateTopics request: what it asks for and how far it got."""
+
+    __slots__ = ("name", "partitions", "problem", "staging")
+
+    def __init__(self, name: str, partitions: int, problem: str | None, staging):
+        self.name, self.partitions, self.problem, self.staging = name, partitions, problem, staging
+
+
+def _message(problem: str | None, name: str) -> str | None:
+    if problem is None:
+        return None
+    return _MESSAGES.get(problem, problem).format(name)
 
 
 class DeleteTopics(Api):

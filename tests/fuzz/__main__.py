@@ -1,0 +1,165 @@
+"""Run the fuzz targets with atheris: `python -m tests.fuzz [--seconds N] [target ...]`.
+
+Each target (tests/fuzz/targets.py) runs in a process of its own for N seconds (default 60),
+coverage-guided over the broker's own modules, starting from seeds derived from the captured
+requests of real clients (corpus/requests, see capture.py).  A crash, an abort or a broken
+invariant stops that target, leaves the input that did it under `fuzz-findings/` and makes
+the run exit 1.  The last line per target gives executions and coverage.
+
+`make fuzz` runs every target for FUZZ_SECONDS; `make test` runs each for a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CAPTURED = os.path.join(HERE, "corpus", "requests")
+_DONE = re.compile(r"#(\d+)\s+DONE\s+cov: (\d+) ft: (\d+)")
+_STATUS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+)")
+
+
+def captured() -> list[bytes]:
+    found = []
+    for name in sorted(os.listdir(CAPTURED)):
+        with open(os.path.join(CAPTURED, name), "rb") as handle:
+            found.append(handle.read())
+    return found
+
+
+def write_seeds(target: str, directory: str) -> int:
+    """The seeds of one target, derived from the captured request frames."""
+    from broker import ipc
+    from broker.config import load_config
+    from tests.fuzz.targets import SCHEMAS
+
+    frames = captured()
+    seeds: list[bytes] = []
+    if target == "handlers":
+        seeds = frames
+    elif target == "framing":
+        seeds = [bytes([flags]) + b"".join(struct.pack(">i", len(f)) + f for f in frames[i::7])
+                 for i, flags in enumerate((0, 1, 2, 3, 14, 15, 127))]
+    elif target == "requests":
+        index = {schema: n for n, schema in enumerate(SCHEMAS)}
+        for frame in frames:
+            key = index.get(struct.unpack_from(">hh", frame))
+            if key is not None:
+                seeds.append(struct.pack(">H", key) + _body(frame))
+    elif target == "records":
+        seeds = [batch for frame in frames for batch in _batches(frame)]
+    elif target == "ipc":
+        config = load_config({})
+        seeds = [ipc.encode(message) for message in (
+            ipc.Progress(registered=3, closed=[1, 2]), ipc.Handoff([(1, 0, "127.0.0.1", 5)]),
+            ipc.AdminRequest(request_id=1, listener=0, peer="p", frame=frames[0]),
+            ipc.Quotas(entries={"client-id=a": {"producer_byte_rate": 1.0}}),
+            ipc.Boot(config=config, slot=0, shm_path="/x", cluster_id="c", name="w"))]
+    os.makedirs(directory, exist_ok=True)
+    for n, seed in enumerate(seeds):
+        with open(os.path.join(directory, f"seed-{n:04d}"), "wb") as out:
+            out.write(seed)
+    return len(seeds)
+
+
+def _body(frame: bytes) -> bytes:
+    from broker.protocol.codec import request_readers
+
+    api_key, version = struct.unpack_from(">hh", frame)
+    header_reader, _ = request_readers(api_key, version)
+    return frame[header_reader(frame, 0)[1]:]
+
+
+def _batches(frame: bytes) -> list[bytes]:
+    from broker.protocol.codec import request_readers
+
+    if struct.unpack_from(">h", frame)[0] != 0:
+        return []
+    _, body_reader = request_readers(0, struct.unpack_from(">h", frame, 2)[0])
+    body, _ = body_reader(frame, len(frame) - len(_body(frame)))
+    return [bytes(part.records) for topic in body.topic_data for part in topic.partition_data
+            if part.records]
+
+
+def run_one(target: str, args: list[str]) -> None:
+    """In the fuzzing process: instrument the broker's modules, then hand over to atheris."""
+    import atheris
+
+    with atheris.instrument_imports(include=["broker", "workers", "shm"]):
+        # Everything a target can reach, imported under instrumentation (modules imported
+        # later would run uninstrumented and give the fuzzer no coverage to follow).
+        import broker.admin  # noqa: F401
+        import broker.groups.coordinator  # noqa: F401
+        import broker.ipc  # noqa: F401
+        import broker.log.records  # noqa: F401
+        import broker.protocol.codec  # noqa: F401
+        import broker.protocol.guard  # noqa: F401
+        import workers.apis.admin  # noqa: F401
+        import workers.apis.discovery  # noqa: F401
+        import workers.apis.fetch  # noqa: F401
+        import workers.apis.produce  # noqa: F401
+        import workers.apis.topics  # noqa: F401
+        import workers.connection  # noqa: F401
+        import workers.handlers  # noqa: F401
+    from tests.fuzz.targets import TARGETS
+
+    atheris.Setup([sys.argv[0], *args], TARGETS[target])
+    atheris.Fuzz()
+
+
+def run_all(targets: list[str], seconds: int) -> int:
+    failed = 0
+    findings = os.path.join(ROOT, "fuzz-findings")
+    for target in targets:
+        with tempfile.TemporaryDirectory(prefix=f"fuzz-{target}-") as work:
+            seeds = os.path.join(work, "corpus")
+            count = write_seeds(target, seeds)
+            os.makedirs(findings, exist_ok=True)
+            argv = [sys.executable, "-m", "tests.fuzz", "--one", target, "--",
+                    f"-max_total_time={seconds}", "-rss_limit_mb=4096", "-timeout=20",
+                    f"-artifact_prefix={findings}/{target}-", "-max_len=200000", seeds]
+            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
+                                  timeout=seconds + 120)
+            output = done.stderr + done.stdout
+            last = _DONE.search(output) or (_STATUS.findall(output) or [None])[-1]
+            if isinstance(last, re.Match):
+                execs, cov, features = last.groups()
+            elif last:
+                execs, cov, features = last
+            else:
+                execs = cov = features = "?"
+            status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+            print(f"fuzz {target}: {status}; {execs} executions in {seconds}s from {count} "
+                  f"seeds; coverage {cov} edges, {features} features", flush=True)
+            if done.returncode != 0:
+                failed += 1
+                print(output[-4000:], file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main() -> int:
+    from tests.fuzz.targets import TARGETS
+
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz")
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("targets", nargs="*", help=f"some of {', '.join(TARGETS)} (all)")
+    args, rest = parser.parse_known_args()
+    if args.one:  # libFuzzer's own options follow "--"
+        run_one(args.one, sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else [])
+        return 0
+    unknown = set(args.targets) - set(TARGETS)
+    if unknown or rest:
+        parser.error(f"unknown targets or options: {sorted(unknown) + rest}")
+    return run_all(args.targets or list(TARGETS), args.seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Fuzz targets: one per decoder a hostile client can reach, each `target(data: bytes)`.
+
+Each target raises only on a broken invariant; the decoders' own refusals are the expected
+outcome.  An abort (kio's native reader), a hang or an unexpected exception is a finding.
+
+    framing   bytes fed to a worker's Connection in arbitrary reads: whatever it writes is
+              whole response frames, nothing escapes, a refusal closes with a metric, and a
+              closed connection holds no buffer.  The pooled variant also returns every byte
+              it took from the pool.
+    requests  a request frame for any (API key, version) kio knows, through the guarded
+              decoder the worker and the parent use: only ordinary exceptions, never an abort.
+    handlers  a request frame through the worker's real router (and the parent's services for
+              what it forwards): an answer or InvalidRequest, never another exception.
+    records   bytes as a produced record batch (every codec bit pattern) and as a stored log
+              chunk: validation refuses with a Kafka error name, and the readers of stored
+              batches (headers, timestamps) stay bounded by the bytes.
+    ipc       bytes as datagrams between parent and worker: the decoder and the chunk
+              reassembly refuse cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import tempfile
+
+from kio.index import load_request_schema
+from kio.schema.index import api_key_map, schema_name_map
+
+SCHEMAS = sorted((key, version) for key, name in api_key_map.items()
+                 for version in schema_name_map[name])
+
+
+class Finding(AssertionError):
+    """A broken invariant."""
+
+
+# --- framing -----------------------------------------------------------------------------------
+
+
+class _Pool:
+    """A pool that grants every other request at once and the rest later; counts bytes."""
+
+    def __init__(self):
+        self.held = 0
+        self.calls = 0
+
+    def try_allocate(self, size: int, listener: int) -> bool:
+        self.calls += 1
+        if self.calls % 2:
+            self.held += size
+            return True
+        return False
+
+    def release(self, size: int, listener: int) -> None:
+        self.held -= size
+
+
+def _fuzz_worker():
+    """The test suite's FakeWorker, completed with what a connection may ask of its worker:
+    a memory pool, forwarding to a parent that answers at once, the request queue."""
+    from tests.test_connection import FakeWorker
+
+    class Worker(FakeWorker):
+        def __init__(self):
+            super().__init__(max_request_bytes=1 << 16, large_frame_bytes=256)
+            self.loop = asyncio.new_event_loop()
+            self.pool = _Pool()
+            self.reset()
+
+        def reset(self):
+            self.served, self.invalid, self.closed = [], [], []
+            self.memory_waiters, self.forwarded, self.parked = [], [], 0
+
+        def wait_for_memory(self, conn):
+            self.memory_waiters.append(conn)
+
+        def release_memory(self, size, listener):
+            self.pool.release(size, listener)
+
+        def forward_admin(self, request, listener, peer):
+            future = self.loop.create_future()
+            self.forwarded.append((future, bytes(request[4:8])))
+            return future
+
+        def request_parked(self, queued):
+            self.parked += 1
+
+        def request_done(self, queued):
+            self.parked -= 1
+
+    return Worker()
+
+
+def framing(data: bytes) -> None:
+    from tests.test_connection import FakeTransport
+    from workers.connection import Connection, PooledConnection
+
+    if not data:
+        return
+    pooled, chunk = data[0] & 1, 1 + data[0] // 2 % 64
+    worker = _WORKERS.get("framing") or _WORKERS.setdefault("framing", _fuzz_worker())
+    worker.reset()
+    worker.pool.held = 0
+    transport = FakeTransport()
+    conn = (PooledConnection if pooled else Connection)(worker, 1, 0, "127.0.0.1:1")
+    conn.connection_made(transport)
+    view = memoryview(data[1:])
+    while view and not conn.closing:
+        buffer = conn.get_buffer(-1)
+        n = min(len(buffer), len(view), chunk)
+        buffer[:n] = view[:n]
+        conn.buffer_updated(n)
+        view = view[n:]
+        _answer_waiters(worker)
+    out = b"".join(transport.writes)
+    while out:
+        size = struct.unpack_from(">i", out)[0] if len(out) >= 4 else -1
+        if not 4 <= size <= len(out) - 4:
+            raise Finding(f"a partial or malformed response frame was written: {out[:16]!r}")
+        out = out[4 + size:]
+    conn.connection_lost(None)
+    if transport.closed and worker.closed != ["invalid"]:
+        raise Finding(f"closed as {worker.closed} (a handler or the mute state failed), "
+                      f"not refused as invalid")
+    if transport.closed and not worker.invalid:
+        raise Finding("refused without a metric")
+    if conn._large is not None:
+        raise Finding("a closed connection still holds its frame buffer")
+    if pooled and worker.pool.held != 0:
+        raise Finding(f"{worker.pool.held} pool bytes not returned after the close")
+    if worker.parked != 0:
+        raise Finding(f"{worker.parked} parked requests never accounted as done")
+
+
+def _answer_waiters(worker) -> None:
+    """Grant memory to waiting connections and answer forwarded requests, in order."""
+    while worker.memory_waiters or worker.forwarded:
+        if worker.memory_waiters:
+            waiter = worker.memory_waiters.pop(0)
+            if not waiter.closing:
+                worker.pool.held += waiter.memory_wait
+                waiter.memory_granted()
+        if worker.forwarded:
+            future, correlation = worker.forwarded.pop(0)
+            if not future.done():
+                future.set_result(struct.pack(">i", 4) + correlation)
+        worker.loop.run_until_complete(asyncio.sleep(0))  # run the futures' callbacks
+
+
+_WORKERS = {}
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+def requests(data: bytes) -> None:
+    from broker.protocol.codec import request_readers
+
+    if len(data) < 2:
+        return
+    api_key, version = SCHEMAS[int.from_bytes(data[:2], "big") % len(SCHEMAS)]
+    try:
+        _header_reader, body_reader = request_readers(api_key, version)
+    except KeyError:
+        return
+    try:
+        body_reader(data[2:], 0)
+    except Exception:  # a refusal: what the router turns into a closed connection
+        pass
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+def handlers(data: bytes) -> None:
+    """`data` is a whole request frame (a captured one, mutated)."""
+    from workers.handlers import ForwardRequest, InvalidRequest
+
+    router, parent = _services()
+    try:
+        answer = router.handle(memoryview(data).toreadonly(), 0)
+    except InvalidRequest:
+        return
+    if isinstance(answer, ForwardRequest):
+        answer = parent.handle(answer.frame)
+    if isinstance(answer, asyncio.Future):
+        answer.cancel()  # a long poll or a rebalance wait: not what this target looks at
+
+
+def _services():
+    if "services" not in _WORKERS:
+        from tests.test_api_sweep import Parent
+        from tests.test_connection import make_router
+
+        _WORKERS["services"] = (make_router(tempfile.mkdtemp(prefix="fuzz-worker-")),
+                                Parent(tempfile.mkdtemp(prefix="fuzz-parent-")))
+    return _WORKERS["services"]
+
+
+# --- records -----------------------------------------------------------------------------------
+
+
+def records(data: bytes) -> None:
+    from broker.log import records as batches
+
+    try:
+        batch = batches.validate(data, 1 << 20)
+    except batches.BatchError as error:
+        if error.code not in ("corrupt_message", "invalid_record", "message_too_large",
+                              "invalid_timestamp"):
+            raise Finding(f"unexpected refusal {error.code}") from None
+    else:
+        if batch.last_offset_delta != batch.record_count - 1:
+            raise Finding("an inconsistent batch was accepted")
+    # The same bytes as stored log data: the readers stay within them.
+    for header in batches.headers_in(data, partial=True):
+        if header.position >= len(data):
+            raise Finding("a header past the chunk")
+    if len(data) >= batches.HEADER_BYTES:
+        stamps = batches.record_timestamps(data)
+        if stamps is not None and len(stamps) > len(data) // 7:
+            raise Finding("more records than the bytes can hold")
+
+
+# --- ipc ---------------------------------------------------------------------------------------
+
+
+def ipc(data: bytes) -> None:
+    import msgspec
+
+    from broker import ipc as messages
+
+    try:
+        messages.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        pass  # ValueError: invalid UTF-8 in a string
+    # The same bytes as a stream of datagrams: a length byte, then that many bytes each.
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        channel = messages.Channel(right)
+        right.setblocking(False)
+        position = 0
+        while position < len(data):
+            size = data[position] + 1
+            left.send(data[position + 1:position + 1 + size] or b"\0")
+            position += 1 + size
+            try:
+                while True:
+                    channel.receive()
+            except (BlockingIOError, OSError, msgspec.DecodeError, ValueError):
+                pass
+    finally:
+        left.close()
+        right.close()
+
+
+TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
+           "ipc": ipc}
+# Which committed seed directory each target starts from (corpus/<name>/).
+SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
+         "records": "batches", "ipc": "ipc"}
