@@ -392,6 +392,59 @@ def test_creating_2000_partitions_never_holds_a_worker(broker):
     assert pings >= 2, "the creation ended before anyone could ask (too fast to tell)"
 
 
+def create_many(broker, topics: list[tuple[str, int]], version: int = 5):
+    from kafka.protocol.admin.topics import CreateTopicsRequest
+
+    request = CreateTopicsRequest[version](topics=[
+        CreateTopicsRequest[version].CreatableTopic(name=name, num_partitions=count,
+                                                    replication_factor=1, assignments=[],
+                                                    configs=[]) for name, count in topics],
+        timeout_ms=60000, validate_only=False)
+    request.with_header(correlation_id=8, client_id="admin")
+    with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=60) as client:
+        client.send(frame(bytes(request.encode(header=True))))
+        _, response = decode_response(19, version, client.receive())
+    return response
+
+
+def test_one_create_topics_builds_a_bounded_number_of_partitions(broker):
+    """10,000 partitions per request at most: the topic past the budget gets
+    THROTTLING_QUOTA_EXCEEDED and a throttle time (KIP-599), duplicates INVALID_REQUEST."""
+    response = create_many(broker, [("budget-a", 6000), ("budget-b", 6000), ("twice", 1),
+                                    ("twice", 1)])
+    codes = {topic.name: int(topic.error_code) for topic in response.topics}
+    assert codes == {"budget-a": 0, "budget-b": 89, "twice": 42}
+    assert response.throttle_time_ms > 0
+
+
+def test_deleting_thousands_of_topics_takes_one_lock(broker):
+    from kafka.protocol.admin.topics import DeleteTopicsRequest
+
+    create_many(broker, [(f"gone-{n}", 1) for n in range(200)])
+    names = [f"gone-{n}" for n in range(200)] + [f"never-{n}" for n in range(20000)]
+    request = DeleteTopicsRequest[5](topic_names=names + ["gone-0"], timeout_ms=30000)
+    request.with_header(correlation_id=3, client_id="admin")
+    with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=30) as client:
+        client.send(frame(bytes(request.encode(header=True))))
+        _, response = decode_response(20, 5, client.receive())
+    codes = [int(item.error_code) for item in response.responses]
+    assert codes.count(0) == 199 and codes.count(3) == 20000 and codes.count(42) == 2
+
+
+def test_list_offsets_refuses_duplicate_partitions_without_looking_them_up(broker):
+    from kafka.protocol.consumer.offsets import ListOffsetsRequest
+
+    topic = ListOffsetsRequest[4].ListOffsetsTopic
+    same = topic.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)
+    request = ListOffsetsRequest[4](replica_id=-1, isolation_level=0, topics=[
+        topic(name="t", partitions=[same] * 3000)])
+    request.with_header(correlation_id=2, client_id="dup")
+    with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=10) as client:
+        client.send(frame(bytes(request.encode(header=True))))
+        _, response = decode_response(2, 4, client.receive())
+    assert {int(p.error_code) for p in response.topics[0].partitions} == {42}
+
+
 def test_a_stored_batch_that_lies_about_its_count_cannot_drive_a_lookup(tmp_path):
     """A batch written before validation existed: 65 bytes claiming 2**31 - 1 records."""
     data = str(tmp_path)

@@ -288,6 +288,70 @@ def test_staged_topics_appear_whole_and_a_losing_race_leaves_nothing(registry):
     assert registry.get("t") is None  # nothing visible while staging
     first.build(5)
     second.build(2)
-    assert first.commit() is None and registry.get("t").partitions == 3
-    assert second.commit() == "topic_already_exists"
+    assert registry.commit([first]) == [None] and registry.get("t").partitions == 3
+    assert registry.commit([second]) == ["topic_already_exists"]
     assert not [name for name in os.listdir(registry.log_dirs[0]) if "staging" in name]
+
+
+def _brute_force(partition, timestamp: int):
+    """The first record stamped at or after `timestamp`, by reading every batch."""
+    from broker.log.segment import Segment
+
+    for base in sorted(int(n[:-4]) for n in os.listdir(partition.directory) if n.endswith(".log")):
+        segment = Segment(partition.directory, base)
+        try:
+            for position, batch in segment.scan():
+                if batch.max_timestamp >= timestamp:
+                    stamps = records.record_timestamps(segment.read(position, batch.size))
+                    return next(item for item in stamps if item[1] >= timestamp)
+        finally:
+            segment.close()
+    return None
+
+
+def test_lookups_by_time_agree_with_reading_everything_and_read_one_region(registry):
+    import random
+
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    rng = random.Random(5)
+    clock = 1_000_000
+    for _ in range(400):  # timestamps mostly rising, sometimes going back (clients' clocks)
+        clock += rng.randrange(-50, 200)
+        partition.append(make_batch(rng.randrange(1, 4), timestamp_ms=clock))
+    assert len([n for n in os.listdir(partition.directory) if n.endswith(".log")]) > 3
+    reads = []
+    original = type(partition._segment(0)).read
+
+    def counting(segment, position, length):
+        reads.append(length)
+        return original(segment, position, length)
+
+    import broker.log.segment as segment_module
+
+    segment_module.Segment.read = counting
+    try:
+        for target in list(range(999_000, clock + 300, 997)) + [clock]:
+            expected = _brute_force(partition, target)
+            reads.clear()
+            assert partition.offset_for_timestamp(target) == expected
+            assert sum(reads) <= 256 + 2 * 200  # one region (and its batch), not the log
+    finally:
+        segment_module.Segment.read = original
+    offset, stamp = partition.max_timestamp_offset()
+    assert stamp == max(partition.offset_for_timestamp(0)[1], stamp)
+
+
+def test_segments_without_a_time_index_get_one_on_first_lookup(registry):
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    for n in range(60):
+        partition.append(make_batch(2, timestamp_ms=10_000 + n * 10))
+    expected = [partition.offset_for_timestamp(t) for t in (9_000, 10_205, 10_590, 20_000)]
+    for name in os.listdir(partition.directory):
+        if name.endswith(".timeindex"):
+            os.unlink(os.path.join(partition.directory, name))  # as a segment from before
+    fresh = TopicRegistry(registry.log_dirs, registry.settings, Epoch()).partition("t", 0)
+    assert [fresh.offset_for_timestamp(t) for t in (9_000, 10_205, 10_590, 20_000)] == expected
+    assert any(name.endswith(".timeindex") for name in os.listdir(partition.directory))
+    fresh.close()

@@ -222,3 +222,20 @@ def test_shutdown_does_not_wait_for_connections_that_owe_no_answer():
         broker.stop()
         for sock in holders:
             sock.close()
+
+
+def test_a_half_sent_request_returns_its_pool_bytes_at_its_deadline():
+    """The pool granted a frame's bytes but the body never comes: the receive deadline closes
+    the connection and the bytes go back (they were held for ever before)."""
+    overrides = {"queued.max.request.bytes": str(4 * MIB), "socket.request.max.bytes": str(MIB),
+                 "pybroker.request.receive.timeout.ms": "1000"}
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        holders = [socket.create_connection(broker.listeners["PLAINTEXT"]) for _ in range(2)]
+        for sock in holders:
+            sock.sendall(partial_frame(MIB))
+        wait_until(lambda: broker.metric("broker_request_memory_used_bytes") == 2 * MIB)
+        wait_until(lambda: broker.metric("broker_request_memory_used_bytes") == 0, timeout=10)
+        assert broker.metric("broker_connections_closed_total", listener="PLAINTEXT",
+                             reason="receive_timeout") == 2
+        for sock in holders:
+            sock.close()

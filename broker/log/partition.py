@@ -9,6 +9,7 @@ process and holds (8-byte words, native endian):
     2 log start offset    6 active segment size     10 messages not yet fsynced
     3 log end offset      7 active index entries    11 last fsync, unix ns
     12 appends            13 offline (non-zero: recovery failed; nothing is served)
+    14 greatest timestamp of the active segment (see segment.py's time index)
     32.. the idempotent-producer table (producers.py)
 
 Write order inside the lock makes readers safe without taking it: batch bytes, then the index
@@ -25,6 +26,7 @@ The next start-up tries to recover it again.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import logging
 import mmap
@@ -45,6 +47,7 @@ STATE_MAGIC = int.from_bytes(b"PYBRKPS1", "little")
  W_INDEX_ENTRIES, W_SINCE_INDEX, W_SEGMENTS_VERSION, W_UNFLUSHED, W_LAST_FLUSH) = range(12)
 W_APPENDS = 12
 W_OFFLINE = 13  # non-zero: the partition could not be recovered and serves nothing
+W_SEGMENT_MAX_TS = 14  # greatest timestamp in the active segment (its time index's open region)
 PRODUCERS_WORD = 32
 STATE_BYTES = 8 * (PRODUCERS_WORD + TABLE_WORDS)
 
@@ -195,10 +198,14 @@ class Partition:
         position = state[W_ACTIVE_SIZE]
         segment.write(position, records.with_base_offset(batch_bytes, base_offset))
         if state[W_SINCE_INDEX] >= self.settings.index_interval_bytes or state[W_INDEX_ENTRIES] == 0:
+            if state[W_INDEX_ENTRIES]:  # the previous region closes: its time entry first
+                segment.add_time_entry(state[W_INDEX_ENTRIES] - 1, state[W_SEGMENT_MAX_TS])
             segment.add_index_entry(state[W_INDEX_ENTRIES], base_offset, position)
             state[W_INDEX_ENTRIES] += 1
             state[W_SINCE_INDEX] = 0
         state[W_SINCE_INDEX] += batch.size
+        if batch.max_timestamp > state[W_SEGMENT_MAX_TS]:
+            state[W_SEGMENT_MAX_TS] = batch.max_timestamp
         state[W_ACTIVE_SIZE] = position + batch.size
         next_offset = base_offset + batch.last_offset_delta + 1
         state[W_LOG_END] = next_offset
@@ -217,12 +224,16 @@ class Partition:
         """Start a new active segment at `base_offset` (the files exist before readers look)."""
         state = self.state
         old = self._segment(state[W_ACTIVE_BASE])
-        old.truncate(state[W_ACTIVE_SIZE], state[W_INDEX_ENTRIES])
+        entries = state[W_INDEX_ENTRIES]
+        if entries:  # its last region closes
+            old.add_time_entry(entries - 1, state[W_SEGMENT_MAX_TS])
+        old.truncate(state[W_ACTIVE_SIZE], entries, entries)
         self._segment(base_offset, create=True)
         state[W_ACTIVE_BASE] = base_offset
         state[W_ACTIVE_SIZE] = 0
         state[W_INDEX_ENTRIES] = 0
         state[W_SINCE_INDEX] = 0
+        state[W_SEGMENT_MAX_TS] = -1
         state[W_SEGMENTS_VERSION] += 1
 
     # --- flushing and retention -----------------------------------------------------------
@@ -262,8 +273,11 @@ class Partition:
                 total -= sizes[base]
                 self.state[W_LOG_START] = following
                 self.state[W_SEGMENTS_VERSION] += 1
-                for suffix in ("log", "index"):
-                    os.unlink(os.path.join(self.directory, f"{base:020d}.{suffix}"))
+                for suffix in ("log", "index", "timeindex"):
+                    try:
+                        os.unlink(os.path.join(self.directory, f"{base:020d}.{suffix}"))
+                    except FileNotFoundError:  # a segment older than the time index
+                        pass
                 deleted += 1
         return deleted
 
@@ -278,7 +292,7 @@ class Partition:
         self._refresh_segments()
         out, room = [], max_bytes
         bases = self._bases
-        slot = max(0, _bisect_right(bases, offset) - 1)
+        slot = max(0, bisect.bisect_right(bases, offset) - 1)
         while slot < len(bases) and offset < high:
             base = bases[slot]
             active = base == self.state[W_ACTIVE_BASE]
@@ -312,15 +326,19 @@ class Partition:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped at or after `timestamp`.
 
-        Batches are skipped by their max timestamp; inside an uncompressed batch the records
-        are read one by one.  A compressed batch answers with its base offset and max timestamp
-        (decompressing to be exact is not worth it here).
+        The time index leads to the one region of one segment where the answer lies (see
+        segment.py); inside an uncompressed batch the records are read one by one.  A
+        compressed batch answers with its base offset and max timestamp (decompressing to be
+        exact is not worth it here).
         """
         high = self.state[W_HIGH_WATERMARK]
         self._refresh_segments()
         for base in self._bases:
-            segment = self._segment(base)
-            for position, batch in segment.scan():
+            region = self._region(base, timestamp)
+            if region is None:
+                continue
+            segment, start, end = region
+            for position, batch in segment.batches_from(start, end):
                 if batch.base_offset >= high:
                     return None
                 if batch.max_timestamp < timestamp:
@@ -334,16 +352,61 @@ class Partition:
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the batch with the largest max timestamp (ListOffsets -3)."""
-        best = None
         high = self.state[W_HIGH_WATERMARK]
         self._refresh_segments()
-        for base in self._bases:
-            for _position, batch in self._segment(base).scan():
-                if batch.base_offset >= high:
-                    break
-                if best is None or batch.max_timestamp > best[1]:
-                    best = (batch.last_offset, batch.max_timestamp)
-        return best
+        greatest = max((((self._time_maxima(base) or [-1])[-1], base) for base in self._bases),
+                       default=(-1, 0))
+        if greatest[0] < 0:
+            return None
+        region = self._region(greatest[1], greatest[0])
+        if region is None:
+            return None
+        segment, start, end = region
+        for _position, batch in segment.batches_from(start, end):
+            if batch.base_offset >= high:
+                return None
+            if batch.max_timestamp >= greatest[0]:
+                return batch.last_offset, batch.max_timestamp
+        return None
+
+    def _time_maxima(self, base: int) -> list[int]:
+        """A segment's time index: the greatest timestamp up to the end of each region."""
+        segment = self._segment(base)
+        active = base == self.state[W_ACTIVE_BASE]
+        count = self.state[W_INDEX_ENTRIES] if active else len(segment.index_entries())
+        if count == 0:
+            return []
+        maxima = segment.time_entries(count - 1 if active else count)
+        if maxima is None:  # written before the time index existed, or cut short
+            with self.locked():
+                maxima = self._rebuild_time_index(segment, base)
+        return maxima + [self.state[W_SEGMENT_MAX_TS]] if active else maxima
+
+    def _rebuild_time_index(self, segment: Segment, base: int) -> list[int]:
+        active = base == self.state[W_ACTIVE_BASE]
+        end = self.state[W_ACTIVE_SIZE] if active else segment.size()
+        segment.rebuild_time_index(end)
+        maxima = segment.time_entries(len(segment.index_entries(
+            self.state[W_INDEX_ENTRIES] if active else None))) or []
+        if active and maxima:  # the open region's maximum lives in the state
+            self.state[W_SEGMENT_MAX_TS] = maxima[-1]
+            segment.truncate_time(len(maxima) - 1)
+            maxima = maxima[:-1]
+        return maxima
+
+    def _region(self, base: int, timestamp: int):
+        """(segment, start, end): the region (whole batches) holding the first batch stamped
+        at or after `timestamp`, or None if no batch of this segment is."""
+        maxima = self._time_maxima(base)
+        if not maxima or maxima[-1] < timestamp:
+            return None
+        segment = self._segment(base)
+        active = base == self.state[W_ACTIVE_BASE]
+        entries = segment.index_entries(self.state[W_INDEX_ENTRIES] if active else None)
+        region = bisect.bisect_left(maxima, timestamp)
+        if region + 1 < len(entries):  # the region ends where the next one starts
+            return segment, entries[region][1], entries[region + 1][1]
+        return segment, entries[region][1], self.state[W_ACTIVE_SIZE] if active else segment.size()
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -369,11 +432,15 @@ class Partition:
         segment = self._segment(active_base)
         size_before = segment.size()
         position, next_offset, entries, since, interval = 0, active_base, 0, 0, self.settings.index_interval_bytes
+        greatest = -1
         for batch_position, batch in segment.scan():
             if entries == 0 or since >= interval:
+                if entries:
+                    segment.add_time_entry(entries - 1, greatest)
                 segment.add_index_entry(entries, batch.base_offset, batch_position)
                 entries, since = entries + 1, 0
             since += batch.size
+            greatest = max(greatest, batch.max_timestamp)
             position = batch_position + batch.size
             next_offset = batch.next_offset
             if batch.producer_id >= 0 and batch.base_sequence >= 0:
@@ -384,7 +451,8 @@ class Partition:
                     self.producers.record(batch.producer_id, batch.producer_epoch,
                                           batch.base_sequence, batch.last_sequence,
                                           batch.base_offset, state[W_APPENDS])
-        segment.truncate(position, entries)
+        segment.truncate(position, entries, max(0, entries - 1))
+        state[W_SEGMENT_MAX_TS] = greatest
         state[W_LOG_START] = bases[0]  # retention only ever deletes whole segments
         state[W_ACTIVE_BASE] = active_base
         state[W_ACTIVE_SIZE] = position
@@ -403,17 +471,6 @@ class Partition:
             state[word] = 0
         self.producers.reset()
         state[W_MAGIC] = STATE_MAGIC
-
-
-def _bisect_right(values: list[int], value: int) -> int:
-    low, high = 0, len(values)
-    while low < high:
-        middle = (low + high) // 2
-        if value < values[middle]:
-            high = middle
-        else:
-            low = middle + 1
-    return low
 
 
 def _whole_batches(chunk: bytes, high: int) -> tuple[int, int]:

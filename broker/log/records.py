@@ -258,11 +258,17 @@ def walk_records(buffer, position: int, end: int, count: int,
             byte = buffer[position + 1]  # past the attributes
             if byte < 0x80:
                 stamp, position = (byte >> 1) ^ -(byte & 1), position + 2
+            elif buffer[position + 2] < 0x80:
+                stamp = (byte & 0x7F) | buffer[position + 2] << 7
+                stamp, position = (stamp >> 1) ^ -(stamp & 1), position + 3
             else:
                 stamp, position = varint(buffer, position + 1)
             byte = buffer[position]
             if byte < 0x80:
                 delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif buffer[position + 1] < 0x80:
+                delta = (byte & 0x7F) | buffer[position + 1] << 7
+                delta, position = (delta >> 1) ^ -(delta & 1), position + 2
             else:
                 delta, position = varint(buffer, position)
             if delta != index:

@@ -176,7 +176,7 @@ class TopicRegistry:
             return problem
         staging = self.staging(name, partitions)
         staging.build(partitions)
-        return staging.commit()
+        return self.commit([staging])[0]
 
     def check_new(self, name: str, partitions: int, max_partitions: int) -> str | None:
         """Why a topic could not be created (a Kafka error name), or None."""
@@ -188,34 +188,56 @@ class TopicRegistry:
             return "topic_already_exists"
         return None
 
-    def staging(self, name: str, partitions: int) -> "Staging":
-        return Staging(self, name, partitions)
+    def staging(self, name: str, partitions: int, counts: dict | None = None) -> "Staging":
+        """A topic to build; `counts` (partitions per log dir) may be shared by the topics of
+        one request, so the log dirs are listed once."""
+        return Staging(self, name, partitions, counts)
 
-    def _commit(self, staging: "Staging") -> str | None:
-        """Under the topics lock: the staged partitions become the topic, or are removed."""
+    def log_dir_counts(self) -> dict[str, int]:
+        return {log_dir: _partition_count(log_dir) for log_dir in self.log_dirs}
+
+    def commit(self, stagings: list["Staging"]) -> list[str | None]:
+        """Under the topics lock, once for all: each staged topic becomes a topic, or (if the
+        name was taken meanwhile) is removed; per topic, None or "topic_already_exists"."""
+        problems = []
         with self._locked():
-            if staging.name in self.topics():
-                staging.abort()
-                return "topic_already_exists"
-            for staged, final in staging.built:
-                os.rename(staged, final)
-            self.epoch.bump()
-        return None
+            existing = self.topics()
+            for staging in stagings:
+                if staging.name in existing:
+                    staging.abort()
+                    problems.append("topic_already_exists")
+                    continue
+                for staged, final in staging.built:
+                    os.rename(staged, final)
+                problems.append(None)
+            if None in problems:
+                self.epoch.bump()
+        return problems
 
     def delete(self, name: str) -> str | None:
+        return self.delete_many([name])[0]
+
+    def delete_many(self, names: list[str]) -> list[str | None]:
+        """Delete topics under one hold of the topics lock; per name, None or a Kafka error
+        name.  The files are removed after the lock is released."""
+        problems, doomed = [], []
         with self._locked():
-            topic = self.topics().get(name)
-            if topic is None:
-                return "unknown_topic_or_partition"
-            doomed = []
-            for directory in topic.directories:
-                target = f"{directory}.{encode_topic_id(topic.topic_id)}-delete"
-                os.rename(directory, target)
-                doomed.append(target)
-            self.epoch.bump()
+            existing = self.topics()
+            for name in names:
+                topic = existing.get(name)
+                if topic is None:
+                    problems.append("unknown_topic_or_partition")
+                    continue
+                for directory in topic.directories:
+                    target = f"{directory}.{encode_topic_id(topic.topic_id)}-delete"
+                    os.rename(directory, target)
+                    doomed.append(target)
+                problems.append(None)
+            if doomed:
+                self.epoch.bump()
         for directory in doomed:
             shutil.rmtree(directory, ignore_errors=True)
-        return None
+        return problems
 
     def close(self) -> None:
         for handle in self._partitions.values():
@@ -228,13 +250,14 @@ class Staging:
     topics lock, a slice at a time if the caller wishes), then renamed into place at once
     under the lock.  Leftovers of a creation that never committed are removed at start-up."""
 
-    def __init__(self, registry: TopicRegistry, name: str, partitions: int):
+    def __init__(self, registry: TopicRegistry, name: str, partitions: int,
+                 counts: dict | None = None):
         self.registry = registry
         self.name = name
         self.partitions = partitions
         self.topic_id = uuid.uuid4()
         self.built: list[tuple[str, str]] = []  # (staging directory, final directory)
-        self._counts = {log_dir: _partition_count(log_dir) for log_dir in registry.log_dirs}
+        self._counts = counts if counts is not None else registry.log_dir_counts()
 
     @property
     def done(self) -> bool:
@@ -263,9 +286,6 @@ class Staging:
             shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made partition
             raise
         return staging
-
-    def commit(self) -> str | None:
-        return self.registry._commit(self)
 
     def abort(self) -> None:
         for staged, _final in self.built:

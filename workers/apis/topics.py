@@ -9,12 +9,14 @@ cluster-level alter rights.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 
 from workers.handlers import NO_THROTTLE, Api, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.topics")
 SLICE_PARTITIONS = 32  # partitions built per event-loop turn (about 10 ms of work)
+RETRY_AFTER = datetime.timedelta(seconds=1)
 
 _MESSAGES = {
     "topic_already_exists": "Topic '{}' already exists.",
@@ -23,6 +25,8 @@ _MESSAGES = {
                           "pybroker.max.partitions.per.topic.",
     "invalid_request": "Topic '{}' appears more than once in the request.",
     "kafka_storage_error": "The partitions of '{}' could not be written.",
+    "throttling_quota_exceeded": "One request creates at most pybroker.max.partitions.per.topic "
+                                 "partitions; ask again for '{}'.",
     "invalid_replication_factor": "Replication factor must be 1: this cluster has one broker.",
     "invalid_replica_assignment": "Replica assignments may only name this broker.",
     "invalid_config": "Topic-level configurations are not supported yet.",
@@ -38,7 +42,9 @@ def _refused(services, ctx: RequestContext) -> bool:
 class CreateTopics(Api):
     """Topics are built a slice of partitions per event-loop turn when they are many, so a
     request for thousands of partitions never holds the worker; their directories appear at
-    once, under the topics lock, when all are built (broker.log.topics.Staging)."""
+    once, under the topics lock, when all are built (broker.log.topics.Staging).  One request
+    creates at most pybroker.max.partitions.per.topic partitions in all: topics past that get
+    THROTTLING_QUOTA_EXCEEDED and a throttle time (KIP-599), so clients ask again."""
 
     key, name, versions = 19, "CreateTopics", (2, 7)
 
@@ -46,10 +52,19 @@ class CreateTopics(Api):
         if _refused(self.services, ctx):
             return ctx.respond({"throttle_time": NO_THROTTLE,
                                 "topics": [self._refusal(topic.name) for topic in body.topics]})
-        names = [topic.name for topic in body.topics]
-        duplicated = {name for name in names if names.count(name) > 1} if len(names) > 1 else ()
-        plans = [self._plan(topic, body.validate_only) for topic in body.topics
-                 if topic.name not in duplicated]
+        duplicated = _duplicates(topic.name for topic in body.topics)
+        counts = self.services.registry.log_dir_counts()
+        budget = self.services.props.pybroker_max_partitions_per_topic
+        plans = []
+        for topic in body.topics:
+            if topic.name in duplicated:
+                continue
+            plan = self._plan(topic, body.validate_only, counts)
+            if plan.staging is not None:  # the request's budget: the rest waits for a retry
+                if plan.partitions > budget:
+                    plan.problem, plan.staging = "throttling_quota_exceeded", None
+                budget -= plan.partitions
+            plans.append(plan)
         plans += [_Plan(name, -1, "invalid_request", None) for name in sorted(duplicated)]
         building = [plan.staging for plan in plans if plan.staging is not None]
         try:
@@ -94,10 +109,14 @@ class CreateTopics(Api):
                     plan.problem, plan.staging = "kafka_storage_error", None
 
     def _answer(self, ctx: RequestContext, plans: list) -> bytes:
+        staged = [plan for plan in plans if plan.staging is not None]
+        for plan, problem in zip(staged, self.services.registry.commit(
+                [plan.staging for plan in staged])):
+            plan.problem = problem
         results = []
+        throttled = False
         for plan in plans:
-            if plan.staging is not None:
-                plan.problem = plan.staging.commit()
+            throttled |= plan.problem == "throttling_quota_exceeded"
             info = self.services.registry.get(plan.name) if plan.problem is None else None
             results.append({
                 "name": plan.name,
@@ -109,7 +128,9 @@ class CreateTopics(Api):
                 "configs": (),
                 "topic_config_error_code": 0,
             })
-        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
+        # KIP-599: a client whose topics were left for later hears when to ask again.
+        return ctx.respond({"throttle_time": RETRY_AFTER if throttled else NO_THROTTLE,
+                            "topics": results})
 
     @staticmethod
     def _refusal(name: str) -> dict:
@@ -118,7 +139,7 @@ class CreateTopics(Api):
                 "error_message": _MESSAGES["cluster_authorization_failed"], "configs": (),
                 "topic_config_error_code": 0}
 
-    def _plan(self, topic, validate_only: bool) -> "_Plan":
+    def _plan(self, topic, validate_only: bool, counts: dict) -> "_Plan":
         props, registry = self.services.props, self.services.registry
         partitions = topic.num_partitions if topic.num_partitions != -1 else props.num_partitions
         replication = topic.replication_factor if topic.replication_factor != -1 \
@@ -137,7 +158,7 @@ class CreateTopics(Api):
                                          props.pybroker_max_partitions_per_topic)
         staging = None
         if problem is None and not validate_only:
-            staging = registry.staging(topic.name, partitions)
+            staging = registry.staging(topic.name, partitions, counts)
         return _Plan(topic.name, partitions, problem, staging)
 
 
@@ -148,6 +169,14 @@ class _Plan:
 
     def __init__(self, name: str, partitions: int, problem: str | None, staging):
         self.name, self.partitions, self.problem, self.staging = name, partitions, problem, staging
+
+
+def _duplicates(names) -> set[str]:
+    """Names given more than once: Kafka refuses each with INVALID_REQUEST, acting on none."""
+    seen, repeated = set(), set()
+    for name in names:
+        (repeated if name in seen else seen).add(name)
+    return repeated
 
 
 def _message(problem: str | None, name: str) -> str | None:
@@ -165,17 +194,26 @@ class DeleteTopics(Api):
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(name, None) for name in body.topic_names]
-        results = []
+        if _refused(self.services, ctx):
+            return ctx.respond({"throttle_time": NO_THROTTLE, "responses": [
+                {"name": name, "topic_id": topic_id, "error_code":
+                 error_code("cluster_authorization_failed"),
+                 "error_message": _MESSAGES["cluster_authorization_failed"]}
+                for name, topic_id in wanted]})
+        resolved = []
         for name, topic_id in wanted:
-            if _refused(self.services, ctx):
-                results.append({"name": name, "topic_id": topic_id, "error_message":
-                                _MESSAGES["cluster_authorization_failed"],
-                                "error_code": error_code("cluster_authorization_failed")})
-                continue
             if name is None and topic_id is not None:
                 info = registry.by_id(topic_id)
                 name = info.name if info is not None else None
-            problem = registry.delete(name) if name is not None else "unknown_topic_id"
+            resolved.append((name, topic_id))
+        duplicated = _duplicates(name for name, _ in resolved if name is not None)
+        doomed = list(dict.fromkeys(name for name, _ in resolved
+                                    if name is not None and name not in duplicated))
+        problems = dict(zip(doomed, registry.delete_many(doomed)))  # one hold of the lock
+        results = []
+        for name, topic_id in resolved:
+            problem = ("unknown_topic_id" if name is None else "invalid_request"
+                       if name in duplicated else problems[name])
             results.append({"name": name, "topic_id": topic_id, "error_code": error_code(problem),
                             "error_message": None})
         return ctx.respond({"throttle_time": NO_THROTTLE, "responses": results})
