@@ -181,3 +181,17 @@ def test_data_after_close_is_ignored():
     assert transport.writes == []
     conn.connection_lost(None)
     assert worker.closed == ["shutdown"]
+
+
+def test_a_frame_dripped_a_byte_at_a_time_is_never_copied_whole_per_byte():
+    """Bytes of an incomplete frame accumulate by concatenation only up to large_frame_bytes;
+    past that the frame gets its own buffer, so a dripped frame costs linear copying."""
+    conn, transport, worker = connect(large_frame_bytes=1024)
+    request = metadata_request(12, correlation_id=3, topics=[f"t{i}" for i in range(2000)])
+    assert len(request) > 10_000
+    longest = 0
+    for index in range(len(request)):
+        feed(conn, request[index:index + 1])
+        longest = max(longest, len(conn._pending))
+    assert longest <= 1024 + 4
+    assert transport.responses() == [3]

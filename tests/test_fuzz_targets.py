@@ -45,7 +45,9 @@ def mutate(frame: bytes, choices: list[int]) -> bytes:
     data = bytearray(frame)
     picks = iter(choices)
     for _ in range(1 + next(picks, 0) % 3):
-        kind, where = next(picks, 0) % 5, next(picks, 0) % max(1, len(data))
+        if not data:
+            break
+        kind, where = next(picks, 0) % 5, next(picks, 0) % len(data)
         if kind == 0:
             value = INTERESTING[next(picks, 0) % len(INTERESTING)]
             data[where:where + len(value)] = value

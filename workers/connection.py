@@ -1,7 +1,8 @@
 """One client connection inside a worker: framing, in-order serving, muting, idle tracking.
 
-Reads land in the worker's shared scratch buffer (a BufferedProtocol), except the body of a
-frame too large for it, which is read straight into a buffer of exactly its size.  Each read
+Reads land in the worker's shared scratch buffer (a BufferedProtocol), except the rest of a
+frame over LARGE_FRAME_BYTES that did not arrive whole, which is read straight into a buffer of
+its own that grows with what arrives.  Each read
 is cut into frames: the 4-byte size is checked against `socket.request.max.bytes` before
 anything is allocated, then each frame is served in order.  A request is "in flight" from the
 moment its frame is complete until its response is handed to the transport; the mute state

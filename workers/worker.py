@@ -49,7 +49,10 @@ from workers.quotas import (UNITS, ClientQuotas, Throttled, throttle_applies_cli
 log = logging.getLogger("workers.worker")
 
 SCRATCH_BYTES = 256 * 1024
-LARGE_FRAME_BYTES = 64 * 1024  # frames above this are read into a buffer of their own
+# An incomplete frame above this is read into a growing buffer of its own; below it, bytes
+# accumulate with the next read's (a frame dripped a byte at a time then costs at most
+# LARGE_FRAME_BYTES**2 / 2 bytes of copying: 8 MB, not 2 GB as at 64 KiB).
+LARGE_FRAME_BYTES = 4 * 1024
 TICK_SECONDS = 1.0
 _HUNG_UP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 _BUCKETS = len(DURATION_BOUNDS_NS) + 1
