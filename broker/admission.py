@@ -28,11 +28,12 @@ connecting from an address a storm exhausted can still get in.
 from __future__ import annotations
 
 import ipaddress
-import socket
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
 from broker.rates import Rate
+from broker.resolver import resolve_now
 
 INT_MAX = 2**31 - 1
 IP_SENSOR_EXPIRY = 3600.0  # an unused per-IP rate sensor is dropped after an hour, as Kafka
@@ -87,10 +88,16 @@ def _address(ip: str):
         return None
 
 
-def parse_ip_overrides(text: str, key: str = "max.connections.per.ip.overrides"):
-    """`host:N,ip:N,cidr:N` -> ((network, N), ...), most specific first; hosts resolved now.
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 
-    Raises ValueError naming the entry.  A host name stands for every address it resolves to.
+
+def parse_ip_overrides(text: str, key: str = "max.connections.per.ip.overrides",
+                       resolve=None):
+    """`host:N,ip:N,cidr:N` -> ((network, N), ...), most specific first.
+
+    Raises ValueError naming the entry.  A host name stands for every address `resolve(host)`
+    gives: by default it is resolved now (start-up only: it blocks); a resolver may answer
+    None for "not known yet" (the entry is left out) - see broker.resolver.
     """
     entries: list[tuple[ipaddress._BaseNetwork, int]] = []
     for item in (part.strip() for part in text.split(",")):
@@ -103,22 +110,46 @@ def parse_ip_overrides(text: str, key: str = "max.connections.per.ip.overrides")
         if limit < 0:
             raise ValueError(f"{key}: {item!r} has a negative limit")
         target = target.strip().strip("[]")
-        for network in _networks(target, key):
+        for network in _networks(target, key, resolve):
             entries.append((network, limit))
     entries.sort(key=lambda entry: entry[0].prefixlen, reverse=True)
     return tuple(entries)
 
 
-def _networks(target: str, key: str):
+def override_hosts(text: str) -> set[str]:
+    """The host names (not addresses) an overrides value names."""
+    hosts = set()
+    for item in (part.strip() for part in text.split(",")):
+        target = item.rpartition(":")[0].strip().strip("[]")
+        if target and _address_or_network(target) is None:
+            hosts.add(target)
+    return hosts
+
+
+def syntax_only(host: str) -> list:
+    """A resolver that checks the name's form only (validating a change on the event loop)."""
+    return []
+
+
+def _address_or_network(target: str):
     try:
-        return [ipaddress.ip_network(target, strict=False)]
+        return ipaddress.ip_network(target, strict=False)
     except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(target, None, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as error:
-        raise ValueError(f"{key}: cannot resolve host {target!r} ({error.strerror})") from None
-    return sorted({ipaddress.ip_network(info[4][0]) for info in infos}, key=str)
+        return None
+
+
+def _networks(target: str, key: str, resolve):
+    network = _address_or_network(target)
+    if network is not None:
+        return [network]
+    if not _HOST.fullmatch(target):
+        raise ValueError(f"{key}: {target!r} is neither an address, a network nor a host name")
+    if resolve is None:
+        try:
+            return resolve_now(target)
+        except OSError as error:
+            raise ValueError(f"{key}: cannot resolve host {target!r} ({error})") from None
+    return resolve(target) or []
 
 
 class ConnectionQuotas:

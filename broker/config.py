@@ -22,7 +22,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from broker.admission import parse_ip_overrides
+from broker.admission import parse_ip_overrides, syntax_only
 
 __all__ = [
     "BrokerConfig",
@@ -154,6 +154,11 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_quota_request_percentage_default: Annotated[int, _doc(
         "request_percentage of every client-id with no quota of its own (100 = one worker's "
         "handler time).", ge=1)] | None = None
+    pybroker_quota_max_sensors: Annotated[int, _doc(
+        "Client quota sensors (user/client-id) tracked at once, broker-wide. A sensor idle for "
+        "a whole rate span is reused; with all in use a new client is not held to its quota "
+        "until one frees up (broker_quota_untracked_requests_total counts it).",
+        ge=16, le=1 << 20)] = 4096
     pybroker_quota_max_throttle_ms: Annotated[int, _doc(
         "Cap on one throttle: Kafka's byte-rate throttles are uncapped and push clients into "
         "request timeouts.", ge=1)] = 10000
@@ -176,6 +181,12 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     log_message_timestamp_after_max_ms: Annotated[int, _doc(
         "A record stamped (CreateTime) further in the future than this is refused with "
         "INVALID_TIMESTAMP.", ge=0)] = 2**63 - 1
+    producer_id_expiration_ms: Annotated[int, _doc(
+        "An idempotent producer's state (to recognise its retries) is kept this long after its "
+        "last write.", ge=1)] = 86_400_000
+    pybroker_max_producers_per_partition: Annotated[int, _doc(
+        "Idempotent producers one partition remembers at once (the table grows to this); past "
+        "it the least recently used is forgotten.", ge=64)] = 100_000
     log_segment_bytes: Annotated[int, _doc(
         "A partition's active segment is rolled past this size.", ge=14, le=INT_MAX)] = 1 << 30
     log_index_interval_bytes: Annotated[int, _doc(
@@ -205,6 +216,13 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     group_initial_rebalance_delay_ms: Annotated[int, _doc(
         "How long the first rebalance of an empty group waits for more members to join.",
         ge=0)] = 3000
+    pybroker_group_max_members: Annotated[int, _doc(
+        "Members (pending ones included) all consumer groups together may have; a JoinGroup "
+        "past it gets GROUP_MAX_SIZE_REACHED.", ge=1)] = 100_000
+    pybroker_group_max_pending_members: Annotated[int, _doc(
+        "Member ids handed out with MEMBER_ID_REQUIRED and not yet used to join, kept in all; "
+        "past it the oldest is forgotten (its client joins again from the start).",
+        ge=1)] = 10_000
     group_max_size: Annotated[int, _doc(
         "Members one consumer group may have.", ge=1, le=INT_MAX)] = INT_MAX
     offsets_retention_minutes: Annotated[int, _doc(
@@ -604,10 +622,11 @@ def _check_quota_settings(props: ServerProperties) -> None:
         raise ConfigError(f"pybroker.quota.burst.windows: {burst} is more than quota.window.num "
                           f"- 1 ({props.quota_window_num - 1})")
     try:
-        overrides = parse_ip_overrides(props.max_connections_per_ip_overrides)
+        # The form only: host names are resolved by the parent, off its loop (broker.resolver).
+        parse_ip_overrides(props.max_connections_per_ip_overrides, resolve=syntax_only)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    if props.max_connections_per_ip == 0 and not overrides:
+    if props.max_connections_per_ip == 0 and not props.max_connections_per_ip_overrides.strip():
         raise ConfigError("max.connections.per.ip: 0 is only allowed together with "
                           "max.connections.per.ip.overrides")
 

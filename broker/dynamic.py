@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from broker.admission import INT_MAX, Limits, parse_ip_overrides
+from broker.admission import INT_MAX, Limits, override_hosts, parse_ip_overrides, syntax_only
 from broker.config import LISTENER_KEYS, BrokerConfig, ServerProperties
 
 STORE_FILE = ".pybroker-dynamic.json"
@@ -65,6 +65,7 @@ class DynamicConfig:
         self.config = config
         self.path = os.path.join(config.log_dirs[0], STORE_FILE)
         self.stored = Stored()
+        self.resolver = None  # broker.resolver.HostResolver in the parent; None: resolve now
 
     # --- persistence ----------------------------------------------------------------------
 
@@ -117,6 +118,9 @@ class DynamicConfig:
             value, _ = self.value(key)
             return INT_MAX if value in (None, "") else int(value)
 
+        overrides = self.value("max.connections.per.ip.overrides")[0] or ""
+        if self.resolver is not None:
+            self.resolver.keep_only(override_hosts(overrides))
         listener_max, listener_rate = {}, {}
         for index, listener in enumerate(self.config.listeners):
             for suffix, target in (("max.connections", listener_max),
@@ -134,7 +138,8 @@ class DynamicConfig:
             max_connections=number("max.connections"),
             listener_max_connections=listener_max,
             max_connections_per_ip=number("max.connections.per.ip"),
-            ip_overrides=parse_ip_overrides(self.value("max.connections.per.ip.overrides")[0] or ""),
+            ip_overrides=parse_ip_overrides(overrides, resolve=self.resolver.lookup
+                                            if self.resolver is not None else None),
             max_connection_creation_rate=number("max.connection.creation.rate"),
             listener_creation_rate=listener_rate,
             ip_creation_rate_default=int(default_rate) if default_rate is not None
@@ -180,8 +185,8 @@ class DynamicConfig:
         else:
             current = items
         joined = ",".join(current)
-        try:
-            parse_ip_overrides(joined, key)
+        try:  # the form only: names are resolved off the loop when the limits apply
+            parse_ip_overrides(joined, key, resolve=syntax_only)
         except ValueError as error:
             raise ConfigProblem("invalid_config", str(error)) from None
         layer[key] = joined

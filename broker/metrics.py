@@ -153,6 +153,10 @@ class BlockCollector:
             up.add_metric([name], 1 if serving else 0)
         restarts = CounterMetricFamily("broker_worker_restarts", "Worker processes restarted")
         restarts.add_metric([], self.block.words[self.block.parent_cell("worker_restarts")])
+        spawn_failures = CounterMetricFamily(
+            "broker_worker_spawn_failures", "Worker restarts that could not spawn the process "
+            "(retried with back-off)",
+            value=self.block.words[self.block.parent_cell("worker_spawn_failures")])
         heartbeat = GaugeMetricFamily("broker_worker_heartbeat_age_seconds",
                                       "Seconds since each worker last refreshed its heartbeat",
                                       labels=["worker"])
@@ -161,7 +165,7 @@ class BlockCollector:
             beat = self.block.slot_heartbeat(slot)
             if beat:
                 heartbeat.add_metric([name], max(0, now - beat) / 1e9)
-        yield from (up, restarts, heartbeat)
+        yield from (up, restarts, spawn_failures, heartbeat)
         yield from self._planes()
 
     def _planes(self):
@@ -213,7 +217,18 @@ class BlockCollector:
                                   labels=["quota", "entity"])
         for quota, entity, rate in self.supervisor.quota_rates():
             rates.add_metric([quota, entity], rate)
-        yield from (total, histogram, rates)
+        untracked = CounterMetricFamily(
+            "broker_quota_untracked_requests", "Requests of clients no quota sensor could "
+            "track (every one of pybroker.quota.max.sensors in use)",
+            value=block.worker_total("quota_untracked"))
+        sensors = self.supervisor.quota_sensors()
+        in_use = GaugeMetricFamily("broker_quota_sensors", "Client quota sensors counted into "
+                                   "within the last rate span, and their capacity",
+                                   labels=["state"])
+        if sensors is not None:
+            in_use.add_metric(["in_use"], sensors.in_use())
+            in_use.add_metric(["capacity"], sensors.entities)
+        yield from (total, histogram, rates, untracked, in_use)
 
 
 def serve_metrics(host: str, port: int, collector: BlockCollector):

@@ -27,7 +27,7 @@ import hashlib
 import math
 import time
 
-from shm.block import QUOTA_ENTITIES, QUOTA_TYPES, QUOTA_WINDOWS, SharedBlock
+from shm.block import QUOTA_TYPES, SharedBlock
 
 ANONYMOUS = "ANONYMOUS"
 DEFAULT = "<default>"
@@ -63,52 +63,107 @@ def resolve(quotas: dict[str, dict[str, float]], static: dict[str, float], user:
     return None
 
 
+def _hash(key: str) -> int:
+    """A sensor key's 63-bit hash, never 0 (0 marks a free cell)."""
+    wanted = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+    return (wanted >> 1) or 1
+
+
 class QuotaSensors:
-    """Broker-wide windowed rates, one per (quota type, entity); `slot` is this worker's."""
+    """Broker-wide windowed rates, one per (quota type, entity); `slot` is this worker's.
+
+    The entity table (`pybroker.quota.max.sensors` cells of the shared block) holds a hash of
+    each sensor's key.  A sensor nobody counted into for a whole rate span (quota.window.num
+    windows) holds no information any more, so a new key may take it over; a process that
+    still names the old key sees the hash changed and claims again.  When every sensor is in
+    use, a new key gets none: its client is not throttled until one frees up, and each such
+    request is counted (`broker_quota_untracked_requests_total`) - strangers never share one.
+    """
 
     def __init__(self, block: SharedBlock, slot: int, window_seconds: float, samples: int,
                  burst_windows: int | None, slots: int | None = None):
-        if samples > QUOTA_WINDOWS:
-            raise ValueError(f"quota.window.num {samples} is above {QUOTA_WINDOWS}")
+        if samples > block.quota_windows:
+            raise ValueError(f"quota.window.num {samples} is above the block's "
+                             f"{block.quota_windows} windows")
         self.block = block
         self.slot = slot
         self.words = block.words
         self.window_ns = int(window_seconds * 1e9)
         self.samples = samples
         self.burst = samples - 1 if burst_windows is None else burst_windows
-        self._entities: dict[str, int] = {}
+        self.entities = block.quota_entities
+        self._windows = block.quota_windows
+        self._entities: dict[str, tuple[int, int]] = {}  # key -> (index, hash), checked on use
         self._slots = range(block.slots if slots is None else slots)  # data workers only
         self._window_base = [block.worker_cell(s, "quota_window", 0, 0, 0) for s in self._slots]
         self._count_base = [block.worker_cell(s, "quota_count", 0, 0, 0) for s in self._slots]
+        self._last_base = [block.worker_cell(s, "quota_last", 0) for s in self._slots]
+        self._table = block.parent_cell("quota_entity", 0)
 
     # --- entities ---------------------------------------------------------------------------
 
-    def entity(self, key: str) -> int:
-        index = self._entities.get(key)
+    def entity(self, key: str, now_ns: int | None = None) -> int | None:
+        """The sensor of `key` (claimed if needed), or None when the table is full."""
+        found = self._entities.get(key)
+        if found is not None and self.words[self._table + found[0]] == found[1]:
+            return found[0]
+        index, wanted = self._claim(key, now_ns)
         if index is None:
-            index = self._claim(key)
-            self._entities[key] = index
+            self._entities.pop(key, None)
+            return None
+        if len(self._entities) >= 4 * self.entities:  # this process's view, bounded too
+            self._entities.clear()
+        self._entities[key] = (index, wanted)
         return index
 
-    def _claim(self, key: str) -> int:
-        wanted = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
-        wanted = (wanted >> 1) or 1
-        words, block = self.words, self.block
-        with block.quota_lock():
-            for probe in range(QUOTA_ENTITIES - 1):
-                index = (wanted + probe) % (QUOTA_ENTITIES - 1)
-                cell = block.parent_cell("quota_entity", index)
-                if words[cell] == wanted:
-                    return index
-                if words[cell] == 0:
-                    words[cell] = wanted
-                    return index
-        return QUOTA_ENTITIES - 1  # the table is full: the rest share the last sensor
+    def find(self, key: str) -> int | None:
+        """The sensor `key` holds now, claiming none (the metrics' read-only view)."""
+        wanted = _hash(key)
+        for probe in range(self.entities):
+            index = (wanted + probe) % self.entities
+            held = self.words[self._table + index]
+            if held == wanted:
+                return index
+            if held == 0:
+                return None
+        return None
+
+    def _claim(self, key: str, now_ns: int | None) -> tuple[int | None, int]:
+        wanted = _hash(key)
+        words, table, size = self.words, self._table, self.entities
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        idle_before = now_ns // self.window_ns - self.samples
+        with self.block.quota_lock():
+            reusable = None
+            for probe in range(size):  # cells are never emptied: a chain ends at a free one
+                index = (wanted + probe) % size
+                held = words[table + index]
+                if held == wanted:
+                    return index, wanted
+                if held == 0:
+                    reusable = index if reusable is None else reusable
+                    break
+                if reusable is None and self._idle(index, idle_before):
+                    reusable = index
+            if reusable is None:
+                return None, wanted
+            words[table + reusable] = wanted
+            return reusable, wanted
+
+    def _idle(self, index: int, before_window: int) -> bool:
+        words = self.words
+        return all(words[last + index] < before_window for last in self._last_base)
+
+    def in_use(self) -> int:
+        """Sensors counted into within the last rate span (for the metrics)."""
+        idle_before = time.monotonic_ns() // self.window_ns - self.samples
+        return sum(1 for index in range(self.entities)
+                   if self.words[self._table + index] and not self._idle(index, idle_before))
 
     # --- recording and measuring ----------------------------------------------------------
 
     def _offset(self, quota: int, entity: int) -> int:
-        return (quota * QUOTA_ENTITIES + entity) * QUOTA_WINDOWS
+        return (quota * self.entities + entity) * self._windows
 
     def record(self, quota: int, entity: int, value: float, now_ns: int | None = None) -> None:
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
@@ -121,6 +176,7 @@ class QuotaSensors:
             words[where] = window
             words[count] = 0
         words[count] += int(value)
+        words[self._last_base[self.slot] + entity] = window
 
     def measure(self, quota: int, entity: int, now_ns: int | None = None) -> tuple[float, float]:
         """(rate per second over the kept windows, the window size in seconds it used)."""

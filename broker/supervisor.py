@@ -32,6 +32,7 @@ import msgspec
 
 from broker import events, ipc
 from broker.acceptor import bind_listener
+from broker.admission import override_hosts
 from broker.admin import AdminService
 from broker.config import BrokerConfig, ConfigError, load_config
 from broker.connections import Connections
@@ -47,6 +48,7 @@ from broker.pool import SharedPool, initialise_pool
 from broker.protocol import guard
 from broker.protocol.codec import REQUEST_PREFIX
 from broker.quotas import DEFAULT, QUOTA_KEYS, QuotaSensors
+from broker.resolver import HostResolver
 from broker.runtime import Runtime
 from shm.block import CLOSE_REASONS, SharedBlock
 
@@ -98,6 +100,7 @@ class Supervisor:
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
         self._depleted_seen = 0  # pool depleted ns already reported
         self._depletion: tuple[int, float] | None = None  # (start epoch ms, depleted ns then)
+        self._resolver: HostResolver | None = None
 
     # --- entry point ----------------------------------------------------------------------
 
@@ -110,14 +113,23 @@ class Supervisor:
         self.config = self.config.with_bound_ports(
             {listener.name: sock.getsockname()[1]
              for listener, sock in zip(self.config.listeners, sockets)})
+        props = self.config.props
         self.block = SharedBlock.create(self.runtime.shm_path, len(self.workers),
-                                        len(self.config.listeners))
+                                        len(self.config.listeners),
+                                        props.pybroker_quota_max_sensors, props.quota_window_num)
         self.logs = LogManager(self.config, Epoch(self.block.words,
                                                   self.block.parent_cell("metadata_epoch")))
         self.pool = self._create_pool()
         self.events = self._event_log()
         dynamic = DynamicConfig(self.config)
         dynamic.load()
+        # Host names of the per-IP overrides: resolved now (start-up may wait), then only off
+        # the loop, with the limits re-applied when an answer changes.
+        self._resolver = HostResolver(self._loop,
+                                      on_change=lambda: self.connections.apply_limits())
+        self._resolver.prime(override_hosts(dynamic.value("max.connections.per.ip.overrides")[0]
+                                            or ""))
+        dynamic.resolver = self._resolver
         self.connections = Connections(self._loop, self.config, self.block, self.workers,
                                        dynamic, self.metrics_lock, self.events)
         self.admin = AdminService(self.config.node_id, dynamic, self._config_changed,
@@ -145,6 +157,8 @@ class Supervisor:
             for sock in sockets:
                 sock.close()
             self._stop_metrics()
+            if self._resolver is not None:
+                self._resolver.close()
             if self.events is not None:
                 self.events.close()
             self.block.close()
@@ -332,6 +346,7 @@ class Supervisor:
             argv = [sys.executable, "-m", "workers", "--channel", str(child_end.fileno()),
                     "--parent", str(os.getpid()), "--log-level", self.log_level]
             pid = os.posix_spawn(sys.executable, argv, os.environ)
+            pidfd = os.pidfd_open(pid)
         except OSError:
             parent_end.close()
             raise
@@ -350,7 +365,7 @@ class Supervisor:
         if self.connections is not None:
             self._send_quotas(worker)
         self._loop.add_reader(channel.fileno(), self._on_worker_message, worker)
-        worker.pidfd = os.pidfd_open(pid)
+        worker.pidfd = pidfd
         self._loop.add_reader(worker.pidfd, self._reap)
         log.info("spawned worker %s pid=%d", worker.name, pid)
         if self.events is not None:
@@ -493,8 +508,20 @@ class Supervisor:
         self._loop.call_later(delay, self._respawn, worker)
 
     def _respawn(self, worker: WorkerHandle) -> None:
-        if not self._stopping and worker.pid == 0:
+        """Start the worker again; if the process cannot be spawned (EMFILE, ENOMEM, ...),
+        try again with a doubling back-off rather than leave its slot empty for good."""
+        if self._stopping or worker.pid != 0:
+            return
+        try:
             self._spawn(worker)
+        except OSError as error:
+            delay = min(MAX_BACKOFF, self._backoff.get(worker.slot, 0.05) * 2)
+            self._backoff[worker.slot] = delay
+            with self.metrics_lock:
+                self.block.words[self.block.parent_cell("worker_spawn_failures")] += 1
+            log.error("worker %s could not be spawned: %s; trying again in %.1fs", worker.name,
+                      error, delay)
+            self._loop.call_later(delay, self._respawn, worker)
 
     def _log_exit(self, worker: WorkerHandle, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
@@ -607,24 +634,32 @@ class Supervisor:
     def limit_view(self) -> dict:
         return self.connections.limit_view()
 
-    def quota_rates(self, top: int = 10) -> list[tuple[str, str, float]]:
-        """(quota, entity, rate) of the busiest named entities, per quota type."""
+    def quota_sensors(self) -> QuotaSensors | None:
+        """The parent's read-only view of the quota sensors (it never claims one)."""
         if self.connections is None:
-            return []
+            return None
         if self._quota_sensors is None:
             props = self.config.props
             self._quota_sensors = QuotaSensors(self.block, -1, props.quota_window_size_seconds,
                                                props.quota_window_num,
                                                props.pybroker_quota_burst_windows,
                                                props.num_network_threads)
+        return self._quota_sensors
+
+    def quota_rates(self, top: int = 10) -> list[tuple[str, str, float]]:
+        """(quota, entity, rate) of the busiest named entities, per quota type."""
+        if self.quota_sensors() is None:
+            return []
         found = []
         for quota_index, quota in enumerate(QUOTA_KEYS):
             named = [key for key, values in self.connections.dynamic.stored.client_quotas.items()
                      if quota in values and DEFAULT not in key]
             unit = 1_000_000 if quota == "request_percentage" else 1  # see workers.quotas.UNITS
-            rates = [(self._quota_sensors.measure(quota_index,
-                                                  self._quota_sensors.entity(key))[0] / unit, key)
-                     for key in named]
+            rates = []
+            for key in named:
+                entity = self._quota_sensors.find(key)
+                if entity is not None:
+                    rates.append((self._quota_sensors.measure(quota_index, entity)[0] / unit, key))
             found += [(quota, key, rate) for rate, key in sorted(rates, reverse=True)[:top]]
         return found
 

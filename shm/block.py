@@ -2,16 +2,19 @@
 
 Byte layout (all integers are native-endian signed 64-bit, 8-byte aligned):
 
-    offset 0    header, 64 bytes
+    offset 0    header, 128 bytes
         0   8s  magic  b"PYBRKSH1"
         8   q   layout version (LAYOUT_VERSION)
         16  q   number of slots (worker slots, then one archive slot)
         24  q   number of listeners
         32  q   bytes per slot
         40  q   parent pid
-        48  q   creation time, unix ns
+        48  q   creation time, unix ns; its 8 bytes carry the quota table's lockf lock
         56  q   reserved; its 8 bytes carry the memory pool's lockf lock
-    offset 64   slot 0 .. slot n-1: one per worker process (data workers, then others)
+        64  q   quota entities (pybroker.quota.max.sensors)
+        72  q   quota windows (quota.window.num)
+        80..127 reserved
+    offset 128  slot 0 .. slot n-1: one per worker process (data workers, then others)
     then        the archive slot: what dead workers had counted, folded in by the parent
     then        the parent region
 
@@ -45,9 +48,9 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 3
-HEADER_BYTES = 64
-HEADER = struct.Struct("=8sqqqqqqq")
+LAYOUT_VERSION = 4
+HEADER_BYTES = 128
+HEADER = struct.Struct("=8sqqqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
 
 STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
@@ -92,12 +95,14 @@ WORKER_COUNTERS = (
     # Client quota sensors (broker/quotas.py): this worker's share of each entity's windows.
     ("quota_window", ("quota_type", "quota_entity", "quota_window")),  # window id of the count
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
+    ("quota_last", ("quota_entity",)),  # the last window this worker counted for the entity
+    ("quota_untracked", ()),  # requests of clients the full sensor table could not track
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
 WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns", "idle_ppm", "pool_leased",
-                           "pool_grants", "quota_window", "quota_count"})
+                           "pool_grants", "quota_window", "quota_count", "quota_last"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
-QUOTA_ENTITIES = 256  # distinct quota sensors (user/client-id) the broker tracks at once
+QUOTA_ENTITIES = 4096  # default of pybroker.quota.max.sensors: sensors tracked at once
 QUOTA_WINDOWS = 32  # the most samples a quota may keep (quota.window.num)
 MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
 POOL_RING = 4096  # queued memory requests per listener, across all workers
@@ -110,6 +115,7 @@ PARENT_COUNTERS = (
     ("acceptor_blocked_ns", ("listener",)),
     ("accept_throttle_ns", ("listener",)),
     ("worker_restarts", ()),
+    ("worker_spawn_failures", ()),  # restarts that failed to spawn (retried with back-off)
     # Memory pool state, written under the pool lock (see broker/pool.py).
     ("pool_shared_available", ()),
     ("pool_reserved_available", ("listener",)),
@@ -125,7 +131,8 @@ PARENT_COUNTERS = (
 )
 
 
-def _dimension_sizes(listeners: int) -> dict[str, int]:
+def _dimension_sizes(listeners: int, quota_entities: int = QUOTA_ENTITIES,
+                     quota_windows: int = QUOTA_WINDOWS) -> dict[str, int]:
     return {
         "listener": listeners,
         "close_reason": len(CLOSE_REASONS),
@@ -137,8 +144,8 @@ def _dimension_sizes(listeners: int) -> dict[str, int]:
         "ring": POOL_RING,
         "ring_field": 3,
         "quota_type": len(QUOTA_TYPES),
-        "quota_entity": QUOTA_ENTITIES,
-        "quota_window": QUOTA_WINDOWS,
+        "quota_entity": quota_entities,
+        "quota_window": quota_windows,
     }
 
 
@@ -173,12 +180,15 @@ class CounterTable:
 class SharedBlock:
     """A mapped counter block; `create` in the parent, `attach` in a worker."""
 
-    def __init__(self, path: str, mapping: mmap.mmap, slots: int, listeners: int, fd: int):
+    def __init__(self, path: str, mapping: mmap.mmap, slots: int, listeners: int, fd: int,
+                 quota_entities: int = QUOTA_ENTITIES, quota_windows: int = QUOTA_WINDOWS):
         self.path = path
         self.fd = fd  # kept open for the pool lock (lockf on the header's reserved word)
         self.slots = slots  # worker slots; the archive slot comes after them
         self.listeners = listeners
-        sizes = _dimension_sizes(listeners)
+        self.quota_entities = quota_entities
+        self.quota_windows = quota_windows
+        sizes = _dimension_sizes(listeners, quota_entities, quota_windows)
         self.worker_table = CounterTable.build(WORKER_COUNTERS, sizes, SLOT_FIELDS)
         self.slot_words = -(-self.worker_table.words // 8) * 8  # round up to 64 bytes
         self.parent_table = CounterTable.build(PARENT_COUNTERS, sizes)
@@ -190,15 +200,17 @@ class SharedBlock:
     # --- lifecycle ------------------------------------------------------------------------
 
     @staticmethod
-    def size_for(slots: int, listeners: int) -> int:
-        sizes = _dimension_sizes(listeners)
+    def size_for(slots: int, listeners: int, quota_entities: int = QUOTA_ENTITIES,
+                 quota_windows: int = QUOTA_WINDOWS) -> int:
+        sizes = _dimension_sizes(listeners, quota_entities, quota_windows)
         slot_words = -(-CounterTable.build(WORKER_COUNTERS, sizes, SLOT_FIELDS).words // 8) * 8
         parent_words = CounterTable.build(PARENT_COUNTERS, sizes).words
         return HEADER_BYTES + 8 * ((slots + 1) * slot_words + parent_words)
 
     @classmethod
-    def create(cls, path: str, slots: int, listeners: int) -> "SharedBlock":
-        size = cls.size_for(slots, listeners)
+    def create(cls, path: str, slots: int, listeners: int, quota_entities: int = QUOTA_ENTITIES,
+               quota_windows: int = QUOTA_WINDOWS) -> "SharedBlock":
+        size = cls.size_for(slots, listeners, quota_entities, quota_windows)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, size)
@@ -206,9 +218,10 @@ class SharedBlock:
         except OSError:
             os.close(fd)
             raise
-        block = cls(path, mapping, slots, listeners, fd)
+        block = cls(path, mapping, slots, listeners, fd, quota_entities, quota_windows)
         HEADER.pack_into(mapping, 0, MAGIC, LAYOUT_VERSION, slots, listeners,
-                         block.slot_words * 8, os.getpid(), time.time_ns(), 0)
+                         block.slot_words * 8, os.getpid(), time.time_ns(), 0, quota_entities,
+                         quota_windows)
         return block
 
     @classmethod
@@ -222,12 +235,14 @@ class SharedBlock:
         except Exception:
             os.close(fd)
             raise
-        magic, version, slots, listeners, slot_bytes, *_ = HEADER.unpack_from(mapping, 0)
+        (magic, version, slots, listeners, slot_bytes, _pid, _created, _reserved, entities,
+         windows) = HEADER.unpack_from(mapping, 0)
         if magic != MAGIC or version != LAYOUT_VERSION:
             raise RuntimeError(f"shared block {path} has magic {magic!r} version {version}; "
                                f"expected {MAGIC!r} version {LAYOUT_VERSION}")
-        block = cls(path, mapping, slots, listeners, fd)
-        if block.slot_words * 8 != slot_bytes or cls.size_for(slots, listeners) != size:
+        block = cls(path, mapping, slots, listeners, fd, entities, windows)
+        if block.slot_words * 8 != slot_bytes or \
+                cls.size_for(slots, listeners, entities, windows) != size:
             raise RuntimeError(f"shared block {path} layout does not match this code")
         return block
 

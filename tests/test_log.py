@@ -355,3 +355,47 @@ def test_segments_without_a_time_index_get_one_on_first_lookup(registry):
     assert [fresh.offset_for_timestamp(t) for t in (9_000, 10_205, 10_590, 20_000)] == expected
     assert any(name.endswith(".timeindex") for name in os.listdir(partition.directory))
     fresh.close()
+
+
+def test_a_retry_is_recognised_after_hundreds_of_other_producers(tmp_path):
+    """64 entries used to be all: the 65th producer evicted the first, whose retry was then
+    appended twice.  The table now grows, and two processes' handles agree on it."""
+    settings = LogSettings(max_message_bytes=100_000)
+    writer = TopicRegistry((str(tmp_path),), settings, Epoch())
+    writer.create("t", 1)
+    first = writer.partition("t", 0)
+    original = first.append(make_batch(2, producer_id=7, epoch=0, sequence=0)).base_offset
+    other = TopicRegistry((str(tmp_path),), settings, Epoch()).partition("t", 0)
+    for producer in range(1000, 1500):  # from the other handle, as another worker would
+        assert other.append(make_batch(1, producer_id=producer, epoch=0, sequence=0)).error is None
+    retry = first.append(make_batch(2, producer_id=7, epoch=0, sequence=0))
+    assert (retry.error, retry.base_offset) == (None, original)
+    assert first.producers.live() == 501
+    writer.close()
+
+
+def test_an_unknown_producer_mid_sequence_is_refused_and_old_ones_expire(tmp_path):
+    settings = LogSettings(max_message_bytes=100_000, producer_expiration_ms=1000)
+    registry = TopicRegistry((str(tmp_path),), settings, Epoch())
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    assert partition.append(make_batch(1, producer_id=9, epoch=0, sequence=5)).error == \
+        "unknown_producer_id"
+    assert partition.append(make_batch(1, producer_id=9, epoch=0, sequence=0)).error is None
+    table = partition.producers
+    now = int(time.time() * 1000)
+    assert table.check(9, 0, 0, 0, now_ms=now)[0].value == "duplicate"
+    assert table.check(9, 0, 1, 1, now_ms=now + 2000)[0].value == "unknown_producer_id"
+    registry.close()
+
+
+def test_the_producer_table_is_bounded_and_forgets_the_least_recent_at_its_bound(tmp_path):
+    from broker.log.producers import ProducerTable
+
+    table = ProducerTable(str(tmp_path), expiration_ms=10**9, max_entries=128)
+    for producer in range(200):
+        table.record(producer, 0, 0, 0, producer, use=producer)
+    assert table.live() <= 96 and table.words[1] == 128  # capacity and load factor kept
+    assert table.check(199, 0, 0, 0)[0].value == "duplicate"  # the most recent are kept
+    assert table.check(0, 0, 1, 1)[0].value == "unknown_producer_id"
+    table.close()

@@ -164,3 +164,32 @@ def test_the_control_plane_has_a_connection_limit_by_default(tmp_path):
     del raw["control.plane.listener.name"]
     raw.pop("listener.name.controller.max.connections")
     assert DynamicConfig(load_config(raw)).limits().listener_max(1) == 2**31 - 1
+
+
+def test_quota_sensors_are_reused_after_idling_and_never_shared(tmp_path):
+    """256 sensors used to be all, and every later client shared the last one."""
+    from broker.quotas import PRODUCE, QuotaSensors
+    from shm.block import SharedBlock
+
+    block = SharedBlock.create(str(tmp_path / "block"), slots=2, listeners=1, quota_entities=16,
+                               quota_windows=2)
+    try:
+        first, second = (QuotaSensors(block, slot, 1.0, 2, None, slots=2) for slot in (0, 1))
+        t0 = 1_000 * 10**9
+        held = {}
+        for n in range(16):  # from two workers: one table
+            sensors = first if n % 2 else second
+            held[n] = sensors.entity(f"client-id=c{n}", now_ns=t0)
+            sensors.record(PRODUCE, held[n], 10, now_ns=t0)
+        assert sorted(held.values()) == list(range(16))
+        assert first.entity("client-id=stranger", now_ns=t0) is None  # full: not shared
+        later = t0 + 3 * 10**9  # every sensor idle for more than the 2-window span
+        index = first.entity("client-id=stranger", now_ns=later)
+        assert index is not None
+        first.record(PRODUCE, index, 5000, now_ns=later)
+        owner = [n for n, slot in held.items() if slot == index][0]
+        again = second.entity(f"client-id=c{owner}", now_ns=later)  # its old sensor is gone
+        assert again not in (None, index)
+        assert second.measure(PRODUCE, again, now_ns=later)[0] == 0  # no stranger's bytes
+    finally:
+        block.close()

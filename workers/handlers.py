@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from broker.protocol import errors
+from broker.protocol.cache import BoundedCache
 from broker.protocol.codec import REQUEST_PREFIX, frame, request_readers
 from broker.protocol.guard import TooManyEntries
 from broker.protocol.context import NO_THROTTLE, RequestContext, error_code  # noqa: F401 (re-export)
@@ -26,7 +27,10 @@ from broker.protocol.context import NO_THROTTLE, RequestContext, error_code  # n
 _ROUTE_KEY = struct.Struct(">I")
 # ApiVersions v0 body: error code, array of one (api key, min version, max version).
 _API_VERSIONS_V0_ERROR = struct.Struct(">hihhh")
-_MEMO_LIMIT = 1024
+# Pure answers (ApiVersions) are memoized by the request's bytes after the correlation id:
+# small keys only (a real ApiVersions request is about 50 bytes), 256 KiB in all.
+_MEMO_BYTES = 256 * 1024
+_MEMO_KEY_BYTES = 256
 
 
 class InvalidRequest(Exception):
@@ -82,7 +86,7 @@ class Router:
             low, high = api.versions
             for version in range(low, high + 1):
                 header_reader, body_reader = request_readers(api.key, version)
-                memo = {} if api.pure else None
+                memo = BoundedCache(_MEMO_BYTES, _MEMO_KEY_BYTES) if api.pure else None
                 self._routes[api.key << 16 | version] = (header_reader, body_reader, api, memo,
                                                          version)
         self._api_versions_range = self.apis[18].versions if 18 in self.apis else (0, 0)
@@ -99,7 +103,7 @@ class Router:
             api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
             return self._unroutable(request, api_key, api_version)
         header_reader, body_reader, api, memo, api_version = route
-        if memo is not None:
+        if memo is not None and len(request) - 8 <= _MEMO_KEY_BYTES:
             key = request[8:]  # the memo is per API version: all but the correlation id
             if type(key) is not bytes:
                 key = bytes(key)  # a large frame arrives as a memoryview
@@ -125,10 +129,8 @@ class Router:
         if quotas is not None and quotas.active():
             return quotas.timed(api.handle, ctx, body)
         response = api.handle(ctx, body)
-        if memo is not None:
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            memo[key] = (response[:4], response[8:])
+        if memo is not None and len(request) - 8 <= _MEMO_KEY_BYTES:
+            memo.put(key, (response[:4], response[8:]), len(key), len(response))
         return response
 
     def _unroutable(self, request, api_key: int, api_version: int) -> bytes:

@@ -72,6 +72,7 @@ class ClientQuotas:
                        if item.strip()}
         self._resolved: dict[tuple[int, str], tuple[float, int] | None] = {}
         self._last_log: dict[str, float] = {}
+        self._last_full_log = 0.0
 
     def update(self, entries: dict[str, dict[str, float]]) -> None:
         self.entries = entries
@@ -81,6 +82,8 @@ class ClientQuotas:
         return bool(self.entries or self.static)
 
     def _quota(self, quota: int, client_id: str | None) -> tuple[float, int] | None:
+        """(limit, sensor) of the client's quota; None if unlimited (or, the sensor table
+        being full, not tracked for now)."""
         client = client_id or ""
         found = self._resolved.get((quota, client), False)
         if found is False:
@@ -88,11 +91,25 @@ class ClientQuotas:
             if client not in self.exempt:
                 match = resolve(self.entries, self.static, ANONYMOUS, client, QUOTA_KEYS[quota])
                 if match is not None:
-                    found = (match[0] * UNITS[quota], self.sensors.entity(match[1]))
+                    found = (match[0] * UNITS[quota], match[1])
             if len(self._resolved) > 10000:
                 self._resolved.clear()
             self._resolved[(quota, client)] = found
-        return found
+        if found is None:
+            return None
+        entity = self.sensors.entity(found[1])  # a sensor may be taken over after idling
+        if entity is None:
+            self._untracked(client_id)
+            return None
+        return found[0], entity
+
+    def _untracked(self, client_id: str | None) -> None:
+        self.stats.quota_untracked()
+        now = time.monotonic()
+        if now - self._last_full_log >= LOG_EVERY_SECONDS:
+            self._last_full_log = now
+            log.warning("every quota sensor (pybroker.quota.max.sensors) is in use: client-id=%s "
+                        "is not held to its quota until one frees up", client_id)
 
     def record(self, quota: int, client_id: str | None, amount: float) -> float:
         """Count `amount` for the client; return the throttle (seconds) it has now earned."""

@@ -88,6 +88,7 @@ class WorkerStats:
                          for n, reason in enumerate(INVALID_REASONS)}
         self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
         self._queued_requests = block.worker_cell(slot, "queued_requests")
+        self._quota_untracked = block.worker_cell(slot, "quota_untracked")
         self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
                        for n, reason in enumerate(MUTE_REASONS)}
         self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
@@ -107,6 +108,9 @@ class WorkerStats:
 
     def queued_requests(self, count: int) -> None:
         self.words[self._queued_requests] = count
+
+    def quota_untracked(self) -> None:
+        self.words[self._quota_untracked] += 1
 
     def muted(self, reason: str, change: int) -> None:
         self.words[self._muted[reason]] += change

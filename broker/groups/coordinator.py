@@ -37,6 +37,7 @@ from broker.protocol.context import NO_THROTTLE, RequestContext
 log = logging.getLogger("broker.groups")
 
 CHECK_EVERY = 0.25  # seconds between session expiry checks
+MEMBER_ID_PREFIX = 255  # characters of the client id a generated member id starts with
 E = errors.ErrorCode
 
 # API key -> (name, versions served)
@@ -61,6 +62,8 @@ class GroupCoordinator:
         self.offsets = offsets
         self.partitions_of = partitions_of  # topic name -> partition count, or None
         self.groups: dict[str, Group] = {}
+        self._pending: dict[tuple[str, str], None] = {}  # every pending member, oldest first
+        self._member_count = 0  # members of every group (pending ones are counted apart)
         self._handlers = {8: self._offset_commit, 9: self._offset_fetch, 11: self._join,
                           12: self._heartbeat, 13: self._leave, 14: self._sync,
                           15: self._describe, 16: self._list, 42: self._delete}
@@ -124,30 +127,35 @@ class GroupCoordinator:
         member_id = body.member_id
         client_id = ctx.header.client_id or ""
         if not member_id:
-            member_id = f"{client_id}-{uuid.uuid4()}"
+            # Kafka's form (client id, then a UUID), the client id's part bounded.
+            member_id = f"{client_id[:MEMBER_ID_PREFIX]}-{uuid.uuid4()}"
             static = group.by_instance(instance) if instance else None
             if static is not None and group.state is GroupState.STABLE and \
                     static.protocols == protocols:
                 return self._replace_static(ctx, group, static, member_id, answer)
             if static is not None:
                 self._remove(group, static, rebalance=False)
+            if self._members_total() >= props.pybroker_group_max_members:
+                self._forget_if_unused(group)
+                return answer(E.group_max_size_reached)
             if ctx.version >= 4 and instance is None:
                 # KIP-394: the client must come back with this id; until then it is pending.
-                group.pending[member_id] = time.monotonic() + session
+                self._add_pending(group, member_id, time.monotonic() + session)
                 return answer(E.member_id_required, member_id=member_id)
         elif _fenced(group, member_id, instance):
             return answer(E.fenced_instance_id, member_id=member_id)
         elif member_id not in group.members and member_id not in group.pending:
             return answer(E.unknown_member_id, member_id=member_id)
         if member_id not in group.members and len(group.members) >= props.group_max_size:
-            group.pending.pop(member_id, None)
+            self._drop_pending(group, member_id)
             return answer(E.group_max_size_reached, member_id=member_id)
-        group.pending.pop(member_id, None)
+        self._drop_pending(group, member_id)
         member = group.members.get(member_id)
         changed = member is None or member.protocols != protocols
         if member is None:
             member = group.members[member_id] = Member(
                 member_id, instance, client_id, host, session, rebalance, protocols)
+            self._member_count += 1
         member.protocols, member.session_timeout, member.rebalance_timeout = \
             protocols, session, rebalance
         member.deadline = time.monotonic() + session
@@ -171,6 +179,41 @@ class GroupCoordinator:
             self._prepare_rebalance(group, f"{member_id} joined")
         self._maybe_complete_join(group)
         return future
+
+    # --- bounds (see the bound table in ARCHITECTURE.md) -----------------------------------
+
+    def _members_total(self) -> int:
+        return self._member_count + len(self._pending)
+
+    def _add_pending(self, group: Group, member_id: str, expiry: float) -> None:
+        """A member id handed out with MEMBER_ID_REQUIRED, kept until it rejoins or expires.
+        At most pybroker.group.max.pending.members in all (and group.max.size per group): the
+        oldest goes first; a client that comes back too late joins again from the start."""
+        limit = self.props.pybroker_group_max_pending_members
+        if len(group.pending) >= min(limit, self.props.group_max_size):
+            self._drop_pending(group, next(iter(group.pending)))
+        while len(self._pending) >= limit:
+            group_id, oldest = next(iter(self._pending))
+            owner = self.groups.get(group_id)
+            if owner is None:
+                self._pending.pop((group_id, oldest), None)
+                continue
+            self._drop_pending(owner, oldest)
+            self._forget_if_unused(owner)
+        group.pending[member_id] = expiry
+        self._pending[(group.group_id, member_id)] = None
+
+    def _drop_pending(self, group: Group, member_id: str) -> None:
+        group.pending.pop(member_id, None)
+        self._pending.pop((group.group_id, member_id), None)
+
+    def _forget_if_unused(self, group: Group) -> None:
+        """A group with no member, no pending member and no committed offset is only a name a
+        client sent: it is not kept."""
+        if group.state is GroupState.EMPTY and not group.members and not group.pending and \
+                not self.offsets.get(group.group_id) and \
+                self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
 
     def _compatible(self, group: Group, protocol_type: str, protocols) -> bool:
         if not protocols or not protocol_type:
@@ -245,7 +288,9 @@ class GroupCoordinator:
             log.info("group %s: member %s did not rejoin in time", group.group_id,
                      member.member_id)
             del group.members[member.member_id]
-        group.pending.clear()
+            self._member_count -= 1
+        for member_id in list(group.pending):
+            self._drop_pending(group, member_id)
         group.generation += 1
         if not group.members:
             group.transition(GroupState.EMPTY)
@@ -280,6 +325,7 @@ class GroupCoordinator:
 
     def _remove(self, group: Group, member: Member, rebalance: bool = True) -> None:
         del group.members[member.member_id]
+        self._member_count -= 1
         if member.join is not None:
             member.join({"error_code": E.unknown_member_id, "member_id": member.member_id})
         if member.sync is not None:
@@ -305,8 +351,9 @@ class GroupCoordinator:
                 log.info("group %s: session of %s expired", group.group_id, member.member_id)
                 self._remove(group, member)
             for member_id in [i for i, expiry in group.pending.items() if expiry < now]:
-                del group.pending[member_id]
+                self._drop_pending(group, member_id)
                 self._maybe_complete_join(group)
+            self._forget_if_unused(group)
         if now >= self._next_retention:
             self._next_retention = now + self.props.offsets_retention_check_interval_ms / 1000
             try:

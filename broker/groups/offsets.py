@@ -7,8 +7,9 @@ A commit is written (one `write` of all its records, O_APPEND) before it is ackn
 survives the death of any worker and `kill -9` of the broker, like an acknowledged produce;
 as for the log, fsync follows `log.flush.interval.messages` (1: every commit is fsynced).
 When the file holds more than twice the live records (and at least COMPACT_MIN of them), it is
-rewritten with the live ones only (temporary file, fsync, rename), at start-up and whenever the
-retention check runs.  Only the parent writes it: it is the group coordinator.
+rewritten with the live ones only (temporary file, fsync, rename): checked after every commit,
+so the file stays within about twice what it holds (each rewrite costs O(live), paid once per
+as many commits).  Only the parent writes it: it is the group coordinator.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class OffsetStore:
         self.fsync = fsync_every_commit
         self.groups: dict[str, dict[tuple[str, int], Committed]] = {}
         self._records = 0  # lines in the file
+        self._live = 0  # offsets held: the file is compacted when it has twice as many lines
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(Record)
         self._load()
@@ -85,15 +87,16 @@ class OffsetStore:
 
     def _apply(self, record: Record) -> None:
         if record.deleted:
-            self.groups.pop(record.group, None)
+            self._live -= len(self.groups.pop(record.group, {}))
             return
         offsets = self.groups.setdefault(record.group, {})
         key = (record.topic, record.partition)
         if record.offset is None:
-            offsets.pop(key, None)
+            self._live -= offsets.pop(key, None) is not None
             if not offsets:
                 del self.groups[record.group]
         else:
+            self._live += key not in offsets
             offsets[key] = Committed(record.offset, record.leader_epoch, record.metadata,
                                      record.committed_ms)
 
@@ -101,7 +104,7 @@ class OffsetStore:
         return self.groups.get(group, {})
 
     def live(self) -> int:
-        return sum(len(offsets) for offsets in self.groups.values())
+        return self._live
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -116,6 +119,7 @@ class OffsetStore:
         self._records += len(records)
         for record in records:
             self._apply(record)
+        self.maybe_compact()  # by size, as it grows: not only on the retention check's timer
 
     def delete_group(self, group: str) -> None:
         if group in self.groups:

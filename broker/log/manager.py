@@ -3,8 +3,9 @@
 Start-up (before any worker runs): leftovers of interrupted topic creations and deletions are
 removed; if the previous broker did not leave `.pybroker-clean-shutdown` behind, every
 partition is recovered from its files (torn trailing batches are cut).  A partition whose
-`dirty` or `offline` flag is set is recovered in any case; one that cannot be recovered is
-marked offline and the broker starts without it.  At shutdown, after the workers are gone, every
+`dirty` or `offline` flag is set, or whose state file disagrees with its segments (missing,
+zeroed, another size), is recovered in any case; one that cannot be recovered is marked
+offline and the broker starts without it.  At shutdown, after the workers are gone, every
 partition is fsynced and the marker written.  Retention and the timed flush run on a thread
 of the parent, on their own handles.
 """
@@ -33,7 +34,9 @@ def log_settings(config: BrokerConfig) -> LogSettings:
                        max_message_bytes=props.message_max_bytes,
                        flush_interval_messages=props.log_flush_interval_messages,
                        timestamps=TimestampBounds(props.log_message_timestamp_before_max_ms,
-                                                  props.log_message_timestamp_after_max_ms))
+                                                  props.log_message_timestamp_after_max_ms),
+                       producer_expiration_ms=props.producer_id_expiration_ms,
+                       max_producers=props.pybroker_max_producers_per_partition)
 
 
 class LogManager:
@@ -68,8 +71,13 @@ class LogManager:
                         registry.record_offline(topic.name, index)
                         offline += 1
                         continue
-                    if clean and not partition.state[W_DIRTY] and not partition.offline:
+                    doubt = partition.consistent()
+                    if clean and not partition.state[W_DIRTY] and not partition.offline \
+                            and doubt is None:
                         continue
+                    if clean and doubt is not None:  # the marker says clean, the files do not
+                        log.warning("partition %s-%d: %s; recovering it from its segments",
+                                    topic.name, index, doubt)
                     recovered += 1
                     try:
                         cut = partition.recover()
@@ -100,7 +108,7 @@ class LogManager:
         try:
             for topic in registry.topics().values():
                 for index in range(topic.partitions):
-                    registry.partition(topic.name, index).flush()
+                    registry.partition(topic.name, index).flush(always=True)
         finally:
             registry.close()
         for log_dir in self.config.log_dirs:

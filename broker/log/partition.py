@@ -10,7 +10,8 @@ process and holds (8-byte words, native endian):
     3 log end offset      7 active index entries    11 last fsync, unix ns
     12 appends            13 offline (non-zero: recovery failed; nothing is served)
     14 greatest timestamp of the active segment (see segment.py's time index)
-    32.. the idempotent-producer table (producers.py)
+    15 base of the active segment at the last flush
+    (the idempotent-producer table is a file of its own: producers.py)
 
 Write order inside the lock makes readers safe without taking it: batch bytes, then the index
 entry and its count, then size and log end offset, then the high watermark (single node:
@@ -36,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from broker.log import records
-from broker.log.producers import TABLE_WORDS, ProducerTable, Verdict
+from broker.log.producers import ProducerTable, Verdict
 from broker.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases
 
 log = logging.getLogger("broker.log")
@@ -48,8 +49,9 @@ STATE_MAGIC = int.from_bytes(b"PYBRKPS1", "little")
 W_APPENDS = 12
 W_OFFLINE = 13  # non-zero: the partition could not be recovered and serves nothing
 W_SEGMENT_MAX_TS = 14  # greatest timestamp in the active segment (its time index's open region)
-PRODUCERS_WORD = 32
-STATE_BYTES = 8 * (PRODUCERS_WORD + TABLE_WORDS)
+W_FLUSHED_BASE = 15  # base of the active segment at the last flush: later ones need an fsync
+STATE_WORDS = 32
+STATE_BYTES = 8 * STATE_WORDS
 
 
 class PartitionOffline(OSError):
@@ -63,6 +65,8 @@ class LogSettings:
     max_message_bytes: int = 1048588
     flush_interval_messages: int = 2**63 - 1
     timestamps: records.TimestampBounds = records.TimestampBounds()
+    producer_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    max_producers: int = 100_000  # pybroker.max.producers.per.partition
 
 
 @dataclass
@@ -87,7 +91,8 @@ class Partition:
             os.ftruncate(self._state_fd, STATE_BYTES)
         self._map = mmap.mmap(self._state_fd, STATE_BYTES)
         self.state = memoryview(self._map).cast("q")
-        self.producers = ProducerTable(self.state, PRODUCERS_WORD)
+        self.producers = ProducerTable(directory, settings.producer_expiration_ms,
+                                       settings.max_producers)
         self._segments: dict[int, Segment] = {}
         self._bases: list[int] = []
         self._segments_version = -1
@@ -97,7 +102,7 @@ class Partition:
         for segment in self._segments.values():
             segment.close()
         self._segments.clear()
-        self.producers.words = None
+        self.producers.close()
         self.state.release()
         self._map.close()
         os.close(self._state_fd)
@@ -238,17 +243,47 @@ class Partition:
 
     # --- flushing and retention -----------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, always: bool = False) -> None:
+        """fsync what was appended since the last flush (`always`: the state too, even with
+        nothing appended: a clean shutdown)."""
         with self.locked():
-            self._flush_locked()
+            self._flush_locked(always)
 
-    def _flush_locked(self) -> None:
-        if self.state[W_UNFLUSHED]:
-            self._refresh_segments()
-            for base in self._bases[-2:]:  # a roll may have left the previous one unflushed
+    def _flush_locked(self, always: bool = False) -> None:
+        if not self.state[W_UNFLUSHED] and not always:
+            return
+        self._refresh_segments()
+        # Every segment written since the last flush: several may have rolled meanwhile.
+        for base in self._bases:
+            if base >= self.state[W_FLUSHED_BASE]:
                 self._segment(base).flush()
-            self.state[W_UNFLUSHED] = 0
-            self.state[W_LAST_FLUSH] = time.time_ns()
+        if self.state[W_ACTIVE_BASE] != self.state[W_FLUSHED_BASE] or always:
+            _fsync_directory(self.directory)  # new segment files are durable names too
+        self.state[W_UNFLUSHED] = 0
+        self.state[W_FLUSHED_BASE] = self.state[W_ACTIVE_BASE]
+        self.state[W_LAST_FLUSH] = time.time_ns()
+        self._map.flush()  # msync: the state (log end) as durable as the data
+        self.producers.flush()
+
+    def consistent(self) -> str | None:
+        """Why the state file disagrees with the segments on disk, or None (a clean start-up
+        trusts the state only if this holds)."""
+        state = self.state
+        if state[W_MAGIC] != STATE_MAGIC:
+            return "no valid state"
+        bases = list_bases(self.directory)
+        if not bases:
+            return "no segment"
+        if state[W_ACTIVE_BASE] != bases[-1] or state[W_LOG_START] != bases[0]:
+            return "segments differ from the state"
+        size = os.path.getsize(os.path.join(self.directory, f"{bases[-1]:020d}.log"))
+        if size != state[W_ACTIVE_SIZE]:
+            return f"active segment holds {size} bytes, the state says {state[W_ACTIVE_SIZE]}"
+        if state[W_LOG_END] < state[W_ACTIVE_BASE] or state[W_HIGH_WATERMARK] != state[W_LOG_END]:
+            return "offsets out of order"
+        if size and not state[W_INDEX_ENTRIES]:
+            return "an active segment without index entries"
+        return None
 
     def unflushed_messages(self) -> int:
         return self.state[W_UNFLUSHED]
@@ -446,7 +481,8 @@ class Partition:
             if batch.producer_id >= 0 and batch.base_sequence >= 0:
                 verdict, _ = self.producers.check(batch.producer_id, batch.producer_epoch,
                                                   batch.base_sequence, batch.last_sequence)
-                if verdict is Verdict.APPEND:
+                # In the log, so appended once: known again (unless already remembered).
+                if verdict in (Verdict.APPEND, Verdict.UNKNOWN):
                     state[W_APPENDS] += 1
                     self.producers.record(batch.producer_id, batch.producer_epoch,
                                           batch.base_sequence, batch.last_sequence,
@@ -467,10 +503,18 @@ class Partition:
 
     def _initialise_state(self) -> None:
         state = self.state
-        for word in range(PRODUCERS_WORD):
+        for word in range(STATE_WORDS):
             state[word] = 0
-        self.producers.reset()
+        self.producers.clear()
         state[W_MAGIC] = STATE_MAGIC
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _whole_batches(chunk: bytes, high: int) -> tuple[int, int]:

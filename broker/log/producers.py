@@ -1,25 +1,46 @@
-"""Idempotent-producer state of one partition, kept in the partition's shared state file.
-
-The table has ENTRIES entries of ENTRY_WORDS 8-byte words, read and written only under the
-partition lock:
-
-    0 producer id (-1 = free)   1 producer epoch   2 last use (the partition's append count)
-    3 batches cached (0..5)     4 ring position    5..19 five (first seq, last seq, base offset)
+"""Idempotent-producer state of one partition: `<partition dir>/producers`, shared by every
+process through `mmap`, read and written only under the partition lock.
 
 As Kafka does, the metadata of a producer's last five batches is kept, so a retried batch is
 recognised as a duplicate and answered with its original offset instead of being appended
-again.  A full table evicts the least recently used producer.
+again.  Entries are kept until `producer.id.expiration.ms` after the producer's last write
+(Kafka's rule), however many producers come and go: the table grows (doubling, up to
+`pybroker.max.producers.per.partition` entries) instead of evicting live ones.  Only at that
+bound, with every entry live, is the least recently used producer forgotten.  An unknown
+producer whose batch does not start its sequence at 0 gets UNKNOWN_PRODUCER_ID, not an append:
+its client resets its producer id (Kafka's pre-KIP-360 answer, which every client handles).
+
+Layout (8-byte words): a header, then `capacity` entries, open addressing on the producer id
+with linear probing:
+
+    header  0 magic   1 capacity   2 live entries   3 tombstones   4 resizing (non-zero while
+            the table is rewritten: a crash then leaves it to be reset)   5..7 reserved
+    entry   0 producer id (-1 free, -2 tombstone)   1 epoch   2 last use (append count)
+            3 batches cached (0..5)   4 ring position   5..19 five (first seq, last seq, base
+            offset)   20 last write, unix ms
+
+Growing rewrites the file in place (ftruncate, then every live entry re-placed); the other
+processes see the new size at their next use and map it again.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
+import time
 from enum import Enum
 
-ENTRIES = 64
-ENTRY_WORDS = 20
-TABLE_WORDS = ENTRIES * ENTRY_WORDS
+FILE_NAME = "producers"
+MAGIC = int.from_bytes(b"PYBRKPR1", "little")
+HEADER_WORDS = 8
+ENTRY_WORDS = 21
+FIRST_CAPACITY = 64
 CACHED_BATCHES = 5
 SEQUENCE_MODULUS = 2**31
+FREE, TOMBSTONE = -1, -2
+H_MAGIC, H_CAPACITY, H_LIVE, H_TOMBSTONES, H_RESIZING = range(5)
+E_ID, E_EPOCH, E_USE, E_CACHED, E_RING = range(5)
+E_BATCHES, E_WRITTEN = 5, 20
 
 
 class Verdict(Enum):
@@ -27,84 +48,214 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"
     OUT_OF_ORDER = "out_of_order_sequence_number"
     FENCED = "invalid_producer_epoch"
+    UNKNOWN = "unknown_producer_id"
 
 
 class ProducerTable:
-    """A view over the table words; `words` is a memoryview cast to 'q'."""
+    """One process's handle on a partition's producer file (opened on first use)."""
 
-    def __init__(self, words: memoryview, first_word: int):
-        self.words = words
-        self.base = first_word
-        self._slots: dict[int, int] = {}  # producer id -> entry index, checked before use
+    def __init__(self, directory: str, expiration_ms: int, max_entries: int):
+        self.path = os.path.join(directory, FILE_NAME)
+        self.expiration_ms = expiration_ms
+        self.max_entries = max(FIRST_CAPACITY, max_entries)
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        self.words: memoryview | None = None
+        self._mapped = 0
 
-    def reset(self) -> None:
-        for entry in range(ENTRIES):
-            self.words[self._at(entry)] = -1
-        self._slots.clear()
+    def close(self) -> None:
+        if self.words is not None:
+            self.words.release()
+            self.words = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # --- the file ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """Map the file (again, if another process grew it); create or reset it if needed."""
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(self._fd).st_size
+        if size != self._mapped:
+            self._remap(size)
+        words = self.words
+        if words is None or words[H_MAGIC] != MAGIC or words[H_RESIZING] or \
+                size != 8 * (HEADER_WORDS + words[H_CAPACITY] * ENTRY_WORDS):
+            self.reset()
+
+    def _remap(self, size: int) -> None:
+        if self.words is not None:
+            self.words.release()
+            self._map.close()
+        self.words, self._map, self._mapped = None, None, size
+        if size >= 8 * HEADER_WORDS:
+            self._map = mmap.mmap(self._fd, size)
+            self.words = memoryview(self._map).cast("q")
+
+    def reset(self, capacity: int = FIRST_CAPACITY) -> None:
+        """An empty table (a new partition, a lost or half-rewritten file)."""
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = 8 * (HEADER_WORDS + capacity * ENTRY_WORDS)
+        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._fd, size)
+        self._remap(size)
+        words = self.words
+        for entry in range(capacity):
+            words[HEADER_WORDS + entry * ENTRY_WORDS] = FREE
+        words[H_CAPACITY], words[H_LIVE], words[H_TOMBSTONES] = capacity, 0, 0
+        words[H_RESIZING] = 0
+        words[H_MAGIC] = MAGIC
+
+    def clear(self) -> None:
+        """Forget every producer (the partition's state is rebuilt); the file, if any, is
+        emptied in place so that every process sees it, and made again on first use."""
+        if self._fd < 0 and not os.path.exists(self.path):
+            return
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR)
+        os.ftruncate(self._fd, 0)
+        self._remap(0)
+
+    def flush(self) -> None:
+        if self._map is not None:
+            self._map.flush()
+
+    # --- lookups ------------------------------------------------------------------------------
 
     def _at(self, entry: int) -> int:
-        return self.base + entry * ENTRY_WORDS
+        return HEADER_WORDS + entry * ENTRY_WORDS
 
     def _find(self, producer_id: int) -> int | None:
-        entry = self._slots.get(producer_id)
-        if entry is not None and self.words[self._at(entry)] == producer_id:
-            return entry
-        for entry in range(ENTRIES):
-            if self.words[self._at(entry)] == producer_id:
-                self._slots[producer_id] = entry
+        words, capacity = self.words, self.words[H_CAPACITY]
+        entry = hash(producer_id) % capacity
+        for _ in range(capacity):
+            found = words[self._at(entry)]
+            if found == producer_id:
                 return entry
+            if found == FREE:
+                return None
+            entry = (entry + 1) % capacity
         return None
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int):
+    def _expired(self, entry: int, now_ms: int) -> bool:
+        return self.words[self._at(entry) + E_WRITTEN] + self.expiration_ms < now_ms
+
+    # --- checking and recording -------------------------------------------------------------
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+              now_ms: int | None = None):
         """(Verdict, base offset of the duplicate or None) for a batch about to be appended."""
+        self._open()
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         entry = self._find(producer_id)
-        if entry is None:
-            return Verdict.APPEND, None  # unknown producers start anywhere (KIP-360)
+        if entry is None or self._expired(entry, now_ms):
+            # Unknown (or forgotten after producer.id.expiration.ms): only a fresh sequence.
+            return (Verdict.APPEND if first_seq == 0 else Verdict.UNKNOWN), None
         at = self._at(entry)
         words = self.words
-        stored_epoch = words[at + 1]
+        stored_epoch = words[at + E_EPOCH]
         if epoch < stored_epoch:
             return Verdict.FENCED, None
         if epoch > stored_epoch:
             return (Verdict.APPEND if first_seq == 0 else Verdict.OUT_OF_ORDER), None
-        cached = words[at + 3]
+        cached = words[at + E_CACHED]
         for slot in range(cached):
-            cell = at + 5 + 3 * slot
+            cell = at + E_BATCHES + 3 * slot
             if words[cell] == first_seq and words[cell + 1] == last_seq:
                 return Verdict.DUPLICATE, words[cell + 2]
         if cached:
-            newest = (words[at + 4] - 1) % CACHED_BATCHES
-            expected = (words[at + 5 + 3 * newest + 1] + 1) % SEQUENCE_MODULUS
+            newest = (words[at + E_RING] - 1) % CACHED_BATCHES
+            expected = (words[at + E_BATCHES + 3 * newest + 1] + 1) % SEQUENCE_MODULUS
             if first_seq != expected:
                 return Verdict.OUT_OF_ORDER, None
         return Verdict.APPEND, None
 
     def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
-               base_offset: int, use: int) -> None:
-        """Remember an appended batch (call after `check` said APPEND)."""
+               base_offset: int, use: int, now_ms: int | None = None) -> None:
+        """Remember an appended batch (after `check` said APPEND, or found in the log)."""
+        self._open()
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         entry = self._find(producer_id)
         words = self.words
-        if entry is None or words[self._at(entry) + 1] != epoch:
-            entry = entry if entry is not None else self._victim()
-            at = self._at(entry)
-            words[at + 1], words[at + 3], words[at + 4] = epoch, 0, 0
-            words[at] = producer_id
-            self._slots[producer_id] = entry
+        if entry is None:
+            entry = self._insert(producer_id, now_ms)
+            words = self.words  # the table may have been rewritten larger
         at = self._at(entry)
-        ring = words[at + 4]
-        cell = at + 5 + 3 * ring
+        if words[at + E_EPOCH] != epoch or self._expired(entry, now_ms):
+            words[at + E_EPOCH], words[at + E_CACHED], words[at + E_RING] = epoch, 0, 0
+        ring = words[at + E_RING]
+        cell = at + E_BATCHES + 3 * ring
         words[cell], words[cell + 1], words[cell + 2] = first_seq, last_seq, base_offset
-        words[at + 4] = (ring + 1) % CACHED_BATCHES
-        words[at + 3] = min(CACHED_BATCHES, words[at + 3] + 1)
-        words[at + 2] = use
+        words[at + E_RING] = (ring + 1) % CACHED_BATCHES
+        words[at + E_CACHED] = min(CACHED_BATCHES, words[at + E_CACHED] + 1)
+        words[at + E_USE] = use
+        words[at + E_WRITTEN] = now_ms
 
-    def _victim(self) -> int:
-        oldest, chosen = None, 0
-        for entry in range(ENTRIES):
+    def _insert(self, producer_id: int, now_ms: int) -> int:
+        words = self.words
+        capacity = words[H_CAPACITY]
+        if (words[H_LIVE] + words[H_TOMBSTONES] + 1) * 4 > capacity * 3:  # load factor 3/4
+            if capacity * 2 <= self.max_entries or words[H_TOMBSTONES] * 8 > capacity:
+                self._rebuild(now_ms)
+                words, capacity = self.words, self.words[H_CAPACITY]
+            while (words[H_LIVE] + 1) * 4 > capacity * 3:  # at the bound, every entry live:
+                self._forget(self._least_recent())  # the least recently used goes
+        entry = hash(producer_id) % capacity
+        while words[self._at(entry)] not in (FREE, TOMBSTONE):
+            entry = (entry + 1) % capacity
+        at = self._at(entry)
+        if words[at] == TOMBSTONE:
+            words[H_TOMBSTONES] -= 1
+        words[at + E_EPOCH], words[at + E_CACHED], words[at + E_RING] = -1, 0, 0
+        words[at + E_WRITTEN] = now_ms
+        words[at] = producer_id
+        words[H_LIVE] += 1
+        return entry
+
+    def _forget(self, entry: int) -> None:
+        self.words[self._at(entry)] = TOMBSTONE
+        self.words[H_LIVE] -= 1
+        self.words[H_TOMBSTONES] += 1
+
+    def _least_recent(self) -> int:
+        words = self.words
+        live = [entry for entry in range(words[H_CAPACITY]) if words[self._at(entry)] >= 0]
+        return min(live, key=lambda entry: words[self._at(entry) + E_USE])
+
+    def _rebuild(self, now_ms: int) -> None:
+        """Drop expired producers and tombstones; double the capacity if still crowded."""
+        words = self.words
+        kept = []
+        for entry in range(words[H_CAPACITY]):
             at = self._at(entry)
-            if self.words[at] == -1:
-                return entry
-            if oldest is None or self.words[at + 2] < oldest:
-                oldest, chosen = self.words[at + 2], entry
-        self._slots.pop(self.words[self._at(chosen)], None)
-        return chosen
+            if words[at] >= 0 and not self._expired(entry, now_ms):
+                kept.append(bytes(words[at:at + ENTRY_WORDS]))
+        capacity = words[H_CAPACITY]
+        while (len(kept) + 1) * 2 > capacity and capacity * 2 <= self.max_entries:
+            capacity *= 2
+        words[H_RESIZING] = 1  # a crash from here on leaves a table to reset, not a wrong one
+        size = 8 * (HEADER_WORDS + capacity * ENTRY_WORDS)
+        os.ftruncate(self._fd, size)
+        self._remap(size)
+        words = self.words
+        for entry in range(capacity):
+            words[self._at(entry)] = FREE
+        words[H_CAPACITY], words[H_LIVE], words[H_TOMBSTONES] = capacity, 0, 0
+        for raw in kept:
+            values = memoryview(raw).cast("q")
+            entry = hash(values[E_ID]) % capacity
+            while words[self._at(entry)] != FREE:
+                entry = (entry + 1) % capacity
+            words[self._at(entry):self._at(entry) + ENTRY_WORDS] = values
+            words[H_LIVE] += 1
+        words[H_RESIZING] = 0
+
+    def live(self) -> int:
+        self._open()
+        return self.words[H_LIVE]

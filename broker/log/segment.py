@@ -100,6 +100,8 @@ class Segment:
     def flush(self) -> None:
         os.fsync(self.log_fd)
         os.fsync(self.index_fd)
+        if self._time_fd >= 0 or os.path.exists(self.time_path):
+            os.fsync(self._time())
 
     # --- reading --------------------------------------------------------------------------
 

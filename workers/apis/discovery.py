@@ -7,6 +7,7 @@ import uuid
 
 from broker.log.topics import is_legal_name
 from broker.protocol import errors
+from broker.protocol.cache import BoundedCache
 from broker.protocol.codec import build, encode_entity, frame, response_class
 from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext
 
@@ -14,7 +15,8 @@ from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext
 _SOFTWARE_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 _ZERO_UUID = uuid.UUID(int=0)
 _NO_AUTHORIZED_OPERATIONS = -2147483648
-_METADATA_CACHE_LIMIT = 512
+_METADATA_CACHE_BYTES = 8 << 20  # encoded answers and the topic names keying them
+_METADATA_KEY_BYTES = 16 << 10  # a request naming more topics is answered afresh
 AUTO_CREATE_PARTITIONS = 64  # partitions one Metadata request may auto-create (ms each)
 
 
@@ -46,7 +48,8 @@ class Metadata(Api):
 
     def __init__(self, services):
         self.services = services
-        self._cache: dict[tuple, bytes] = {}
+        # Answers by (version, listener, topics asked): what decides them, bounded in bytes.
+        self._cache = BoundedCache(_METADATA_CACHE_BYTES, _METADATA_KEY_BYTES)
         self._cache_epoch = None
 
     def handle(self, ctx: RequestContext, body) -> bytes:
@@ -58,14 +61,15 @@ class Metadata(Api):
         if later:  # an answer that changes on the next request: not cached
             return ctx.frame(encode_entity(self._response(ctx, requested, later)))
         epoch = registry.epoch.get()
-        if epoch != self._cache_epoch or len(self._cache) >= _METADATA_CACHE_LIMIT:
+        if epoch != self._cache_epoch:
             self._cache.clear()
             self._cache_epoch = epoch
         key = (ctx.version, ctx.listener_index, requested)
         cached = self._cache.get(key)
         if cached is None:
             cached = encode_entity(self._response(ctx, requested))
-            self._cache[key] = cached
+            key_bytes = 0 if requested is None else sum(len(str(item)) + 8 for item in requested)
+            self._cache.put(key, cached, key_bytes, len(cached))
         return ctx.frame(cached)
 
     @staticmethod
