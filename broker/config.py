@@ -142,6 +142,9 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     queued_max_requests: Annotated[int, _doc(
         "Requests read and not yet answered, broker-wide (split evenly over the workers); a "
         "worker at its share stops reading new requests until one is answered.", ge=1)] = 500
+    pybroker_pool_max_waiters: Annotated[int, _doc(
+        "Requests that may wait for pool memory at once on one listener; past it a request's "
+        "connection is closed (reason pool_queue_full).", ge=16, le=1 << 20)] = 4096
     pybroker_queued_max_request_bytes_reserved: Annotated[str, _doc(
         "LISTENER:bytes,... parts of queued.max.request.bytes only requests on that listener "
         "may use, so clients exhausting the pool cannot starve it. The control-plane listener "
@@ -181,6 +184,10 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     log_message_timestamp_after_max_ms: Annotated[int, _doc(
         "A record stamped (CreateTime) further in the future than this is refused with "
         "INVALID_TIMESTAMP.", ge=0)] = 2**63 - 1
+    pybroker_max_decompressed_batch_bytes: Annotated[int, _doc(
+        "A compressed batch is decompressed to validate its records, at most to this many "
+        "bytes; one that expands further is refused (CORRUPT_MESSAGE).",
+        ge=1 << 20, le=1 << 31)] = 32 << 20
     producer_id_expiration_ms: Annotated[int, _doc(
         "An idempotent producer's state (to recognise its retries) is kept this long after its "
         "last write.", ge=1)] = 86_400_000

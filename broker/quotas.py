@@ -132,7 +132,7 @@ class QuotaSensors:
         wanted = _hash(key)
         words, table, size = self.words, self._table, self.entities
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
-        idle_before = now_ns // self.window_ns - self.samples
+        idle_before = now_ns // self.window_ns - self.samples + 1  # outside every rate span
         with self.block.quota_lock():
             reusable = None
             for probe in range(size):  # cells are never emptied: a chain ends at a free one
@@ -156,7 +156,7 @@ class QuotaSensors:
 
     def in_use(self) -> int:
         """Sensors counted into within the last rate span (for the metrics)."""
-        idle_before = time.monotonic_ns() // self.window_ns - self.samples
+        idle_before = time.monotonic_ns() // self.window_ns - self.samples + 1
         return sum(1 for index in range(self.entities)
                    if self.words[self._table + index] and not self._idle(index, idle_before))
 

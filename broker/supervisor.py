@@ -116,7 +116,8 @@ class Supervisor:
         props = self.config.props
         self.block = SharedBlock.create(self.runtime.shm_path, len(self.workers),
                                         len(self.config.listeners),
-                                        props.pybroker_quota_max_sensors, props.quota_window_num)
+                                        props.pybroker_quota_max_sensors, props.quota_window_num,
+                                        props.pybroker_pool_max_waiters)
         self.logs = LogManager(self.config, Epoch(self.block.words,
                                                   self.block.parent_cell("metadata_epoch")))
         self.pool = self._create_pool()
@@ -224,7 +225,7 @@ class Supervisor:
         pool, words = self.pool, self.block.words
         depleted = pool.depleted_ns()
         stats.pool_used, stats.pool_limit = pool.used(), pool.limit
-        stats.pool_waiting = words[self.block.parent_cell("pool_waiting")]
+        stats.pool_waiting = pool.waiting()
         stats.depleted_ms = (depleted - self._depleted_seen) / 1e6
         self._depleted_seen = depleted
         if stats.pool_waiting and self._depletion is None:

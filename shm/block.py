@@ -13,7 +13,8 @@ Byte layout (all integers are native-endian signed 64-bit, 8-byte aligned):
         56  q   reserved; its 8 bytes carry the memory pool's lockf lock
         64  q   quota entities (pybroker.quota.max.sensors)
         72  q   quota windows (quota.window.num)
-        80..127 reserved
+        80  q   memory pool waiters per listener (pybroker.pool.max.waiters)
+        88..127 reserved
     offset 128  slot 0 .. slot n-1: one per worker process (data workers, then others)
     then        the archive slot: what dead workers had counted, folded in by the parent
     then        the parent region
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 MAGIC = b"PYBRKSH1"
 LAYOUT_VERSION = 4
 HEADER_BYTES = 128
-HEADER = struct.Struct("=8sqqqqqqqqq")
+HEADER = struct.Struct("=8sqqqqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
 
 STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
@@ -58,7 +59,7 @@ STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
 # Dimensions of the counter cells.  "api" is indexed by the Kafka API key itself.
 MAX_API_KEY = 127
 CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted",
-                 "receive_timeout")
+                 "receive_timeout", "pool_queue_full")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
                    "unsupported_version", "malformed_header", "malformed_body", "produce_failed",
                    "too_many_entries")
@@ -88,10 +89,6 @@ WORKER_COUNTERS = (
     ("muted_channels", ("mute_reason",)),  # gauges
     ("cpu_ns", ()),  # CPU time this worker process used, refreshed every tick
     ("idle_ppm", ()),  # a gauge: share of the last tick not spent on CPU, in millionths
-    # Memory pool (broker/pool.py): written under the pool lock, by this worker or by a worker
-    # granting memory to this one, or by the parent reclaiming it after this worker died.
-    ("pool_leased", ("listener",)),  # bytes this worker holds from the pool
-    ("pool_grants", ("listener",)),  # how many of its queued requests were granted, ever
     # Client quota sensors (broker/quotas.py): this worker's share of each entity's windows.
     ("quota_window", ("quota_type", "quota_entity", "quota_window")),  # window id of the count
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
@@ -99,13 +96,13 @@ WORKER_COUNTERS = (
     ("quota_untracked", ()),  # requests of clients the full sensor table could not track
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
-WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns", "idle_ppm", "pool_leased",
-                           "pool_grants", "quota_window", "quota_count", "quota_last"})
+WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns",
+                           "idle_ppm", "quota_window", "quota_count", "quota_last"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 QUOTA_ENTITIES = 4096  # default of pybroker.quota.max.sensors: sensors tracked at once
 QUOTA_WINDOWS = 32  # the most samples a quota may keep (quota.window.num)
 MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
-POOL_RING = 4096  # queued memory requests per listener, across all workers
+POOL_RING = 4096  # default of pybroker.pool.max.waiters: memory waiters per listener
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
 PARENT_COUNTERS = (
     ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
@@ -116,24 +113,30 @@ PARENT_COUNTERS = (
     ("accept_throttle_ns", ("listener",)),
     ("worker_restarts", ()),
     ("worker_spawn_failures", ()),  # restarts that failed to spawn (retried with back-off)
-    # Memory pool state, written under the pool lock (see broker/pool.py).
-    ("pool_shared_available", ()),
-    ("pool_reserved_available", ("listener",)),
-    ("pool_ticket", ()),
-    ("pool_waiting", ()),
-    ("pool_depleted_since_ns", ()),
-    ("pool_depleted_ns", ()),
-    ("pool_ring_head", ("listener",)),
-    ("pool_ring_tail", ("listener",)),
+    # Memory pool state (broker/pool.py), changed under the pool lock by any process: two
+    # copies of it, and which one is current (a change is committed by flipping that word);
+    # the request rings are written beyond their tails, so they need no copy.
+    ("pool_current", ()),
+    ("pool_state", ("pool_copy", "pool_word")),
     ("pool_ring", ("listener", "ring", "ring_field")),  # (ticket, worker slot, size)
     # Client quota entities: a 63-bit hash of each sensor's key, 0 when free (quota lock).
     ("quota_entity", ("quota_entity",)),
 )
 
 
+def pool_state_words(slots: int, listeners: int) -> int:
+    """Words of one copy of the pool state: 5 scalars (shared bytes available, last ticket,
+    requests waiting, depleted since, depleted total), per listener the reservation available
+    and the ring's head and tail, per (worker slot, listener) the bytes leased and the grants."""
+    return 5 + 3 * listeners + 2 * slots * listeners
+
+
 def _dimension_sizes(listeners: int, quota_entities: int = QUOTA_ENTITIES,
-                     quota_windows: int = QUOTA_WINDOWS) -> dict[str, int]:
+                     quota_windows: int = QUOTA_WINDOWS, slots: int = 1,
+                     pool_ring: int = POOL_RING) -> dict[str, int]:
     return {
+        "pool_copy": 2,
+        "pool_word": pool_state_words(slots, listeners),
         "listener": listeners,
         "close_reason": len(CLOSE_REASONS),
         "api": MAX_API_KEY + 1,
@@ -141,7 +144,7 @@ def _dimension_sizes(listeners: int, quota_entities: int = QUOTA_ENTITIES,
         "invalid_reason": len(INVALID_REASONS),
         "reject_reason": len(REJECT_REASONS),
         "mute_reason": len(MUTE_REASONS),
-        "ring": POOL_RING,
+        "ring": pool_ring,
         "ring_field": 3,
         "quota_type": len(QUOTA_TYPES),
         "quota_entity": quota_entities,
@@ -181,14 +184,16 @@ class SharedBlock:
     """A mapped counter block; `create` in the parent, `attach` in a worker."""
 
     def __init__(self, path: str, mapping: mmap.mmap, slots: int, listeners: int, fd: int,
-                 quota_entities: int = QUOTA_ENTITIES, quota_windows: int = QUOTA_WINDOWS):
+                 quota_entities: int = QUOTA_ENTITIES, quota_windows: int = QUOTA_WINDOWS,
+                 pool_ring: int = POOL_RING):
         self.path = path
         self.fd = fd  # kept open for the pool lock (lockf on the header's reserved word)
         self.slots = slots  # worker slots; the archive slot comes after them
         self.listeners = listeners
         self.quota_entities = quota_entities
         self.quota_windows = quota_windows
-        sizes = _dimension_sizes(listeners, quota_entities, quota_windows)
+        self.pool_ring = pool_ring
+        sizes = _dimension_sizes(listeners, quota_entities, quota_windows, slots, pool_ring)
         self.worker_table = CounterTable.build(WORKER_COUNTERS, sizes, SLOT_FIELDS)
         self.slot_words = -(-self.worker_table.words // 8) * 8  # round up to 64 bytes
         self.parent_table = CounterTable.build(PARENT_COUNTERS, sizes)
@@ -201,16 +206,16 @@ class SharedBlock:
 
     @staticmethod
     def size_for(slots: int, listeners: int, quota_entities: int = QUOTA_ENTITIES,
-                 quota_windows: int = QUOTA_WINDOWS) -> int:
-        sizes = _dimension_sizes(listeners, quota_entities, quota_windows)
+                 quota_windows: int = QUOTA_WINDOWS, pool_ring: int = POOL_RING) -> int:
+        sizes = _dimension_sizes(listeners, quota_entities, quota_windows, slots, pool_ring)
         slot_words = -(-CounterTable.build(WORKER_COUNTERS, sizes, SLOT_FIELDS).words // 8) * 8
         parent_words = CounterTable.build(PARENT_COUNTERS, sizes).words
         return HEADER_BYTES + 8 * ((slots + 1) * slot_words + parent_words)
 
     @classmethod
     def create(cls, path: str, slots: int, listeners: int, quota_entities: int = QUOTA_ENTITIES,
-               quota_windows: int = QUOTA_WINDOWS) -> "SharedBlock":
-        size = cls.size_for(slots, listeners, quota_entities, quota_windows)
+               quota_windows: int = QUOTA_WINDOWS, pool_ring: int = POOL_RING) -> "SharedBlock":
+        size = cls.size_for(slots, listeners, quota_entities, quota_windows, pool_ring)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, size)
@@ -218,10 +223,10 @@ class SharedBlock:
         except OSError:
             os.close(fd)
             raise
-        block = cls(path, mapping, slots, listeners, fd, quota_entities, quota_windows)
+        block = cls(path, mapping, slots, listeners, fd, quota_entities, quota_windows, pool_ring)
         HEADER.pack_into(mapping, 0, MAGIC, LAYOUT_VERSION, slots, listeners,
                          block.slot_words * 8, os.getpid(), time.time_ns(), 0, quota_entities,
-                         quota_windows)
+                         quota_windows, pool_ring)
         return block
 
     @classmethod
@@ -236,13 +241,13 @@ class SharedBlock:
             os.close(fd)
             raise
         (magic, version, slots, listeners, slot_bytes, _pid, _created, _reserved, entities,
-         windows) = HEADER.unpack_from(mapping, 0)
+         windows, ring) = HEADER.unpack_from(mapping, 0)
         if magic != MAGIC or version != LAYOUT_VERSION:
             raise RuntimeError(f"shared block {path} has magic {magic!r} version {version}; "
                                f"expected {MAGIC!r} version {LAYOUT_VERSION}")
-        block = cls(path, mapping, slots, listeners, fd, entities, windows)
+        block = cls(path, mapping, slots, listeners, fd, entities, windows, ring)
         if block.slot_words * 8 != slot_bytes or \
-                cls.size_for(slots, listeners, entities, windows) != size:
+                cls.size_for(slots, listeners, entities, windows, ring) != size:
             raise RuntimeError(f"shared block {path} layout does not match this code")
         return block
 

@@ -399,3 +399,25 @@ def test_the_producer_table_is_bounded_and_forgets_the_least_recent_at_its_bound
     assert table.check(199, 0, 0, 0)[0].value == "duplicate"  # the most recent are kept
     assert table.check(0, 0, 1, 1)[0].value == "unknown_producer_id"
     table.close()
+
+
+@pytest.mark.parametrize("codec, xerial", [(1, False), (2, False), (2, True), (3, False),
+                                           (4, False)])
+def test_compressed_batches_are_decompressed_and_walked(codec, xerial):
+    from tests.batches import compressed
+
+    batch = compressed(make_batch(50, value_size=100), codec, xerial)
+    assert records.validate(batch, 1 << 20).record_count == 50
+    lying = bytearray(compressed(make_batch(50), codec, xerial))  # the count disagrees
+    import struct
+
+    from crc32c import crc32c
+
+    struct.pack_into(">i", lying, 57, 60)  # 60 records claimed, 50 inside
+    struct.pack_into(">i", lying, 23, 59)
+    struct.pack_into(">I", lying, 17, crc32c(bytes(lying[21:])))
+    with pytest.raises(records.BatchError):
+        records.validate(bytes(lying), 1 << 20)
+    bomb = compressed(make_batch(20_000, value_size=1000), codec, xerial)  # 20 MB of records
+    with pytest.raises(records.BatchError, match="decompressed.batch.bytes"):
+        records.validate(bomb, 1 << 24, max_decompressed=1 << 20)

@@ -20,6 +20,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
+from broker.pool import QueueFull
 from workers.handlers import ForwardRequest, InvalidRequest
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           request_received, response_sent, transition, unmute)
@@ -461,7 +462,14 @@ class PooledConnection(Connection):
             self._want_memory(size)
 
     def _want_memory(self, size: int) -> None:
-        if self.worker.pool.try_allocate(size, self.listener_index):
+        try:
+            granted = self.worker.pool.try_allocate(size, self.listener_index)
+        except QueueFull as error:  # the documented bound of waiters: a clear refusal
+            log.warning("connection %s from %s: %s on its listener; closing", self.conn_id,
+                        self.peer, error)
+            self.close("pool_queue_full")
+            return
+        if granted:
             self._leased = size
             self._begin_body(size)
             self._update_reading()

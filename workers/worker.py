@@ -329,6 +329,8 @@ class Worker:
                      conn.conn_id, conn.peer, self.receive_timeout * 1000)
             conn.close("receive_timeout")
         self._close_hung_up()
+        if self.pool is not None:
+            self._take_grants()  # a wake-up lost (its sender died) delays a grant, no more
         self._loop.call_later(TICK_SECONDS, self._tick)
 
     def _close_hung_up(self) -> None:

@@ -36,7 +36,8 @@ def log_settings(config: BrokerConfig) -> LogSettings:
                        timestamps=TimestampBounds(props.log_message_timestamp_before_max_ms,
                                                   props.log_message_timestamp_after_max_ms),
                        producer_expiration_ms=props.producer_id_expiration_ms,
-                       max_producers=props.pybroker_max_producers_per_partition)
+                       max_producers=props.pybroker_max_producers_per_partition,
+                       max_decompressed_bytes=props.pybroker_max_decompressed_batch_bytes)
 
 
 class LogManager:

@@ -66,6 +66,7 @@ class LogSettings:
     flush_interval_messages: int = 2**63 - 1
     timestamps: records.TimestampBounds = records.TimestampBounds()
     producer_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    max_decompressed_bytes: int = 32 << 20  # pybroker.max.decompressed.batch.bytes
     max_producers: int = 100_000  # pybroker.max.producers.per.partition
 
 
@@ -154,13 +155,24 @@ class Partition:
 
     # --- appending ------------------------------------------------------------------------
 
-    def append(self, batch_bytes: bytes) -> AppendResult:
-        """Validate, assign offsets, write; the result carries Kafka's error name on failure."""
-        try:
-            batch = records.validate(batch_bytes, self.settings.max_message_bytes,
-                                     self.settings.timestamps)
-        except records.BatchError as error:
-            return AppendResult(error.code, message=str(error))
+    def check(self, batch_bytes) -> records.BatchCheck:
+        """The validation of a batch for this partition (its header now, records by steps)."""
+        settings = self.settings
+        return records.BatchCheck(batch_bytes, settings.max_message_bytes, settings.timestamps,
+                                  max_decompressed=settings.max_decompressed_bytes)
+
+    def append(self, batch_bytes: bytes, checked: records.Batch | None = None) -> AppendResult:
+        """Validate (unless `checked` is the header a finished check gave), assign offsets,
+        write; the result carries Kafka's error name on failure."""
+        batch = checked
+        if batch is None:
+            try:
+                check = self.check(batch_bytes)
+                while not check.step(1 << 62):
+                    pass
+                batch = check.batch
+            except records.BatchError as error:
+                return AppendResult(error.code, message=str(error))
         if batch.max_timestamp != records.max_timestamp_of(batch_bytes):
             batch_bytes = records.with_max_timestamp(batch_bytes, batch.max_timestamp)
         with self.locked():

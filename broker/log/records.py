@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import struct
 import time
+import zlib
 from typing import NamedTuple
 
+import cramjam
 from crc32c import crc32c
 
 HEADER_BYTES = 61
@@ -89,18 +91,71 @@ class TimestampBounds(NamedTuple):
 
 
 def validate(buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBounds(),
-             now_ms: int | None = None) -> Batch:
+             now_ms: int | None = None, max_decompressed: int = 32 << 20) -> Batch:
     """Check that `buffer` holds exactly one sound v2 batch, as Kafka's LogValidator does;
-    return its header.
+    return its header (see BatchCheck, which does the same a slice at a time)."""
+    check = BatchCheck(buffer, max_batch_bytes, bounds, now_ms, max_decompressed)
+    while not check.step(1 << 62):
+        pass
+    return check.batch
 
-    Raises BatchError with Kafka's error name: "corrupt_message" for wrong lengths, CRC, an
-    unknown codec or records that do not parse within the batch; "invalid_record" for what a
-    v3+ Produce may not carry (old magic, several batches, control batches) or offsets that
-    disagree with the record count; "message_too_large" above `max_batch_bytes`;
-    "invalid_timestamp" for a CreateTime stamp outside `bounds`.  Uncompressed records are
-    walked one by one (the walk is bounded by the batch's bytes, whatever the header claims);
-    compressed ones are judged by their header.
+
+class BatchCheck:
+    """One produced batch being validated, as Kafka's LogValidator does.
+
+    The constructor checks the header at once: "corrupt_message" for wrong lengths, CRC or an
+    unknown codec; "invalid_record" for what a v3+ Produce may not carry (old magic, several
+    batches, control batches) or a last offset delta that disagrees with the record count;
+    "message_too_large" above `max_batch_bytes`.  `step(n)` then walks at most n more records
+    (decompressed first, at most `max_decompressed` bytes: pybroker.max.decompressed.batch.bytes)
+    and returns True once all were: offset deltas consecutive, fields within each record,
+    records filling the batch exactly, CreateTime stamps within `bounds` ("invalid_timestamp").
+    `batch` is then the header with its max timestamp as the records have it.  Every walk is
+    bounded by the bytes, never by the count the header claims.  Raises BatchError.
     """
+
+    def __init__(self, buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBounds(),
+                 now_ms: int | None = None, max_decompressed: int = 32 << 20):
+        self.batch = _check_framing(buffer, max_batch_bytes)
+        _check_header(self.batch)
+        self.buffer = buffer
+        self.bounds, self.now_ms = bounds, now_ms
+        self.max_decompressed = max_decompressed
+        self.base_timestamp = _BASE_TIMESTAMP.unpack_from(buffer, 27)[0]
+        self._walk: RecordWalk | None = None
+
+    @property
+    def compressed(self) -> bool:
+        return bool(self.batch.attributes & CODEC_MASK)
+
+    @property
+    def walked(self) -> int:
+        """Records walked so far."""
+        return 0 if self._walk is None else self._walk.index
+
+    def step(self, most: int) -> bool:
+        if self._walk is None:
+            if self.compressed:
+                records = decompress(self.batch.attributes & CODEC_MASK,
+                                     memoryview(self.buffer)[HEADER_BYTES:self.batch.size],
+                                     self.max_decompressed)
+                self._walk = RecordWalk(records, 0, len(records), self.batch.record_count)
+            else:
+                self._walk = RecordWalk(self.buffer, HEADER_BYTES, self.batch.size,
+                                        self.batch.record_count)
+        if not self._walk.step(most):
+            return False
+        least = self.base_timestamp + self._walk.least
+        greatest = self.base_timestamp + self._walk.greatest
+        if not self.batch.attributes & LOG_APPEND_TIME:
+            _check_timestamps((least, greatest), self.bounds, self.now_ms)
+        # As Kafka, the header's max timestamp is the records' greatest (with_max_timestamp).
+        self.batch = self.batch._replace(max_timestamp=greatest)
+        self._walk.buffer = None  # a decompressed copy is not kept
+        return True
+
+
+def _check_framing(buffer, max_batch_bytes: int) -> Batch:
     total = len(buffer)
     if total < HEADER_BYTES:
         raise BatchError("corrupt_message", f"{total} bytes cannot hold a batch header")
@@ -116,21 +171,68 @@ def validate(buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBo
     if size > max_batch_bytes:
         raise BatchError("message_too_large",
                          f"batch of {size} bytes is larger than message.max.bytes {max_batch_bytes}")
-    batch = read_header(buffer, 0)
     if crc32c(memoryview(buffer)[21:size]) != struct.unpack_from(">I", buffer, 17)[0]:
         raise BatchError("corrupt_message", "record batch CRC mismatch")
-    _check_header(batch)
-    base_timestamp = _BASE_TIMESTAMP.unpack_from(buffer, 27)[0]
-    if batch.attributes & CODEC_MASK:
-        least, greatest = base_timestamp, batch.max_timestamp
-    else:
-        least, greatest = walk_records(buffer, HEADER_BYTES, size, batch.record_count)
-        least, greatest = base_timestamp + least, base_timestamp + greatest
-        # As Kafka, the header's max timestamp is the records' greatest (see with_max_timestamp).
-        batch = batch._replace(max_timestamp=greatest)
-    if not batch.attributes & LOG_APPEND_TIME:
-        _check_timestamps((least, greatest), bounds, now_ms)
-    return batch
+    return read_header(buffer, 0)
+
+
+# --- compressed records ------------------------------------------------------------------------
+
+_XERIAL = b"\x82SNAPPY\x00"  # snappy-java's stream header (Kafka's Java producer writes it)
+
+
+def decompress(codec: int, data, limit: int):
+    """The records of a compressed batch, at most `limit` bytes (else BatchError).  Memory
+    follows what the records need, never what a bomb could expand to: gzip stops at the limit,
+    snappy's lengths are read before anything is expanded, and lz4 and zstd decompress into
+    a buffer that stops when full, doubled from 8x the compressed size up to the limit."""
+    try:
+        if codec == 1:
+            inflater = zlib.decompressobj(wbits=31)  # a gzip stream
+            out = inflater.decompress(data, limit)
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise ValueError("more than the limit, or a truncated stream")
+            return memoryview(out)
+        if codec == 2:
+            return _snappy(data, limit)
+        return _into_growing_buffer({3: cramjam.lz4, 4: cramjam.zstd}[codec], bytes(data), limit)
+    except (cramjam.DecompressionError, zlib.error, ValueError, KeyError) as error:
+        raise BatchError("corrupt_message",
+                         f"{CODECS.get(codec, codec)} records do not decompress within "
+                         f"{limit} bytes (pybroker.max.decompressed.batch.bytes): {error}") from None
+
+
+def _into_growing_buffer(module, data: bytes, limit: int):
+    size = min(limit, max(64 * 1024, 8 * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            return memoryview(out)[:module.decompress_into(data, out)]
+        except cramjam.DecompressionError:
+            if size >= limit:
+                raise
+            size = min(limit, 2 * size)
+
+
+def _snappy(data, limit: int):
+    """Raw snappy, or snappy-java's framing: a 16-byte header, then [int32 length][block]."""
+    data = bytes(data)
+    if not data.startswith(_XERIAL):
+        if cramjam.snappy.decompress_raw_len(data) > limit:
+            raise ValueError("too large")
+        return memoryview(bytes(cramjam.snappy.decompress_raw(data)))
+    out, position, total = [], 16, 0
+    while position < len(data):
+        (length,) = struct.unpack_from(">i", data, position)
+        block = data[position + 4:position + 4 + length]
+        if length < 0 or len(block) != length:
+            raise ValueError("a snappy-java block runs past the batch")
+        total += cramjam.snappy.decompress_raw_len(block)
+        if total > limit:
+            raise ValueError("too large")
+        out.append(bytes(cramjam.snappy.decompress_raw(block)))
+        position += 4 + length
+    return memoryview(b"".join(out))
 
 
 def _check_header(batch: Batch) -> None:
@@ -233,15 +335,45 @@ def walk_records(buffer, position: int, end: int, count: int,
     Checks what Kafka's DefaultRecord reader checks: each record's fields fit its length, its
     offset delta is its index, and the records fill the batch exactly.  Returns the least and
     greatest timestamp deltas; with `stamps`, appends (offset delta, timestamp delta) per
-    record.  The
-    loop is bounded by the bytes (every record takes at least 7), never by the header's count,
-    so a lie in a stored batch cannot drive it.  Raises BatchError.
+    record.  The loop is bounded by the bytes (every record takes at least 7), never by the
+    header's count, so a lie in a stored batch cannot drive it.  Raises BatchError.
     """
-    if count > (end - position) // 7:
-        raise BatchError("corrupt_message", f"{count} records cannot fit {end - position} bytes")
-    varint, least, greatest = _varint, 2**63, -(2**63)
+    walk = RecordWalk(buffer, position, end, count)
+    walk.step(count, stamps)
+    return walk.least, walk.greatest
+
+
+class RecordWalk:
+    """A walk over the records between `position` and `end`, resumable: `step(n)` walks at
+    most n more records and says whether the walk is over (so a large batch can be walked a
+    slice per event-loop turn)."""
+
+    def __init__(self, buffer, position: int, end: int, count: int):
+        if count > (end - position) // 7:
+            raise BatchError("corrupt_message",
+                             f"{count} records cannot fit {end - position} bytes")
+        self.buffer, self.position, self.end, self.count = buffer, position, end, count
+        self.index, self.least, self.greatest = 0, 2**63, -(2**63)
+
+    def step(self, most: int, stamps: list | None = None) -> bool:
+        stop_at = min(self.count, self.index + most)
+        self.position, self.least, self.greatest = _walk(
+            self.buffer, self.position, self.end, self.index, stop_at, self.least,
+            self.greatest, stamps)
+        self.index = stop_at
+        if self.index < self.count:
+            return False
+        if self.position != self.end:
+            raise BatchError("corrupt_message",
+                             f"{self.end - self.position} bytes after the last record")
+        return True
+
+
+def _walk(buffer, position: int, end: int, first: int, stop_at: int, least: int,
+          greatest: int, stamps: list | None) -> tuple[int, int, int]:
+    varint = _varint
     try:
-        for index in range(count):
+        for index in range(first, stop_at):
             # Varints of one or two bytes are read inline: record and value lengths of small
             # and 1 KiB records; longer ones go through _varint.
             byte = buffer[position]
@@ -308,9 +440,7 @@ def walk_records(buffer, position: int, end: int, count: int,
                 raise BatchError("corrupt_message", f"record {index} does not fill its length")
     except IndexError:
         raise BatchError("corrupt_message", "a record runs past the batch") from None
-    if position != end:
-        raise BatchError("corrupt_message", f"{end - position} bytes after the last record")
-    return least, greatest
+    return position, least, greatest
 
 
 def _skip_headers(buffer, position: int, stop: int, index: int) -> int:

@@ -54,7 +54,11 @@ def write_seeds(target: str, directory: str) -> int:
             if key is not None:
                 seeds.append(struct.pack(">H", key) + _body(frame))
     elif target == "records":
+        from tests.batches import compressed, make_batch
+
         seeds = [batch for frame in frames for batch in _batches(frame)]
+        seeds += [compressed(make_batch(5), codec, xerial) for codec, xerial in
+                  ((1, False), (2, False), (2, True), (3, False), (4, False))]
     elif target == "ipc":
         config = load_config({})
         seeds = [ipc.encode(message) for message in (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import datetime
 import logging
 import secrets
@@ -14,12 +16,22 @@ from workers.quotas import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.produce")
 
+SYNC_RECORDS = 20_000  # records one request may walk at once (about 15 ms)
+SLICE_RECORDS = 10_000  # records walked per loop turn beyond that
+
 
 class Produce(Api):
+    """Every batch is validated before anything is appended (broker.log.records.BatchCheck).
+    Up to SYNC_RECORDS records in all are walked at once; a request with more (large batches
+    of small records, compressed batches) is walked SLICE_RECORDS per event-loop turn, one such
+    request at a time per worker (which also bounds the decompressed bytes held), and answered
+    when all of it was appended: no request holds the worker's loop for long."""
+
     key, name, versions = 0, "Produce", (3, 10)  # kio has no v0-2 (magic v0/v1 batches)
 
     def __init__(self, services):
         self.services = services
+        self._walking: collections.deque = collections.deque()  # requests walked in slices
 
     def handle(self, ctx: RequestContext, body):
         acks = body.acks
@@ -28,14 +40,40 @@ class Produce(Api):
             refusal = "invalid_required_acks"
         elif body.transactional_id is not None:
             refusal = "transactional_id_authorization_failed"  # transactions are not served
+        pending = [[self._prepare(topic.name, data, refusal or self._refusal(ctx, data))
+                    for data in topic.partition_data] for topic in body.topic_data]
+        checks = [item for items in pending for item in items if item.check is not None]
+        if _walk(checks, SYNC_RECORDS):
+            return self._finish(ctx, body, pending)
+        future = asyncio.get_running_loop().create_future()
+        self._walking.append((ctx, body, pending, checks, future))
+        if len(self._walking) == 1:
+            asyncio.get_running_loop().call_soon(self._walk_slice)
+        return future
+
+    def _walk_slice(self) -> None:
+        """One slice of the oldest request waiting to be walked; answer it once done."""
+        ctx, body, pending, checks, future = self._walking[0]
+        if not future.done():  # else its connection went away: nothing is appended
+            try:
+                if not _walk(checks, SLICE_RECORDS):
+                    asyncio.get_running_loop().call_soon(self._walk_slice)
+                    return
+                future.set_result(self._finish(ctx, body, pending))
+            except Exception as error:  # an acks=0 failure: the connection must hear of it
+                future.set_exception(error)
+        self._walking.popleft()
+        if self._walking:
+            asyncio.get_running_loop().call_soon(self._walk_slice)
+
+    def _finish(self, ctx: RequestContext, body, pending: list):
+        """Append what passed (in request order), then answer."""
         topics, failed = [], False
-        for topic in body.topic_data:
-            partitions = []
-            for data in topic.partition_data:
-                result = self._append(topic.name, data, refusal or self._refusal(ctx, data))
-                failed |= result["error_code"] != errors.NONE
-                partitions.append(result)
+        for topic, items in zip(body.topic_data, pending):
+            partitions = [self._append(topic.name, item) for item in items]
+            failed |= any(result["error_code"] != errors.NONE for result in partitions)
             topics.append({"name": topic.name, "partition_responses": partitions})
+        acks = body.acks
         if acks == 0 and failed:  # the only way to tell an acks=0 producer: Kafka closes
             raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
         seconds = self._charge(ctx, body)
@@ -71,19 +109,31 @@ class Produce(Api):
             return "unsupported_compression_type"
         return None
 
-    def _append(self, topic: str, data, refusal: str | None) -> dict:
-        answer = {"index": data.index, "base_offset": -1, "log_append_time": None,
-                  "log_start_offset": -1, "record_errors": [], "error_message": None}
+    def _prepare(self, topic: str, data, refusal: str | None) -> "_Pending":
+        """The partition and the check of its batch, or why it is refused."""
         if refusal is not None:
-            return dict(answer, error_code=error_code(refusal))
+            return _Pending(data, None, None, refusal)
         partition = self.services.registry.partition(topic, data.index)
         if partition is None:
-            return dict(answer, error_code=errors.UNKNOWN_TOPIC_OR_PARTITION)
+            return _Pending(data, None, None, "unknown_topic_or_partition")
         if not data.records:
-            return dict(answer, error_code=error_code("invalid_record"),
-                        error_message="no record batch")
+            return _Pending(data, partition, None, "invalid_record", "no record batch")
         try:
-            result = partition.append(data.records)
+            return _Pending(data, partition, partition.check(data.records), None)
+        except records.BatchError as error:
+            return _Pending(data, partition, None, error.code, str(error))
+
+    def _append(self, topic: str, item: "_Pending") -> dict:
+        data = item.data
+        answer = {"index": data.index, "base_offset": -1, "log_append_time": None,
+                  "log_start_offset": -1, "record_errors": [], "error_message": None}
+        if item.problem is not None:
+            if item.message is not None:
+                log.info("produce to %s-%d refused: %s", topic, data.index, item.message)
+            return dict(answer, error_code=error_code(item.problem), error_message=item.message)
+        partition = item.partition
+        try:
+            result = partition.append(data.records, checked=item.check.batch)
         except OSError as error:
             log.error("append to %s-%d failed: %s", topic, data.index, error)
             return dict(answer, error_code=error_code("kafka_storage_error"))
@@ -95,6 +145,35 @@ class Produce(Api):
             waits.appended(partition)
         return dict(answer, error_code=errors.NONE, base_offset=result.base_offset,
                     log_start_offset=result.log_start_offset)
+
+
+class _Pending:
+    """One partition of a Produce request: its check, or why it is refused."""
+
+    __slots__ = ("data", "partition", "check", "problem", "message", "done")
+
+    def __init__(self, data, partition, check, problem: str | None, message: str | None = None):
+        self.data, self.partition, self.check = data, partition, check
+        self.problem, self.message = problem, message
+        self.done = check is None
+
+
+def _walk(pending: list, budget: int) -> bool:
+    """Walk up to `budget` records of the checks not done yet; True once all are done.  A
+    check that refuses its batch leaves its refusal in its place."""
+    for item in pending:
+        if item.done:
+            continue
+        before = item.check.walked
+        try:
+            item.done = item.check.step(budget)
+        except records.BatchError as error:
+            item.problem, item.message, item.done = error.code, str(error), True
+            continue
+        budget -= item.check.walked - before
+        if not item.done or budget <= 0:
+            return all(other.done for other in pending)
+    return True
 
 
 class InitProducerId(Api):
