@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
-.PHONY: install run test bench fuzz loadgen loadtest report java clean
+.PHONY: install run test bench fuzz soak loadgen loadtest report java clean
 
 install: $(STAMP)
 
@@ -39,6 +39,12 @@ loadtest/bin/%: loadtest/%.c
 FUZZ_SECONDS ?= 60
 fuzz: install
 	$(PY) -m tests.fuzz --seconds $(FUZZ_SECONDS)
+
+# Rotating populations of client ids, groups and producers against one broker for
+# SOAK_SECONDS; fails if a process's memory grew by more than 10 % after the first minute.
+SOAK_SECONDS ?= 600
+soak: install
+	$(PY) -m loadtest.soak --seconds $(SOAK_SECONDS)
 
 bench: install loadgen java
 	$(PY) -m loadtest.bench

@@ -15,7 +15,7 @@ import logging
 from broker.config import declared_keys
 from broker.events import ConfigChanged, EventLog
 from broker.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
-                            DynamicConfig, alter_client_quota)
+                            DynamicConfig, alter_client_quota, ip_entity_key)
 from broker.quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.protocol import errors
 from broker.protocol.codec import REQUEST_PREFIX, request_readers
@@ -28,6 +28,9 @@ CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
 
 
 ALTERING_APIS = (44, 49)  # IncrementalAlterConfigs, AlterClientQuotas
+# Quota entities stored (ip, user, client-id and their defaults): each is kept in the parent,
+# persisted and sent to every worker after a change, so their number is bounded.
+MAX_QUOTA_ENTITIES = 10_000
 
 
 def refuse_change(request: bytes, listener: int) -> bytes:
@@ -207,22 +210,32 @@ class AdminService:
             kinds = [e.entity_type for e in entry.entity]
             problem = None
             try:
+                # An entry applies whole or not at all: its ops run on a copy of its entity's
+                # values only (a copy of every entity per entry made big requests quadratic).
                 if kinds == ["ip"]:
-                    candidate = dict(ip_quotas)  # an entry applies whole or not at all
+                    store, key = ip_quotas, ip_entity_key(entry.entity[0].entity_name)
+                    candidate = {key: store[key]} if key in store else {}
                     for op in entry.ops:
                         self.dynamic.alter_ip_quota(candidate, entry.entity[0].entity_name,
                                                     op.key, op.value, op.remove)
-                    ip_quotas = candidate
                 elif kinds and len(set(kinds)) == len(kinds) and set(kinds) <= set(ENTITY_TYPES):
                     names = {e.entity_type: e.entity_name or DEFAULT for e in entry.entity}
+                    store = client_quotas
                     key = entity_key(names.get("user"), names.get("client-id"))
-                    candidate = dict(client_quotas)
+                    candidate = {key: store[key]} if key in store else {}
                     for op in entry.ops:
                         alter_client_quota(candidate, key, op.key, op.value, op.remove)
-                    client_quotas = candidate
                 else:
                     raise ConfigProblem("invalid_request",
                                         f"entity {kinds} is not supported (ip, user, client-id)")
+                if key in candidate and key not in store and \
+                        len(ip_quotas) + len(client_quotas) >= MAX_QUOTA_ENTITIES:
+                    raise ConfigProblem("invalid_request", f"{MAX_QUOTA_ENTITIES} quota entities "
+                                                           f"are stored already (the most kept)")
+                if key in candidate:
+                    store[key] = candidate[key]
+                else:
+                    store.pop(key, None)
             except ConfigProblem as error:
                 problem = (error.code, str(error))
             changed |= problem is None

@@ -196,7 +196,7 @@ class DynamicConfig:
         if key != IP_RATE_KEY:
             raise ConfigProblem("invalid_request", f"{key} is not a quota of the ip entity "
                                                    f"(only {IP_RATE_KEY})")
-        name = DEFAULT_ENTITY if ip is None else _checked_ip(ip)
+        name = ip_entity_key(ip)
         if remove:
             quotas.pop(name, None)
             return
@@ -237,6 +237,11 @@ def _checked_int(spec: DynamicKey, value: str) -> int:
         raise ConfigProblem("invalid_config", f"Invalid value {value} for configuration "
                                               f"{spec.name}: Value must be at least {spec.minimum}")
     return number
+
+
+def ip_entity_key(ip: str | None) -> str:
+    """The store's key of an `ip` quota entity: the address normalised, or the default."""
+    return DEFAULT_ENTITY if ip is None else _checked_ip(ip)
 
 
 def _checked_ip(ip: str) -> str:

@@ -11,10 +11,11 @@ forgets the ones it no longer does.
 
 from __future__ import annotations
 
-import concurrent.futures
 import ipaddress
 import logging
+import queue
 import socket
+import threading
 import time
 
 log = logging.getLogger("broker.resolver")
@@ -35,11 +36,17 @@ class HostResolver:
         self.on_change = on_change  # called on the loop when an answer changed something
         self._cache: dict[str, tuple[list, float]] = {}  # host -> (networks, resolved at)
         self._pending: set[str] = set()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
-                                                           thread_name_prefix="resolver")
+        # One daemon thread: a lookup stuck in getaddrinfo must not hold up the broker's exit.
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="resolver", daemon=True)
+        self._thread.start()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._queue.put(None)
+
+    def _serve(self) -> None:  # on the resolver thread
+        while (host := self._queue.get()) is not None:
+            self._resolve(host)
 
     def prime(self, hosts) -> None:
         """Resolve now, blocking (start-up, before the loop serves)."""
@@ -58,7 +65,7 @@ class HostResolver:
         if (found is None or time.monotonic() - found[1] > REFRESH_SECONDS) and \
                 self._loop is not None and host not in self._pending:
             self._pending.add(host)
-            self._pool.submit(self._resolve, host)
+            self._queue.put(host)
         return None if found is None else found[0]
 
     def keep_only(self, hosts: set[str]) -> None:
@@ -76,7 +83,10 @@ class HostResolver:
         took = time.monotonic() - started
         if took > SLOW_SECONDS:
             log.warning("resolving %s took %.1fs (off the event loop)", host, took)
-        self._loop.call_soon_threadsafe(self._resolved, host, networks)
+        try:
+            self._loop.call_soon_threadsafe(self._resolved, host, networks)
+        except RuntimeError:
+            pass  # the loop is closed: the broker is stopping
 
     def _resolved(self, host: str, networks: list) -> None:  # on the loop
         self._pending.discard(host)

@@ -288,7 +288,7 @@ def test_killed_workers_under_memory_pressure_leave_the_pool_whole():
         for thread in threads:
             thread.start()
         try:
-            for _ in range(10):
+            for _ in range(6):
                 time.sleep(0.4)
                 name, pid = random.choice(sorted(broker.worker_pids.items()))
                 os.kill(pid, signal.SIGKILL)
@@ -424,3 +424,22 @@ def test_the_offsets_file_is_compacted_as_it_grows(tmp_path):
                 client.receive()
         with open(os.path.join(data, "logs", ".pybroker-offsets.jsonl"), "rb") as handle:
             assert len(handle.readlines()) <= 10000  # COMPACT_MIN: not 12,000
+
+
+def test_quota_entities_are_bounded_and_one_request_of_thousands_is_cheap():
+    from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest
+
+    with BrokerProcess(workers=1) as broker:
+        entry = AlterClientQuotasRequest.EntryData
+        request = AlterClientQuotasRequest[1](validate_only=False, entries=[entry(
+            entity=[entry.EntityData(entity_type="client-id", entity_name=f"q-{n}")],
+            ops=[entry.OpData(key="producer_byte_rate", value=1e6, remove=False)])
+            for n in range(10_050)])
+        request.with_header(correlation_id=1, client_id="admin")
+        with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=30) as client:
+            started = time.monotonic()
+            client.send(frame(bytes(request.encode(header=True))))
+            _, response = decode_response(49, 1, client.receive())
+            assert time.monotonic() - started < 10  # each entry copied every entry before
+        codes = [int(item.error_code) for item in response.entries]
+        assert codes.count(0) == 10_000 and codes[-50:] == [42] * 50  # INVALID_REQUEST
