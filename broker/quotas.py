@@ -63,6 +63,9 @@ def resolve(quotas: dict[str, dict[str, float]], static: dict[str, float], user:
     return None
 
 
+_CACHED_SENSORS = 8192  # keys a process remembers the sensor of (a miss claims again)
+
+
 def _hash(key: str) -> int:
     """A sensor key's 63-bit hash, never 0 (0 marks a free cell)."""
     wanted = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
@@ -111,7 +114,7 @@ class QuotaSensors:
         if index is None:
             self._entities.pop(key, None)
             return None
-        if len(self._entities) >= 4 * self.entities:  # this process's view, bounded too
+        if len(self._entities) >= _CACHED_SENSORS:  # this process's view, bounded too
             self._entities.clear()
         self._entities[key] = (index, wanted)
         return index

@@ -222,7 +222,7 @@ class Supervisor:
 
     def _pool_events(self, stats: events.BrokerStats, now: float) -> None:
         """Pool figures for the second, and a pool_depleted event when a depletion ended."""
-        pool, words = self.pool, self.block.words
+        pool = self.pool
         depleted = pool.depleted_ns()
         stats.pool_used, stats.pool_limit = pool.used(), pool.limit
         stats.pool_waiting = pool.waiting()

@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 
-from loadtest.harness import BrokerProcess
+from loadtest.harness import BrokerProcess, rss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.join(HERE, "bin")
@@ -143,16 +143,7 @@ def run_rr(port: int, pids, frame_path: str, shape: str, seconds: float, mode: s
 
 
 def resident_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except FileNotFoundError:
-            pass
-    return total
+    return sum(rss(pid) for pid in pids)
 
 
 def memory_burst(pool: bool) -> dict:

@@ -160,6 +160,25 @@ class BrokerProcess:
         return 0.0
 
 
+def memory(pid: int) -> dict[str, int]:
+    """Resident bytes of a process (/proc/<pid>/status): VmRSS in all, RssAnon (its own heap),
+    RssFile and RssShmem (mapped shared memory: the shared block); {} once it is gone."""
+    found = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "RssAnon", "RssShmem", "RssFile"):
+                    found[name] = int(value.split()[0]) * 1024
+    except FileNotFoundError:
+        pass
+    return found
+
+
+def rss(pid: int) -> int:
+    return memory(pid).get("VmRSS", 0)
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = ""):
     """Poll `predicate` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from loadtest.harness import BrokerProcess
+from loadtest.harness import BrokerProcess, memory
 from tests.batches import make_batch
 from tests.test_group_coordinator import request as group_request
 from tests.wire import KafkaSocket, create_topic, decode_response, frame, produce_request
@@ -37,22 +37,6 @@ OVERRIDES = {"quota.producer.default": "100000000", "pybroker.quota.max.sensors"
              "offsets.retention.check.interval.ms": "10000",
              "producer.id.expiration.ms": "60000", "group.min.session.timeout.ms": "1000",
              "group.initial.rebalance.delay.ms": "0", "pybroker.event.log.enable": "false"}
-
-
-def rss(pid: int) -> int:
-    return memory(pid)["VmRSS"]
-
-
-def memory(pid: int) -> dict[str, int]:
-    """Resident bytes of a process: in all, its own heap, and mapped shared memory (the
-    shared block: bounded by config, its pages resident once first touched)."""
-    found = {}
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "RssAnon", "RssShmem", "RssFile"):
-                found[name] = int(value.split()[0]) * 1024
-    return found
 
 
 class Population:
@@ -163,7 +147,9 @@ def main(argv=None) -> int:
         started = time.monotonic()
         populations = {"clients": Population(CLIENTS, 20, started),
                        "groups": Population(GROUPS, 5, started),
-                       "producers": Population(PRODUCERS, 2, started)}
+                       # each thread has its share of the producer ids (sequences are its own)
+                       "producers": Population(PRODUCERS // args.threads, 2 / args.threads,
+                                               started)}
         stop = threading.Event()
         loads = [Load(broker.listeners["PLAINTEXT"], stop, seed, populations, args.threads)
                  for seed in range(args.threads)]
@@ -183,8 +169,10 @@ def main(argv=None) -> int:
     growth = {name: at_end[name]["VmRSS"] / after_first[name]["VmRSS"] - 1 for name in pids}
     print(json.dumps({"seconds": args.seconds, "requests": requests, "failures": failures,
                       "quota_untracked_requests": untracked,
-                      "distinct_ids_seen": {name: int(p.per_second * args.seconds + p.size)
-                                            for name, p in populations.items()},
+                      "distinct_ids_seen": {
+                          name: int(p.per_second * args.seconds + p.size) *
+                          (args.threads if name == "producers" else 1)
+                          for name, p in populations.items()},
                       "after_first_minute_mb": _megabytes(after_first),
                       "at_end_mb": _megabytes(at_end),
                       "growth": {k: round(v, 3) for k, v in growth.items()}}, indent=2))

@@ -10,31 +10,19 @@ import resource
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
-import uuid
 
 import pytest
 from crc32c import crc32c
 
-from loadtest.harness import BrokerProcess, wait_until
+from loadtest.harness import BrokerProcess, rss, wait_until
 from tests.batches import compressed, make_batch
-from tests.wire import (KafkaSocket, alter_client_quota, api_versions_request, create_topic,
-                        decode_response, fetch_request, frame, metadata_request, peer_closed,
-                        produce_errors, produce_request, raw_request)
+from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response,
+                        fetch_request, frame, metadata_request, produce_errors, produce_request)
 
 MIB = 1 << 20
 UNKNOWN_PRODUCER_ID, CORRUPT_MESSAGE, INVALID_RECORD = 59, 2, 87
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def data_workers(broker) -> list[int]:

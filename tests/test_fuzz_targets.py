@@ -5,14 +5,12 @@ Invariants: no process dies, no exception escapes a connection, no connection sl
 byte leaks, and every refused request is counted in a metric.
 """
 
-import os
 import random
 import socket
 import struct
 import subprocess
 import sys
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

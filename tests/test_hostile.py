@@ -13,7 +13,7 @@ import time
 import pytest
 from crc32c import crc32c
 
-from loadtest.harness import BrokerProcess, wait_until
+from loadtest.harness import BrokerProcess, rss, wait_until
 from tests.batches import make_batch
 from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_request, frame,
                         metadata_request, peer_closed, produce_errors, produce_request,
@@ -295,17 +295,9 @@ def _forever_fetch(correlation: int) -> bytes:
 # --- 6. half-sent requests ---------------------------------------------------------------------
 
 
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def test_half_sent_requests_hold_no_memory_and_are_closed_at_their_deadline(broker):
     workers = [pid for name, pid in broker.worker_pids.items() if name.startswith("data-")]
-    before = sum(rss_bytes(pid) for pid in workers)
+    before = sum(rss(pid) for pid in workers)
     closed_before = broker.metric("broker_connections_closed_total", listener="PLAINTEXT",
                                   reason="receive_timeout")
     holders = []
@@ -314,7 +306,7 @@ def test_half_sent_requests_hold_no_memory_and_are_closed_at_their_deadline(brok
         sock.sendall(struct.pack(">i", 100 * MIB - 1) + b"\0\1\0\0\0\0\0\1")  # 8 of 100 MiB
         holders.append(sock)
     time.sleep(0.3)  # let the workers read what was sent (nothing more will come)
-    assert sum(rss_bytes(pid) for pid in workers) - before < 32 * MIB
+    assert sum(rss(pid) for pid in workers) - before < 32 * MIB
     for sock in holders:
         assert peer_closed(sock, wait=10), "a half-sent request was never timed out"
         sock.close()

@@ -26,7 +26,6 @@ import socket
 import struct
 import tempfile
 
-from kio.index import load_request_schema
 from kio.schema.index import api_key_map, schema_name_map
 
 SCHEMAS = sorted((key, version) for key, name in api_key_map.items()
