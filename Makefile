@@ -25,7 +25,9 @@ run: install
 	mkdir -p data
 	$(PY) -m broker --config config/server.properties
 
+# The import contracts first (pyproject.toml: which process may import what), then the suite.
 test: install loadgen java
+	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest -q tests
 
 loadgen: $(LOADGEN)

@@ -10,8 +10,9 @@ import argparse
 import logging
 import sys
 
-from broker.config import (ConfigError, describe_keys, load_config, parse_overrides,
-                           read_properties_file)
+from broker.shared.config import (ConfigError, describe_keys, load_config, parse_overrides,
+                                  read_properties_file)
+from broker.shared.constants import LOG_FORMAT
 
 EXIT_STARTUP, EXIT_CONFIG = 1, 2
 
@@ -33,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.describe_config:
         print(describe_keys())
         return 0
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format=LOG_FORMAT)
     try:
         raw = read_properties_file(args.config) if args.config else {}
         raw.update(parse_overrides(args.override))
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(config, log_level: str, reload) -> int:
     import uvloop
 
-    from broker.runtime import Runtime, StartupError
-    from broker.supervisor import Supervisor
+    from broker.parent.runtime import Runtime, StartupError
+    from broker.parent.supervisor import Supervisor
 
     log = logging.getLogger("broker")
     runtime = Runtime(config)

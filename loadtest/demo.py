@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from loadtest.harness import BrokerProcess
+from tests.harness import BrokerProcess
 
 MIB = 1 << 20
 
@@ -42,10 +42,10 @@ def storm(address, waves: int = 4, per_wave: int = 100) -> int:
 
 
 def greedy_producer(address, seconds: float) -> int:
+    from kafka.protocol.producer.produce import ProduceRequest
+
     from tests.batches import make_batch
     from tests.wire import KafkaSocket, frame
-
-    from kafka.protocol.producer.produce import ProduceRequest
 
     data = ProduceRequest.TopicProduceData
     sent = 0

@@ -3,7 +3,7 @@
 The mix looks like an hour with connection storms: mostly connection accepted/closed/rejected
 events from 200 IPs, per-second request aggregates for 500 client ids on both planes,
 throttles, and the parent's per-second acceptor and broker figures.  Written with the real
-event classes (broker/events.py), so the pipeline reads exactly what a broker writes.
+event classes (broker/shared/events.py), so the pipeline reads exactly what a broker writes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import random
 
 import msgspec
 
-from broker import events
+from broker.shared import events
 
 FILE_BYTES = 64 * 1024 * 1024
 START_MS = 1_790_000_000_000

@@ -25,8 +25,8 @@ import sys
 import threading
 import time
 
-from loadtest.harness import BrokerProcess, memory
 from tests.batches import make_batch
+from tests.harness import BrokerProcess, memory
 from tests.test_group_coordinator import request as group_request
 from tests.wire import KafkaSocket, create_topic, decode_response, frame, produce_request
 

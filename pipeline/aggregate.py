@@ -38,7 +38,7 @@ def _of(events: DataFrame, kind: str) -> DataFrame:
 
 
 def bucket_upper_ms(bucket):
-    """A sketch bucket's upper bound in ms (broker.events.bucket_upper, as a column)."""
+    """A sketch bucket's upper bound in ms (broker.shared.events.bucket_upper, as a column)."""
     return F.when(bucket < 8, bucket + 1).otherwise(
         F.pow(F.lit(2.0), F.floor(bucket / 4)) * (5 + bucket % 4) / 4) / 1000.0
 

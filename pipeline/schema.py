@@ -1,4 +1,4 @@
-"""The Spark reading schema, derived from the event classes in broker/events.py.
+"""The Spark reading schema, derived from the event classes in broker/shared/events.py.
 
 One flat struct holds the union of every event type's fields (a field a type lacks is null),
 plus `_corrupt`, where Spark puts a line it cannot parse.  Deriving it from the msgspec classes
@@ -13,7 +13,7 @@ import typing
 import msgspec
 from pyspark.sql import types as T
 
-from broker.events import EVENT_TYPES, SCHEMA_VERSION
+from broker.shared.events import EVENT_TYPES, SCHEMA_VERSION
 
 __all__ = ["CORRUPT", "SCHEMA_VERSION", "TYPE_NAMES", "event_schema"]
 

@@ -31,9 +31,9 @@ The parent region holds the cells of PARENT_COUNTERS, written by the parent only
 One writer per cell: a worker writes only its own slot, the parent only its region, the archive
 and the two first words of a slot whose worker is not running.  Three exceptions, each written
 only under a cross-process lock: the metadata epoch (the topics flock), the memory pool's
-cells (`pool_lock`, see broker/pool.py) and the quota entity table (`quota_lock`).  Cells are written through a
-memoryview cast to 'q', an aligned 8-byte store, so a reader never sees a torn value; readers
-sum the slots.  Python has no atomic fetch-add across processes, hence no shared cell is ever
+cells (`pool_lock`, see broker/shared/pool.py) and the quota entity table (`quota_lock`).
+Cells are written through a memoryview cast to 'q', an aligned 8-byte store, so a reader never
+sees a torn value; readers sum the slots.  Python has no atomic fetch-add across processes, hence no shared cell is ever
 incremented by two processes.
 """
 
@@ -89,7 +89,8 @@ WORKER_COUNTERS = (
     ("muted_channels", ("mute_reason",)),  # gauges
     ("cpu_ns", ()),  # CPU time this worker process used, refreshed every tick
     ("idle_ppm", ()),  # a gauge: share of the last tick not spent on CPU, in millionths
-    # Client quota sensors (broker/quotas.py): this worker's share of each entity's windows.
+    # Client quota sensors (broker/shared/client_quotas.py): this worker's share of each
+    # entity's windows.
     ("quota_window", ("quota_type", "quota_entity", "quota_window")),  # window id of the count
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
     ("quota_last", ("quota_entity",)),  # the last window this worker counted for the entity
@@ -113,7 +114,7 @@ PARENT_COUNTERS = (
     ("accept_throttle_ns", ("listener",)),
     ("worker_restarts", ()),
     ("worker_spawn_failures", ()),  # restarts that failed to spawn (retried with back-off)
-    # Memory pool state (broker/pool.py), changed under the pool lock by any process: two
+    # Memory pool state (broker/shared/pool.py), changed under the pool lock by any process: two
     # copies of it, and which one is current (a change is committed by flipping that word);
     # the request rings are written beyond their tails, so they need no copy.
     ("pool_current", ()),

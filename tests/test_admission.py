@@ -6,10 +6,13 @@ import socket
 import threading
 import time
 
+import pytest
 
-from loadtest.harness import BrokerProcess, wait_until
+from tests.harness import BrokerProcess, wait_until
 from tests.wire import (KafkaSocket, alter_raw, api_versions_request, decode_response, frame,
                         peer_closed)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 TWO_LISTENERS = {
     "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
@@ -173,8 +176,7 @@ def test_lowering_max_connections_evicts_at_once_and_persists(tmp_path):
 
 
 def test_incremental_alter_configs_validation_and_listener_keys():
-    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
-                                       ConfigResource)
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
     with BrokerProcess(workers=1, overrides=TWO_LISTENERS) as broker:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.listeners['CLIENT'][1]}"})

@@ -18,12 +18,13 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
-from broker.admin import AdminService
-from broker.config import load_config
-from broker.dynamic import DynamicConfig
-from broker.groups.coordinator import GROUP_APIS, GroupCoordinator
-from broker.groups.offsets import OffsetStore
-from broker.protocol.codec import build, encode_entity
+from broker.parent.admin import AdminService
+from broker.parent.dynamic import DynamicConfig
+from broker.parent.groups.coordinator import GroupCoordinator
+from broker.parent.groups.offsets import OffsetStore
+from broker.shared.apis import GROUP_KEYS
+from broker.shared.config import load_config
+from broker.shared.protocol.codec import build, encode_entity
 from tests.batches import make_batch
 from tests.test_connection import make_router
 from workers.handlers import ForwardRequest, InvalidRequest
@@ -64,7 +65,7 @@ class Parent:
 
     def handle(self, frame: bytes):
         api_key = int.from_bytes(frame[:2], "big")
-        service = self.groups if api_key in GROUP_APIS else self.admin
+        service = self.groups if api_key in GROUP_KEYS else self.admin
         return service.handle(frame, 0, "127.0.0.1:1")
 
 

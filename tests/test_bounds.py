@@ -16,10 +16,12 @@ import time
 import pytest
 from crc32c import crc32c
 
-from loadtest.harness import BrokerProcess, rss, wait_until
 from tests.batches import compressed, make_batch
+from tests.harness import BrokerProcess, rss, wait_until
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response,
                         fetch_request, frame, metadata_request, produce_errors, produce_request)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 MIB = 1 << 20
 UNKNOWN_PRODUCER_ID, CORRUPT_MESSAGE, INVALID_RECORD = 59, 2, 87

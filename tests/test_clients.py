@@ -4,7 +4,9 @@ import asyncio
 
 import pytest
 
-from loadtest.harness import BrokerProcess
+from tests.harness import BrokerProcess
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from broker.config import ConfigError, describe_keys, load_config, parse_properties
+from broker.shared.config import ConfigError, describe_keys, load_config, parse_properties
+from tests.harness import check_system_marker
 
 
 def test_properties_syntax():
@@ -90,12 +91,14 @@ def test_bad_configuration_names_the_key(raw, message):
 
 
 def run_broker(*args, timeout=30):
+    check_system_marker()
     return subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True,
                           text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("override, key", [("bogus.key=1", "bogus.key"),
                                            ("num.network.threads=abc", "num.network.threads")])
+@pytest.mark.system
 def test_bad_config_exits_2_with_one_line(override, key):
     result = run_broker("--override", override)
     assert result.returncode == 2
@@ -104,6 +107,7 @@ def test_bad_config_exits_2_with_one_line(override, key):
     assert lines[0].startswith(f"config error: {key}:")
 
 
+@pytest.mark.system
 def test_config_file_errors_exit_2(tmp_path):
     path = tmp_path / "server.properties"
     path.write_text("num.network.threads=abc\n")

@@ -1,16 +1,16 @@
 """The per-connection protocol with a fake transport: framing, ordering, flow control."""
 
 import struct
+import tempfile
 
 import pytest
 
-import tempfile
-
-from broker.config import load_config
-from broker.log.partition import LogSettings
-from broker.log.topics import Epoch, TopicRegistry
+from broker.shared.config import load_config
+from broker.shared.log.partition import LogSettings
+from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.wire import api_versions_request, metadata_request
 from workers.apis import Services, build_apis
+from workers.backpressure import RequestQueue
 from workers.connection import Connection
 from workers.handlers import BrokerView, Router
 from workers.mute import MuteState
@@ -52,6 +52,8 @@ class FakeTransport:
 
 
 class FakeWorker:
+    """A ConnectionHost (workers.connection): the real router and request queue, no pool."""
+
     def __init__(self, max_request_bytes=1 << 20, large_frame_bytes=1024):
         self._log_dir = tempfile.TemporaryDirectory(prefix="pybroker-conn-test-")
         self.router = make_router(self._log_dir.name)
@@ -62,12 +64,14 @@ class FakeWorker:
         self.stats = self
         self.events = None  # no event log
         self.receive_timeout = 30.0
+        self.queue = RequestQueue(1 << 30, self.stats)  # never full here
+        self.memory = None
 
     def muted(self, reason, change):
         pass
 
-    def queue_full(self):
-        return False
+    def queued_requests(self, count):
+        pass
 
     def connection_registered(self, conn):
         pass

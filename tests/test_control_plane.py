@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from broker.config import ConfigError, load_config
-from loadtest.harness import BrokerProcess, wait_until
+from broker.shared.config import ConfigError, load_config
+from tests.batches import make_batch
+from tests.harness import BrokerProcess, wait_until
 from tests.test_admission import Probe, served_probes
 from tests.wire import (KafkaSocket, alter_client_quota, alter_raw, api_versions_request,
                         create_topic, decode_response, describe_configs_request, frame,
                         metadata_request, peer_closed, produce_request)
-from tests.batches import make_batch
 
 MIB = 1 << 20
 CONTROL = {
@@ -142,6 +142,7 @@ def worker_pid(broker: BrokerProcess, name: str) -> int:
 
 # --- what each plane serves ------------------------------------------------------------------
 
+@pytest.mark.system
 def test_the_control_plane_serves_admin_apis_and_data_listeners_refuse_changes():
     with BrokerProcess(workers=1, overrides=CONTROL) as broker:
         control, client = broker.listeners["CONTROLLER"], broker.listeners["CLIENT"]
@@ -182,6 +183,7 @@ def test_the_control_plane_serves_admin_apis_and_data_listeners_refuse_changes()
         assert broker.metric("broker_invalid_requests_total", reason="unknown_api") == 1
 
 
+@pytest.mark.system
 def test_a_key_of_ours_serves_changes_on_data_listeners_too():
     overrides = dict(CONTROL, **{"pybroker.control.plane.alter.on.data.listeners": "true"})
     with BrokerProcess(workers=1, overrides=overrides) as broker:
@@ -191,6 +193,7 @@ def test_a_key_of_ours_serves_changes_on_data_listeners_too():
         assert [t.error_code for t in created.topics] == [0]
 
 
+@pytest.mark.system
 def test_without_a_control_plane_every_listener_serves_changes():
     overrides = {key: value for key, value in CONTROL.items()
                  if key != "control.plane.listener.name"}
@@ -203,6 +206,7 @@ def test_without_a_control_plane_every_listener_serves_changes():
 
 # --- isolation -------------------------------------------------------------------------------
 
+@pytest.mark.system
 def test_control_plane_connections_escape_data_limits_but_keep_their_own():
     overrides = dict(CONTROL, **{"max.connections": "2", "max.connections.per.ip": "2",
                                  "listener.name.controller.max.connections": "3"})
@@ -228,6 +232,7 @@ def test_control_plane_connections_escape_data_limits_but_keep_their_own():
             probe.close()
 
 
+@pytest.mark.system
 def test_the_control_plane_is_exempt_from_client_quotas():
     overrides = dict(CONTROL, **{"quota.window.num": "2", "pybroker.quota.burst.windows": "1"})
     with BrokerProcess(workers=1, overrides=overrides) as broker:
@@ -258,6 +263,7 @@ def test_the_control_plane_is_exempt_from_client_quotas():
 
 # --- the control-plane worker process --------------------------------------------------------
 
+@pytest.mark.system
 def test_killed_control_plane_worker_is_restarted_and_data_workers_never_notice():
     with BrokerProcess(workers=2, overrides=CONTROL) as broker:
         control, client = broker.listeners["CONTROLLER"], broker.listeners["CLIENT"]
@@ -278,6 +284,7 @@ def test_killed_control_plane_worker_is_restarted_and_data_workers_never_notice(
         assert all(broker.metric("broker_worker_up", worker=name) == 1 for name in data_pids)
 
 
+@pytest.mark.system
 def test_control_plane_worker_is_pinned_to_its_cpu_and_reports_its_metrics():
     cpu = max(os.sched_getaffinity(0))
     overrides = dict(CONTROL, **{"pybroker.control.plane.cpu": str(cpu)})
@@ -359,6 +366,7 @@ def alter_quota_with_kafka_python(bootstrap: str, client_id: str, rate: float) -
         admin.close()
 
 
+@pytest.mark.system
 def test_admin_clients_on_the_control_plane_end_a_storm_the_data_plane_cannot_serve():
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 

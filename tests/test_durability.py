@@ -5,10 +5,14 @@ import signal
 import threading
 import time
 
-from loadtest.harness import BrokerProcess, wait_until
+import pytest
+
 from tests.batches import make_batch
+from tests.harness import BrokerProcess, wait_until
 from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_request, produce_errors,
                         produce_request)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 
 def fetch_all(address, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
@@ -177,8 +181,8 @@ def test_fsync_on_every_append_and_on_a_timer(tmp_path):
     with BrokerProcess(workers=1, data_dir=str(tmp_path), overrides=overrides) as broker:
         create_topic(broker.bootstrap, "synced")
         assert produce_acked(broker.listeners["PLAINTEXT"], "synced", 5, b"s") == list(range(5))
-    from broker.log.partition import W_UNFLUSHED, LogSettings
-    from broker.log.topics import Epoch, TopicRegistry
+    from broker.shared.log.partition import W_UNFLUSHED, LogSettings
+    from broker.shared.log.topics import Epoch, TopicRegistry
 
     registry = TopicRegistry((os.path.join(tmp_path, "logs"),), LogSettings(), Epoch())
     try:

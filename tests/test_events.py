@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from broker import events as ev
-from broker.config import ConfigError, load_config
-from broker.events import EventLog, decode_line
-from loadtest.harness import BrokerProcess, wait_until
+from broker.shared import events as ev
+from broker.shared.config import ConfigError, load_config
+from broker.shared.events import EventLog, decode_line
 from tests.batches import make_batch
+from tests.harness import BrokerProcess, wait_until
 from tests.test_pipeline import spark  # noqa: F401  (the session-wide Spark fixture)
 from tests.wire import KafkaSocket, alter_client_quota, create_topic, produce_request
 
@@ -63,6 +63,7 @@ def test_event_log_settings():
 
 # --- a real broker ---------------------------------------------------------------------------
 
+@pytest.mark.system
 def test_a_broker_run_becomes_a_report_naming_the_storm_and_the_throttled_client(
         spark, tmp_path):  # noqa: F811
     overrides = {"max.connections.per.ip": "5", "quota.window.num": "2",

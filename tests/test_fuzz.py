@@ -5,8 +5,8 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.config import ConfigError, load_config, parse_properties
-from broker.log import records
+from broker.shared.config import ConfigError, load_config, parse_properties
+from broker.shared.log import records
 from tests.batches import make_batch
 from tests.test_connection import connect, feed
 from tests.wire import api_versions_request, metadata_request

@@ -11,12 +11,13 @@ import struct
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadtest.harness import BrokerProcess, wait_until
 from tests.fuzz import targets
 from tests.fuzz.__main__ import ROOT, captured
+from tests.harness import BrokerProcess, wait_until
 
 FRAMES = captured()
 INTERESTING = [b"\x00", b"\xff", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x00\x00\x00",
@@ -29,6 +30,7 @@ def test_the_corpus_holds_every_client_and_the_apis_they_use():
     assert len(FRAMES) >= 60
 
 
+@pytest.mark.system  # the fuzzers run as processes of their own, 4 s per target
 def test_every_fuzz_target_runs_without_a_finding():
     done = subprocess.run([sys.executable, "-m", "tests.fuzz", "--seconds", "4"], cwd=ROOT,
                           capture_output=True, text=True, timeout=240)
@@ -80,6 +82,7 @@ def test_mutated_client_requests_through_a_connection(case):
     targets.framing(bytes([choices[0] % 256]) + struct.pack(">i", len(data)) + data)
 
 
+@pytest.mark.system
 def test_mutated_requests_against_a_real_broker_leave_nothing_behind():
     """2,000 mutated client requests over 40 connections to a broker with the memory pool on:
     it stays up, restarts no worker, and ends with no connection slot or pool byte held."""

@@ -8,13 +8,13 @@ import asyncio
 import datetime
 
 import pytest
-
-from broker.config import load_config
-from broker.groups import coordinator as coordinator_module
-from broker.groups.coordinator import GroupCoordinator
-from broker.groups.offsets import OffsetStore
-from broker.protocol.codec import build, encode_entity
 from kio.index import load_request_schema
+
+from broker.parent.groups import coordinator as coordinator_module
+from broker.parent.groups.coordinator import GroupCoordinator
+from broker.parent.groups.offsets import OffsetStore
+from broker.shared.config import load_config
+from broker.shared.protocol.codec import build, encode_entity
 from tests.wire import decode_response
 
 E_NONE, UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCING = 0, 25, 22, 27
@@ -266,7 +266,7 @@ def test_delete_groups_refuses_live_groups(harness):
 
 
 def test_compaction_keeps_only_the_latest_offsets(tmp_path, monkeypatch):
-    from broker.groups import offsets
+    from broker.parent.groups import offsets
 
     monkeypatch.setattr(offsets, "COMPACT_MIN", 10)
     store = OffsetStore(str(tmp_path))
@@ -285,7 +285,7 @@ def test_compaction_keeps_only_the_latest_offsets(tmp_path, monkeypatch):
 
 
 def test_session_timeout_bounds_must_be_ordered():
-    from broker.config import ConfigError
+    from broker.shared.config import ConfigError
 
     with pytest.raises(ConfigError, match="^group.min.session.timeout.ms: 9000 is more than"):
         load_config({"group.min.session.timeout.ms": "9000",
@@ -351,6 +351,6 @@ def test_a_commit_after_a_torn_tail_survives_the_next_restart(tmp_path):
 
 
 def offsets_record(topic, partition, offset):
-    from broker.groups.offsets import Record
+    from broker.parent.groups.offsets import Record
 
     return Record(group="g", topic=topic, partition=partition, offset=offset)

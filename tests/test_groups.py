@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from loadtest.harness import BrokerProcess, wait_until
+from tests.harness import BrokerProcess, wait_until
 from tests.wire import KafkaSocket, alter_client_quota, create_topic, frame
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 GROUPS = {"group.initial.rebalance.delay.ms": "100"}
 PARTITIONS = 6

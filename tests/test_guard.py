@@ -1,4 +1,5 @@
-"""The request guard (broker.protocol.guard) against kio's own reader, on every request schema.
+"""The request guard (broker.shared.protocol.guard) against kio's own reader, on every request
+schema.
 
 kio aborts the process on an array count its frame cannot back, so hostile counts are tried in
 a child process: an abort there fails the test instead of killing pytest.
@@ -16,7 +17,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
-from broker.protocol.guard import GuardError, walker
+from broker.shared.protocol.guard import GuardError, walker
 
 st.register_type_strategy(Records, st.binary(max_size=40).map(Records))
 
@@ -75,7 +76,7 @@ _PROBE = r"""
 import io, sys
 from kio.index import load_request_schema
 from kio.schema.index import api_key_map, schema_name_map
-from broker.protocol.codec import request_readers
+from broker.shared.protocol.codec import request_readers
 patterns = [bytes.fromhex(p) for p in sys.argv[1:]]
 checked = 0
 for key, name in sorted(api_key_map.items()):

@@ -4,8 +4,12 @@ import socket
 import struct
 import threading
 
-from loadtest.harness import BrokerProcess, wait_until
+import pytest
+
+from tests.harness import BrokerProcess, wait_until
 from tests.wire import api_versions_request
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 
 def open_served_connections(address, count):

@@ -13,11 +13,12 @@ import time
 import pytest
 from crc32c import crc32c
 
-from loadtest.harness import BrokerProcess, rss, wait_until
 from tests.batches import make_batch
+from tests.harness import BrokerProcess, rss, wait_until
 from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_request, frame,
-                        metadata_request, peer_closed, produce_errors, produce_request,
-                        raw_request)
+                        metadata_request, peer_closed, produce_errors, produce_request, raw_request)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 MIB = 1 << 20
 INVALID_RECORD, KAFKA_STORAGE_ERROR, LEADER_NOT_AVAILABLE = 87, 56, 5

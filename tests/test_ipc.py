@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from broker import ipc
+from broker.shared import ipc
 
 
 def pair():
@@ -61,11 +61,11 @@ def test_fds_travel_with_their_message_and_the_sender_closes_its_copies():
     left, right = pair()
     sender, receiver = ipc.Channel(left), ipc.Channel(right)
     read_end, write_end = os.pipe()
-    sender.send(ipc.Handoff([(1, 0, "127.0.0.1", 9)]), [write_end])
+    sender.send(ipc.Handoff([ipc.HandedOff(1, 0, "127.0.0.1", 9)]), [write_end])
     with pytest.raises(OSError):
         os.fstat(write_end)  # the channel closed the parent's copy once sent
     message, fds = receiver.receive()
-    assert message.conns == [(1, 0, "127.0.0.1", 9)] and len(fds) == 1
+    assert message.conns == [ipc.HandedOff(1, 0, "127.0.0.1", 9)] and len(fds) == 1
     os.write(fds[0], b"x")
     assert os.read(read_end, 1) == b"x"
     for fd in (fds[0], read_end):
@@ -80,7 +80,7 @@ def test_a_closed_channel_refuses_to_send_and_closes_the_fds_it_was_given():
     right.close()
     read_end, write_end = os.pipe()
     with pytest.raises(ipc.ChannelError):
-        sender.send(ipc.Handoff([(1, 0, "h", 1)]), [write_end])
+        sender.send(ipc.Handoff([ipc.HandedOff(1, 0, "h", 1)]), [write_end])
     with pytest.raises(OSError):
         os.fstat(write_end)
     with pytest.raises(ipc.ChannelError):

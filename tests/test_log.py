@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from broker.log import records
-from broker.log.partition import LogSettings
-from broker.log.topics import Epoch, TopicRegistry
+from broker.shared.log import records
+from broker.shared.log.partition import LogSettings
+from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import make_batch
 
 
@@ -295,7 +295,7 @@ def test_staged_topics_appear_whole_and_a_losing_race_leaves_nothing(registry):
 
 def _brute_force(partition, timestamp: int):
     """The first record stamped at or after `timestamp`, by reading every batch."""
-    from broker.log.segment import Segment
+    from broker.shared.log.segment import Segment
 
     for base in sorted(int(n[:-4]) for n in os.listdir(partition.directory) if n.endswith(".log")):
         segment = Segment(partition.directory, base)
@@ -327,7 +327,7 @@ def test_lookups_by_time_agree_with_reading_everything_and_read_one_region(regis
         reads.append(length)
         return original(segment, position, length)
 
-    import broker.log.segment as segment_module
+    import broker.shared.log.segment as segment_module
 
     segment_module.Segment.read = counting
     try:
@@ -390,7 +390,7 @@ def test_an_unknown_producer_mid_sequence_is_refused_and_old_ones_expire(tmp_pat
 
 
 def test_the_producer_table_is_bounded_and_forgets_the_least_recent_at_its_bound(tmp_path):
-    from broker.log.producers import ProducerTable
+    from broker.shared.log.producers import ProducerTable
 
     table = ProducerTable(str(tmp_path), expiration_ms=10**9, max_entries=128)
     for producer in range(200):

@@ -9,10 +9,12 @@ import time
 
 import pytest
 
-from loadtest.harness import BrokerProcess, wait_until
 from tests.batches import make_batch
+from tests.harness import BrokerProcess, wait_until
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, produce_errors,
                         produce_request)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 MIB = 1 << 20
 

@@ -6,12 +6,13 @@ import os
 import msgspec
 import pytest
 
-from broker import events as ev
-from broker.events import bucket_upper, latency_bucket
-
+from broker.shared import events as ev
+from broker.shared.events import bucket_upper, latency_bucket
 from pipeline import aggregate
 from pipeline.job import run
 from pipeline.load import load_events, spark_session
+
+pytestmark = pytest.mark.system  # every test here runs Spark (a JVM)
 
 T0 = 1_790_000_000  # an epoch second
 
@@ -232,7 +233,7 @@ def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
     import subprocess
     import sys
 
-    from loadtest.harness import wait_until
+    from tests.harness import wait_until
 
     def free_port():
         with socket.socket() as probe:

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from broker.pool import QueueFull, SharedPool, initialise_pool
+from broker.shared.pool import QueueFull, SharedPool, initialise_pool
 from shm.block import SharedBlock
 
 LIMIT = 1000

@@ -5,7 +5,9 @@ import time
 
 import pytest
 
-from loadtest.harness import BrokerProcess
+from tests.harness import BrokerProcess
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 COUNT = 300
 

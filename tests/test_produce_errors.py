@@ -2,10 +2,12 @@
 
 import pytest
 
-from loadtest.harness import BrokerProcess
 from tests.batches import make_batch
+from tests.harness import BrokerProcess
 from tests.wire import (KafkaSocket, decode_response, fetch_request, metadata_request,
                         produce_errors, produce_request)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNKNOWN_TOPIC, INVALID_RECORD = 2, 10, 3, 87
 

@@ -6,10 +6,12 @@ import time
 
 import pytest
 
-from loadtest.harness import BrokerProcess
 from tests.batches import make_batch
+from tests.harness import BrokerProcess
 from tests.wire import (KafkaSocket, alter_client_quota, create_topic, decode_response,
                         fetch_request, frame, produce_errors, produce_request)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 MB = 1_000_000
 QUOTA = {"pybroker.quota.burst.windows": "1"}  # a 1-window burst keeps 10 s measurements tight

@@ -4,8 +4,10 @@ import ipaddress
 
 import pytest
 
-from broker.admission import INT_MAX, ConnectionQuotas, Limits, Verdict, parse_ip_overrides
-from broker.rates import Rate
+from broker.parent.admission import ConnectionQuotas, Limits, Verdict
+from broker.parent.rates import Rate
+from broker.shared.constants import INT_MAX
+from broker.shared.overrides import parse_ip_overrides
 
 
 def test_fresh_sensor_allows_the_burst_kafka_allows():
@@ -151,8 +153,8 @@ def test_the_control_plane_listener_is_outside_every_data_plane_limit():
 
 
 def test_the_control_plane_has_a_connection_limit_by_default(tmp_path):
-    from broker.config import load_config
-    from broker.dynamic import CONTROL_PLANE_MAX_CONNECTIONS, DynamicConfig
+    from broker.parent.dynamic import CONTROL_PLANE_MAX_CONNECTIONS, DynamicConfig
+    from broker.shared.config import load_config
 
     raw = {"listeners": "CLIENT://:9092,CONTROLLER://:9094", "log.dirs": str(tmp_path),
            "listener.security.protocol.map": "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -168,7 +170,7 @@ def test_the_control_plane_has_a_connection_limit_by_default(tmp_path):
 
 def test_quota_sensors_are_reused_after_idling_and_never_shared(tmp_path):
     """256 sensors used to be all, and every later client shared the last one."""
-    from broker.quotas import PRODUCE, QuotaSensors
+    from broker.shared.client_quotas import PRODUCE, QuotaSensors
     from shm.block import SharedBlock
 
     block = SharedBlock.create(str(tmp_path / "block"), slots=2, listeners=1, quota_entities=16,

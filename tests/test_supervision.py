@@ -7,9 +7,12 @@ import subprocess
 import threading
 import time
 
+import pytest
 
-from loadtest.harness import BrokerProcess, wait_until
+from tests.harness import BrokerProcess, wait_until
 from tests.wire import KafkaSocket, api_versions_request
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 
 def pid_alive(pid: int) -> bool:

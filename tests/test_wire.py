@@ -5,9 +5,11 @@ import struct
 
 import pytest
 
-from loadtest.harness import BrokerProcess, wait_until
-from tests.wire import (KafkaSocket, api_versions_request, decode_response, frame,
-                        metadata_request, raw_request)
+from tests.harness import BrokerProcess, wait_until
+from tests.wire import (KafkaSocket, api_versions_request, decode_response, frame, metadata_request,
+                        raw_request)
+
+pytestmark = pytest.mark.system  # every test here starts a broker
 
 MAX_BYTES = 4096
 

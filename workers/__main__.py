@@ -15,7 +15,8 @@ import signal
 import socket
 import sys
 
-WORKER_BOOT_ERROR = 3
+from broker.shared.constants import LOG_FORMAT, WORKER_BOOT_ERROR
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -31,7 +32,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _boot(channel_fd: int):
-    from broker import ipc
+    from broker.shared import ipc
     from shm.block import STATE_BOOTING, SharedBlock
     from workers.worker import Worker
 
@@ -53,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format=LOG_FORMAT)
     _die_with_parent(args.parent)
     try:
         import uvloop

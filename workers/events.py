@@ -2,21 +2,22 @@
 
 Requests are far too many to log one by one, so each read's requests are added to a table
 keyed by (listener, API, client id) - count, bytes, latency sum and a latency sketch - that
-`tick` writes out as `requests` events (broker/events.py).  The hot path is a few integer
-operations: a connection keeps a reference to its current entry.  The worker calls `tick` on every
-wall-clock second, so a table holds the requests answered in the second that just ended.  A read of pipelined
-requests counts each API with its number of requests, the read's latency for all of them, and
-the bytes read and written since the connection's previous read split by count.  A connection's client id is the one of its first request (Kafka
-clients keep theirs for the life of a connection).  The table holds at most MAX_KEYS entries a
-second; the rest are added under the client id "<other>".
+`tick` writes out as `requests` events (broker/shared/events.py).  The hot path is a few integer
+operations: a connection keeps a reference to its current entry.  The worker calls `tick` on
+every wall-clock second (broker.shared.events.SecondTicker), so a table holds the requests
+answered in the second that just ended.  A read of pipelined requests counts each API with its
+number of requests, the read's latency for all of them, and the bytes read and written since
+the connection's previous read split by count.  A connection's client id is the one of its
+first request (Kafka clients keep theirs for the life of a connection).  The table holds at
+most MAX_KEYS entries a second; the rest are added under the client id "<other>".
 """
 
 from __future__ import annotations
 
 import time
 
-from broker import events
-from broker.events import EventLog
+from broker.shared import events
+from broker.shared.events import EventLog
 
 MAX_KEYS = 2000
 OTHER = "<other>"
@@ -42,7 +43,7 @@ class WorkerEvents:
         connection moved since its last read.  A parked request (a long-poll Fetch, a
         JoinGroup) waited on purpose: never a slow_request."""
         us = elapsed_ns // 1000
-        if us < 8:  # broker.events.latency_bucket, inlined: this runs for every read
+        if us < 8:  # broker.shared.events.latency_bucket, inlined: this runs for every read
             bucket = us
         else:
             top = us.bit_length() - 1

@@ -1,7 +1,7 @@
 """Request routing: decode each request with kio and hand it to the API that serves it.
 
 `Router.handle(frame, listener_index)` takes one request frame (the bytes after the size
-prefix), decodes it with kio behind the request guard (broker.protocol.guard: a count the
+prefix), decodes it with kio behind the request guard (broker.shared.protocol.guard: a count the
 frame cannot back never reaches kio's native reader, which would abort the process), and
 returns the size-prefixed response (bytes), None when the request takes no
 response (acks=0 produce), or an asyncio Future of either when the answer has to wait (Fetch
@@ -17,11 +17,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.protocol import errors
-from broker.protocol.cache import BoundedCache
-from broker.protocol.codec import REQUEST_PREFIX, frame, request_readers
-from broker.protocol.guard import TooManyEntries
-from broker.protocol.context import NO_THROTTLE, RequestContext, error_code  # noqa: F401 (re-export)
+from broker.shared.apis import BY_NAME
+from broker.shared.protocol import errors
+from broker.shared.protocol.cache import BoundedCache
+from broker.shared.protocol.codec import REQUEST_PREFIX, frame, request_readers
+from broker.shared.protocol.context import (NO_THROTTLE, RequestContext,  # noqa: F401 (re-export)
+                                            error_code)
+from broker.shared.protocol.guard import TooManyEntries
 
 # The route of a request: its API key and version read as one unsigned 32-bit number.
 _ROUTE_KEY = struct.Struct(">I")
@@ -62,11 +64,18 @@ class BrokerView:
 class Api:
     """Base of the request handlers: subclasses set the class attributes and `handle`."""
 
-    key: int = -1
+    key: int = -1  # these three come from the API table (broker.shared.apis)
     name: str = ""
     versions: tuple[int, int] = (0, 0)
     pure = False  # True: the answer depends only on the request bytes after the correlation id
     forwarded = False  # True: the raw frame goes to the parent undecoded (ForwardRequest)
+
+    def __init_subclass__(cls, api: str | None = None, **kwargs):
+        """`class Produce(Api, api="Produce")`: key, name and versions from the table."""
+        super().__init_subclass__(**kwargs)
+        if api is not None:
+            spec = BY_NAME[api]
+            cls.key, cls.name, cls.versions = spec.key, spec.name, spec.versions
 
     def __init__(self, services=None):
         self.services = services  # workers.apis.Services
@@ -80,7 +89,7 @@ class Router:
 
     def __init__(self, apis: list[Api], quotas=None):
         self.apis = {api.key: api for api in apis}
-        self.quotas = quotas  # workers.quotas.ClientQuotas, for request_percentage
+        self.quotas = quotas  # workers.throttling.ClientQuotas, for request_percentage
         self._routes = {}
         for api in apis:
             low, high = api.versions
@@ -115,7 +124,7 @@ class Router:
         except Exception as error:  # kio raises several types for malformed input
             raise InvalidRequest("malformed_header", f"bad request header: {error!r}") from None
         try:
-            body, _ = body_reader(request, offset)  # guarded: see broker.protocol.guard
+            body, _ = body_reader(request, offset)  # guarded: see broker.shared.protocol.guard
         except TooManyEntries as error:
             raise InvalidRequest("too_many_entries", f"{api.name} v{api_version}: {error}") \
                 from None

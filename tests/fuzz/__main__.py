@@ -36,8 +36,8 @@ def captured() -> list[bytes]:
 
 def write_seeds(target: str, directory: str) -> int:
     """The seeds of one target, derived from the captured request frames."""
-    from broker import ipc
-    from broker.config import load_config
+    from broker.shared import ipc
+    from broker.shared.config import load_config
     from tests.fuzz.targets import SCHEMAS
 
     frames = captured()
@@ -74,7 +74,7 @@ def write_seeds(target: str, directory: str) -> int:
 
 
 def _body(frame: bytes) -> bytes:
-    from broker.protocol.codec import request_readers
+    from broker.shared.protocol.codec import request_readers
 
     api_key, version = struct.unpack_from(">hh", frame)
     header_reader, _ = request_readers(api_key, version)
@@ -82,7 +82,7 @@ def _body(frame: bytes) -> bytes:
 
 
 def _batches(frame: bytes) -> list[bytes]:
-    from broker.protocol.codec import request_readers
+    from broker.shared.protocol.codec import request_readers
 
     if struct.unpack_from(">h", frame)[0] != 0:
         return []
@@ -99,13 +99,13 @@ def run_one(target: str, args: list[str]) -> None:
     with atheris.instrument_imports(include=["broker", "workers", "shm"]):
         # Everything a target can reach, imported under instrumentation (modules imported
         # later would run uninstrumented and give the fuzzer no coverage to follow).
-        import broker.admin  # noqa: F401
-        import broker.groups.coordinator  # noqa: F401
-        import broker.ipc  # noqa: F401
-        import broker.log.records  # noqa: F401
-        import broker.protocol.codec  # noqa: F401
-        import broker.protocol.guard  # noqa: F401
-        import workers.apis.admin  # noqa: F401
+        import broker.parent.admin  # noqa: F401
+        import broker.parent.groups.coordinator  # noqa: F401
+        import broker.shared.ipc  # noqa: F401
+        import broker.shared.log.records  # noqa: F401
+        import broker.shared.protocol.codec  # noqa: F401
+        import broker.shared.protocol.guard  # noqa: F401
+        import workers.apis.forwarded  # noqa: F401
         import workers.apis.discovery  # noqa: F401
         import workers.apis.fetch  # noqa: F401
         import workers.apis.produce  # noqa: F401

@@ -20,7 +20,7 @@ import struct
 import sys
 import threading
 
-from loadtest.harness import BrokerProcess
+from tests.harness import BrokerProcess
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "requests")
 PER_KIND = 3

@@ -39,12 +39,13 @@ class Finding(AssertionError):
 # --- framing -----------------------------------------------------------------------------------
 
 
-class _Pool:
-    """A pool that grants every other request at once and the rest later; counts bytes."""
+class _Memory:
+    """The pool's waiters: every other request is granted at once, the rest wait; counts bytes."""
 
     def __init__(self):
         self.held = 0
         self.calls = 0
+        self.waiters = []
 
     def try_allocate(self, size: int, listener: int) -> bool:
         self.calls += 1
@@ -53,12 +54,30 @@ class _Pool:
             return True
         return False
 
+    def wait(self, conn) -> None:
+        self.waiters.append(conn)
+
     def release(self, size: int, listener: int) -> None:
         self.held -= size
 
 
+class _Queue:
+    """A request queue never full, counting parked requests."""
+
+    full = False
+
+    def __init__(self):
+        self.waiting = 0
+
+    def parked(self, queued: bool) -> None:
+        self.waiting += 1
+
+    def done(self, queued: bool) -> None:
+        self.waiting -= 1
+
+
 def _fuzz_worker():
-    """The test suite's FakeWorker, completed with what a connection may ask of its worker:
+    """The test suite's FakeWorker, completed with what a connection may ask of its host:
     a memory pool, forwarding to a parent that answers at once, the request queue."""
     from tests.test_connection import FakeWorker
 
@@ -66,29 +85,18 @@ def _fuzz_worker():
         def __init__(self):
             super().__init__(max_request_bytes=1 << 16, large_frame_bytes=256)
             self.loop = asyncio.new_event_loop()
-            self.pool = _Pool()
+            self.memory = _Memory()
+            self.queue = _Queue()
             self.reset()
 
         def reset(self):
             self.served, self.invalid, self.closed = [], [], []
-            self.memory_waiters, self.forwarded, self.parked = [], [], 0
-
-        def wait_for_memory(self, conn):
-            self.memory_waiters.append(conn)
-
-        def release_memory(self, size, listener):
-            self.pool.release(size, listener)
+            self.memory.waiters, self.forwarded, self.queue.waiting = [], [], 0
 
         def forward_admin(self, request, listener, peer):
             future = self.loop.create_future()
             self.forwarded.append((future, bytes(request[4:8])))
             return future
-
-        def request_parked(self, queued):
-            self.parked += 1
-
-        def request_done(self, queued):
-            self.parked -= 1
 
     return Worker()
 
@@ -102,7 +110,7 @@ def framing(data: bytes) -> None:
     pooled, chunk = data[0] & 1, 1 + data[0] // 2 % 64
     worker = _WORKERS.get("framing") or _WORKERS.setdefault("framing", _fuzz_worker())
     worker.reset()
-    worker.pool.held = 0
+    worker.memory.held = 0
     transport = FakeTransport()
     conn = (PooledConnection if pooled else Connection)(worker, 1, 0, "127.0.0.1:1")
     conn.connection_made(transport)
@@ -128,19 +136,19 @@ def framing(data: bytes) -> None:
         raise Finding("refused without a metric")
     if conn._large is not None:
         raise Finding("a closed connection still holds its frame buffer")
-    if pooled and worker.pool.held != 0:
-        raise Finding(f"{worker.pool.held} pool bytes not returned after the close")
-    if worker.parked != 0:
-        raise Finding(f"{worker.parked} parked requests never accounted as done")
+    if pooled and worker.memory.held != 0:
+        raise Finding(f"{worker.memory.held} pool bytes not returned after the close")
+    if worker.queue.waiting != 0:
+        raise Finding(f"{worker.queue.waiting} parked requests never accounted as done")
 
 
 def _answer_waiters(worker) -> None:
     """Grant memory to waiting connections and answer forwarded requests, in order."""
-    while worker.memory_waiters or worker.forwarded:
-        if worker.memory_waiters:
-            waiter = worker.memory_waiters.pop(0)
+    while worker.memory.waiters or worker.forwarded:
+        if worker.memory.waiters:
+            waiter = worker.memory.waiters.pop(0)
             if not waiter.closing:
-                worker.pool.held += waiter.memory_wait
+                worker.memory.held += waiter.memory_wait
                 waiter.memory_granted()
         if worker.forwarded:
             future, correlation = worker.forwarded.pop(0)
@@ -156,7 +164,7 @@ _WORKERS = {}
 
 
 def requests(data: bytes) -> None:
-    from broker.protocol.codec import request_readers
+    from broker.shared.protocol.codec import request_readers
 
     if len(data) < 2:
         return
@@ -205,7 +213,7 @@ def _services():
 def records(data: bytes) -> None:
     from crc32c import crc32c
 
-    from broker.log import records as batches
+    from broker.shared.log import records as batches
 
     if len(data) >= batches.HEADER_BYTES and data[0] & 1:  # half the runs get past the CRC
         data = data[:17] + struct.pack(">I", crc32c(data[21:])) + data[21:]
@@ -234,7 +242,7 @@ def records(data: bytes) -> None:
 def ipc(data: bytes) -> None:
     import msgspec
 
-    from broker import ipc as messages
+    from broker.shared import ipc as messages
 
     try:
         messages.decode(data)

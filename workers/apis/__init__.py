@@ -4,17 +4,25 @@ discovery  ApiVersions, Metadata, DescribeCluster, FindCoordinator
 produce    Produce, InitProducerId
 fetch      Fetch (long poll), ListOffsets
 topics     CreateTopics, DeleteTopics
-admin      DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas and the
-           group APIs (JoinGroup, SyncGroup, ..., OffsetCommit/Fetch): forwarded to the parent
+forwarded  DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas and the
+           group APIs (JoinGroup, SyncGroup, ..., OffsetCommit/Fetch): sent to the parent
+
+Which APIs a plane serves, and their versions, come from the API table (broker.shared.apis).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
-from broker.config import ServerProperties
-from broker.log.topics import TopicRegistry
+from broker.shared.apis import served
+from broker.shared.config import ServerProperties
+from broker.shared.log.topics import TopicRegistry
 from workers.handlers import Api, BrokerView
+
+if TYPE_CHECKING:  # for annotations only: build_apis imports the API modules when called
+    from workers.apis.fetch import FetchWaits
+    from workers.throttling import ClientQuotas
 
 
 @dataclass
@@ -24,44 +32,25 @@ class Services:
     view: BrokerView
     props: ServerProperties
     registry: TopicRegistry
-    waits: object = None  # workers.apis.fetch.FetchWaits, set once the loop runs
-    quotas: object = None  # workers.quotas.ClientQuotas; None on the control plane
-    may_alter: object = None  # (listener index) -> whether changes are served there
+    waits: FetchWaits | None = None  # set once the loop runs
+    quotas: ClientQuotas | None = None  # None on the control plane
+    may_alter: Callable[[int], bool] | None = None  # (listener index) -> changes served there?
 
 
 def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
-    """The data plane serves everything; the control plane only admin and control APIs."""
+    """One handler per API the plane serves (broker.shared.apis); ApiVersions advertises them."""
     from workers.apis.discovery import ApiVersions, DescribeCluster, FindCoordinator, Metadata
     from workers.apis.fetch import Fetch, ListOffsets
+    from workers.apis.forwarded import Forwarded
     from workers.apis.produce import InitProducerId, Produce
     from workers.apis.topics import CreateTopics, DeleteTopics
 
-    from workers.apis.admin import forwarded_apis, group_apis
-
-    apis: list[Api] = [Metadata(services), DescribeCluster(services), CreateTopics(services),
-                       DeleteTopics(services), *forwarded_apis(services)]
-    if not control_plane:
-        apis += [Produce(services), Fetch(services), ListOffsets(services),
-                 FindCoordinator(services), InitProducerId(services), *group_apis(services)]
-    apis.append(ApiVersions(apis))
+    local = {cls.key: cls for cls in (Metadata, DescribeCluster, FindCoordinator, Produce,
+                                      InitProducerId, Fetch, ListOffsets, CreateTopics,
+                                      DeleteTopics)}
+    apis: list[Api] = []
+    specs = [spec for spec in served(control_plane) if spec.key != ApiVersions.key]
+    for spec in specs:
+        apis.append(Forwarded(services, spec) if spec.forwarded else local[spec.key](services))
+    apis.append(ApiVersions(specs))
     return apis
-
-
-def api_names() -> dict[int, str]:
-    """API key -> name of every API served (for metrics labels)."""
-    from workers.apis.discovery import ApiVersions, DescribeCluster, FindCoordinator, Metadata
-    from workers.apis.fetch import Fetch, ListOffsets
-    from workers.apis.produce import InitProducerId, Produce
-    from workers.apis.topics import CreateTopics, DeleteTopics
-
-    from workers.apis.admin import FORWARDED
-
-    names = {cls.key: cls.name for cls in (ApiVersions, Metadata, DescribeCluster,
-                                           FindCoordinator, Produce,
-                                           InitProducerId, Fetch, ListOffsets, CreateTopics,
-                                           DeleteTopics)}
-    names.update({key: name for key, name, _ in FORWARDED})
-    from broker.groups.coordinator import GROUP_APIS
-
-    names.update({key: name for key, (name, _) in GROUP_APIS.items()})
-    return names

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 import uuid
 
-from broker.log.topics import is_legal_name
-from broker.protocol import errors
-from broker.protocol.cache import BoundedCache
-from broker.protocol.codec import build, encode_entity, frame, response_class
+from broker.shared.log.topics import is_legal_name
+from broker.shared.protocol import errors
+from broker.shared.protocol.cache import BoundedCache
+from broker.shared.protocol.codec import build, encode_entity, frame, response_class
 from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext
 
 # Kafka's rule for ApiVersions v3+ client_software_name / client_software_version.
@@ -20,12 +20,13 @@ _METADATA_KEY_BYTES = 16 << 10  # a request naming more topics is answered afres
 AUTO_CREATE_PARTITIONS = 64  # partitions one Metadata request may auto-create (ms each)
 
 
-class ApiVersions(Api):
-    key, name, versions = 18, "ApiVersions", (0, 4)
+class ApiVersions(Api, api="ApiVersions"):
     pure = True  # the answer depends only on the request bytes: the router memoizes it
 
-    def __init__(self, apis: list[Api]):
-        self._keys = sorted([(api.key, *api.versions) for api in apis] + [(self.key, *self.versions)])
+    def __init__(self, specs):
+        """`specs`: the other APIs served (rows of broker.shared.apis)."""
+        self._keys = sorted([(spec.key, *spec.versions) for spec in specs]
+                            + [(self.key, *self.versions)])
         self._bodies = {version: encode_entity(self._response(version, errors.NONE))
                         for version in range(self.versions[1] + 1)}
 
@@ -43,8 +44,7 @@ class ApiVersions(Api):
         return frame(ctx.correlation, False, self._bodies[ctx.version])  # header v0 always
 
 
-class Metadata(Api):
-    key, name, versions = 3, "Metadata", (0, 13)
+class Metadata(Api, api="Metadata"):
 
     def __init__(self, services):
         self.services = services
@@ -162,10 +162,9 @@ class Metadata(Api):
         return [index for index in range(info.partitions) if registry.is_offline(info.name, index)]
 
 
-class DescribeCluster(Api):
+class DescribeCluster(Api, api="DescribeCluster"):
     """This node as the whole cluster, at the endpoint of the listener asked on."""
 
-    key, name, versions = 60, "DescribeCluster", (0, 2)
     _BROKERS, _CONTROLLERS = 1, 2
 
     def __init__(self, services):
@@ -189,10 +188,9 @@ class DescribeCluster(Api):
         return ctx.respond(answer)
 
 
-class FindCoordinator(Api):
+class FindCoordinator(Api, api="FindCoordinator"):
     """Every group and transaction coordinator is this node (single-node broker)."""
 
-    key, name, versions = 10, "FindCoordinator", (0, 6)
 
     def __init__(self, services):
         self.services = services

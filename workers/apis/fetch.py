@@ -13,10 +13,10 @@ import asyncio
 import datetime
 import logging
 
-from broker.protocol import errors
-from broker.quotas import FETCH
+from broker.shared.client_quotas import FETCH
+from broker.shared.protocol import errors
 from workers.handlers import NO_THROTTLE, Api, RequestContext
-from workers.quotas import Throttled, throttle_applies_client_side
+from workers.throttling import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.fetch")
 
@@ -24,8 +24,7 @@ POLL_SECONDS = 0.005
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 
 
-class Fetch(Api):
-    key, name, versions = 1, "Fetch", (4, 16)
+class Fetch(Api, api="Fetch"):
 
     def __init__(self, services):
         super().__init__(services)
@@ -226,8 +225,7 @@ class _Waiter:
         self.waits.discard(self)
 
 
-class ListOffsets(Api):
-    key, name, versions = 2, "ListOffsets", (1, 11)
+class ListOffsets(Api, api="ListOffsets"):
 
     def handle(self, ctx: RequestContext, body) -> bytes:
         registry = self.services.registry

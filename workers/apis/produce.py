@@ -8,11 +8,11 @@ import datetime
 import logging
 import secrets
 
-from broker.log import records
-from broker.protocol import errors
-from broker.quotas import PRODUCE
+from broker.shared.client_quotas import PRODUCE
+from broker.shared.log import records
+from broker.shared.protocol import errors
 from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
-from workers.quotas import Throttled, throttle_applies_client_side
+from workers.throttling import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.produce")
 
@@ -20,14 +20,12 @@ SYNC_RECORDS = 20_000  # records one request may walk at once (about 15 ms)
 SLICE_RECORDS = 10_000  # records walked per loop turn beyond that
 
 
-class Produce(Api):
-    """Every batch is validated before anything is appended (broker.log.records.BatchCheck).
+class Produce(Api, api="Produce"):
+    """Every batch is validated before anything is appended (broker.shared.log.records.BatchCheck).
     Up to SYNC_RECORDS records in all are walked at once; a request with more (large batches
     of small records, compressed batches) is walked SLICE_RECORDS per event-loop turn, one such
     request at a time per worker (which also bounds the decompressed bytes held), and answered
     when all of it was appended: no request holds the worker's loop for long."""
-
-    key, name, versions = 0, "Produce", (3, 10)  # kio has no v0-2 (magic v0/v1 batches)
 
     def __init__(self, services):
         self.services = services
@@ -176,10 +174,8 @@ def _walk(pending: list, budget: int) -> bool:
     return True
 
 
-class InitProducerId(Api):
+class InitProducerId(Api, api="InitProducerId"):
     """Hands out producer ids for idempotent producers (no transactions)."""
-
-    key, name, versions = 22, "InitProducerId", (0, 4)
 
     def handle(self, ctx: RequestContext, body) -> bytes:
         answer = {"throttle_time": NO_THROTTLE, "producer_id": -1, "producer_epoch": -1}

@@ -39,14 +39,12 @@ def _refused(services, ctx: RequestContext) -> bool:
     return services.may_alter is not None and not services.may_alter(ctx.listener_index)
 
 
-class CreateTopics(Api):
+class CreateTopics(Api, api="CreateTopics"):
     """Topics are built a slice of partitions per event-loop turn when they are many, so a
     request for thousands of partitions never holds the worker; their directories appear at
-    once, under the topics lock, when all are built (broker.log.topics.Staging).  One request
+    once, under the topics lock, when all are built (broker.shared.log.topics.Staging).  One request
     creates at most pybroker.max.partitions.per.topic partitions in all: topics past that get
     THROTTLING_QUOTA_EXCEEDED and a throttle time (KIP-599), so clients ask again."""
-
-    key, name, versions = 19, "CreateTopics", (2, 7)
 
     def handle(self, ctx: RequestContext, body):
         if _refused(self.services, ctx):
@@ -185,8 +183,7 @@ def _message(problem: str | None, name: str) -> str | None:
     return _MESSAGES.get(problem, problem).format(name)
 
 
-class DeleteTopics(Api):
-    key, name, versions = 20, "DeleteTopics", (1, 6)
+class DeleteTopics(Api, api="DeleteTopics"):
 
     def handle(self, ctx: RequestContext, body) -> bytes:
         registry = self.services.registry

@@ -1,0 +1,301 @@
+"""The parent's answers to the requests workers forward, and their routing.
+
+`AdminRouter` takes each forwarded request (IPC `AdminRequest`) to the service the API table
+names (broker.shared.apis): the group coordinator (broker.parent.groups) or `AdminService`
+below, and sends the answer back on the worker's channel, when it is ready (a JoinGroup waits
+for its rebalance).  It also tells workers the client quotas after every change.
+
+`AdminService` answers config and quota requests.
+
+DescribeConfigs and IncrementalAlterConfigs on the BROKER resource (this node's id, or "" for
+the cluster default), DescribeClientQuotas and AlterClientQuotas for the `ip` entity's
+connection_creation_rate and the user/client-id entities' byte rates and request percentage.
+A change is validated whole, persisted (broker.parent.dynamic), applied through `on_change`,
+and only then acknowledged.  With a control plane (KIP-291) changes are served only on its
+listener (`may_alter`); on data listeners every resource or entry gets
+CLUSTER_AUTHORIZATION_FAILED (broker.shared.protocol.refusal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
+                                   DynamicConfig, alter_client_quota, ip_entity_key)
+from broker.parent.worker_process import WorkerProcess
+from broker.shared import ipc
+from broker.shared.apis import BY_NAME, GROUP_KEYS, api_key_of
+from broker.shared.client_quotas import DEFAULT, ENTITY_TYPES, entity_key
+from broker.shared.config import declared_keys
+from broker.shared.events import ConfigChanged, EventLog
+from broker.shared.protocol import errors
+from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
+from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
+from broker.shared.protocol.refusal import refused_alter_configs, refused_alter_quotas
+
+log = logging.getLogger("broker.parent.admin")
+
+BROKER_RESOURCE = 4
+CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
+
+
+# Quota entities stored (ip, user, client-id and their defaults): each is kept in the parent,
+# persisted and sent to every worker after a change, so their number is bounded.
+MAX_QUOTA_ENTITIES = 10_000
+
+
+class AdminService:
+    def __init__(self, node_id: int, dynamic: DynamicConfig, on_change, may_alter=None,
+                 events: EventLog | None = None):
+        self.node_id = node_id
+        self.dynamic = dynamic
+        self.on_change = on_change  # called after a change was persisted
+        self.may_alter = may_alter or (lambda _listener: True)
+        self.events = events
+        self._handlers = {BY_NAME[name].key: handler for name, handler in (
+            ("DescribeConfigs", self._describe_configs),
+            ("IncrementalAlterConfigs", self._alter_configs),
+            ("DescribeClientQuotas", self._describe_quotas),
+            ("AlterClientQuotas", self._alter_quotas))}
+
+    def _record(self, listener: int, who: str, kind: str, changes: dict) -> None:
+        if self.events is not None:
+            self.events.emit(ConfigChanged(
+                listener=self.dynamic.config.listeners[listener].name, peer=who, kind=kind,
+                changes={key: None if value is None else str(value)
+                         for key, value in changes.items()}))
+
+    def handle(self, request: bytes, listener: int, who: str) -> bytes:
+        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
+        header_reader, body_reader = request_readers(api_key, version)
+        header, offset = header_reader(request, 0)
+        body, _ = body_reader(request, offset)
+        ctx = RequestContext(request[4:8], api_key, version, listener, header)
+        return self._handlers[api_key](ctx, body, who)
+
+    # --- configs --------------------------------------------------------------------------
+
+    def _resource_problem(self, resource_type: int, name: str) -> tuple[str, str] | None:
+        if resource_type != BROKER_RESOURCE:
+            return "invalid_request", f"resource type {resource_type} is not supported yet"
+        if name not in ("", str(self.node_id)):
+            return "invalid_request", f"unexpected broker id {name}; this is broker {self.node_id}"
+        return None
+
+    def _describe_configs(self, ctx: RequestContext, body, _who: str) -> bytes:
+        results = []
+        for resource in body.resources:
+            problem = self._resource_problem(resource.resource_type, resource.resource_name)
+            entry = {"resource_type": resource.resource_type,
+                     "resource_name": resource.resource_name, "configs": []}
+            if problem is not None:
+                results.append(dict(entry, error_code=error_code(problem[0]),
+                                    error_message=problem[1]))
+                continue
+            keys = resource.configuration_keys or self._describable()
+            entry["configs"] = [self._describe(key, resource.resource_name == "",
+                                               getattr(body, "include_documentation", False))
+                                for key in keys]
+            results.append(dict(entry, error_code=errors.NONE, error_message=None))
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+
+    def _describable(self) -> list[str]:
+        keys = [field.encode_name for field in declared_keys()]
+        for listener in self.dynamic.config.listeners:
+            for suffix in ("max.connections", "max.connection.creation.rate"):
+                keys.append(self.dynamic.listener_key(listener.name, suffix))
+        return keys
+
+    def _describe(self, key: str, cluster_default: bool, documentation: bool) -> dict:
+        if cluster_default:
+            value = self.dynamic.stored.cluster_default.get(key)
+            source = 2 if value is not None else 5
+        else:
+            value, source = self.dynamic.value(key)
+        dynamic = key in BROKER_KEYS or key.startswith("listener.name.")
+        spec = BROKER_KEYS.get(key)
+        return {"name": key, "value": value, "read_only": not dynamic, "config_source": source,
+                "is_sensitive": False, "synonyms": [], "config_type":
+                CONFIG_TYPES.get(spec.kind if spec else "string", 2),
+                "documentation": (spec.doc if spec else None) if documentation else None}
+
+    def _alter_configs(self, ctx: RequestContext, body, who: str) -> bytes:
+        if not self.may_alter(ctx.listener_index):
+            return refused_alter_configs(ctx, body)
+        results, changed = [], False
+        for resource in body.resources:
+            entry = {"resource_type": resource.resource_type,
+                     "resource_name": resource.resource_name}
+            problem = self._resource_problem(resource.resource_type, resource.resource_name)
+            if problem is None:
+                problem = self._alter_resource(resource, body.validate_only, who)
+                changed |= problem is None and not body.validate_only
+                if problem is None and not body.validate_only:
+                    self._record(ctx.listener_index, who, "config",
+                                 {item.name: item.value for item in resource.configs})
+            code, message = problem if problem is not None else (None, None)
+            results.append(dict(entry, error_code=error_code(code), error_message=message))
+        if changed:
+            self.on_change()
+        return ctx.respond({"throttle_time": NO_THROTTLE, "responses": results})
+
+    def _alter_resource(self, resource, validate_only: bool, who: str) -> tuple[str, str] | None:
+        stored = self.dynamic.stored
+        layer_name = "cluster_default" if resource.resource_name == "" else "broker"
+        layer = dict(getattr(stored, layer_name))
+        try:
+            for item in resource.configs:
+                self.dynamic.alter(layer, item.name, item.config_operation, item.value)
+        except ConfigProblem as problem:
+            return problem.code, str(problem)
+        if validate_only:
+            return None
+        setattr(stored, layer_name, layer)
+        self.dynamic.save()
+        log.info("dynamic config %s changed by %s: %s", layer_name, who or "a client",
+                 {item.name: item.value for item in resource.configs})
+        return None
+
+    # --- quotas ---------------------------------------------------------------------------
+
+    def _describe_quotas(self, ctx: RequestContext, body, _who: str) -> bytes:
+        entries = []
+        for entity, values in self._all_quotas():
+            if self._matches(body.components, body.strict, entity):
+                entries.append({"entity": [{"entity_type": kind, "entity_name": name}
+                                           for kind, name in entity.items()],
+                                "values": [{"key": key, "value": value}
+                                           for key, value in sorted(values.items())]})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+                            "error_message": None, "entries": entries})
+
+    def _all_quotas(self):
+        """(entity as {type: name or None for the default}, {key: value}) of every quota."""
+        stored = self.dynamic.stored
+        for name, rate in sorted(stored.ip_quotas.items()):
+            yield {"ip": None if name == DEFAULT_ENTITY else name}, {IP_RATE_KEY: rate}
+        for key, values in sorted(stored.client_quotas.items()):
+            entity = {}
+            for part in key.split(","):
+                kind, _, name = part.partition("=")
+                entity[kind] = None if name == DEFAULT else name
+            yield entity, values
+
+    @staticmethod
+    def _matches(components, strict: bool, entity: dict) -> bool:
+        for component in components:
+            if component.entity_type not in entity:
+                return False
+            name = entity[component.entity_type]
+            if component.match_type == 0 and name != component.match:
+                return False
+            if component.match_type == 1 and name is not None:
+                return False
+        if strict:
+            return {c.entity_type for c in components} == set(entity)
+        return True
+
+    def _alter_quotas(self, ctx: RequestContext, body, who: str) -> bytes:
+        if not self.may_alter(ctx.listener_index):
+            return refused_alter_quotas(ctx, body)
+        results, changed = [], False
+        ip_quotas = dict(self.dynamic.stored.ip_quotas)
+        client_quotas = dict(self.dynamic.stored.client_quotas)
+        for entry in body.entries:
+            entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name}
+                      for e in entry.entity]
+            kinds = [e.entity_type for e in entry.entity]
+            problem = None
+            try:
+                # An entry applies whole or not at all: its ops run on a copy of its entity's
+                # values only (a copy of every entity per entry made big requests quadratic).
+                if kinds == ["ip"]:
+                    store, key = ip_quotas, ip_entity_key(entry.entity[0].entity_name)
+                    candidate = {key: store[key]} if key in store else {}
+                    for op in entry.ops:
+                        self.dynamic.alter_ip_quota(candidate, entry.entity[0].entity_name,
+                                                    op.key, op.value, op.remove)
+                elif kinds and len(set(kinds)) == len(kinds) and set(kinds) <= set(ENTITY_TYPES):
+                    names = {e.entity_type: e.entity_name or DEFAULT for e in entry.entity}
+                    store = client_quotas
+                    key = entity_key(names.get("user"), names.get("client-id"))
+                    candidate = {key: store[key]} if key in store else {}
+                    for op in entry.ops:
+                        alter_client_quota(candidate, key, op.key, op.value, op.remove)
+                else:
+                    raise ConfigProblem("invalid_request",
+                                        f"entity {kinds} is not supported (ip, user, client-id)")
+                if key in candidate and key not in store and \
+                        len(ip_quotas) + len(client_quotas) >= MAX_QUOTA_ENTITIES:
+                    raise ConfigProblem("invalid_request", f"{MAX_QUOTA_ENTITIES} quota entities "
+                                                           f"are stored already (the most kept)")
+                if key in candidate:
+                    store[key] = candidate[key]
+                else:
+                    store.pop(key, None)
+            except ConfigProblem as error:
+                problem = (error.code, str(error))
+            changed |= problem is None
+            code, message = problem if problem is not None else (None, None)
+            results.append({"error_code": error_code(code), "error_message": message,
+                            "entity": entity})
+        if changed and not body.validate_only:
+            self.dynamic.stored.ip_quotas = ip_quotas
+            self.dynamic.stored.client_quotas = client_quotas
+            self.dynamic.save()
+            log.info("quotas changed by %s: ip %s, clients %s", who or "a client", ip_quotas,
+                     client_quotas)
+            for entry, result in zip(body.entries, results):
+                if result["error_code"] == errors.NONE:
+                    entity = ",".join(f"{e.entity_type}={e.entity_name or DEFAULT}"
+                                      for e in entry.entity)
+                    self._record(ctx.listener_index, who, "quota", {
+                        f"{entity}/{op.key}": None if op.remove else op.value
+                        for op in entry.ops})
+            self.on_change()
+        return ctx.respond({"throttle_time": NO_THROTTLE, "entries": results})
+
+
+class AdminRouter:
+    """Forwarded requests to their parent service, answers back to the worker that asked."""
+
+    def __init__(self, admin: AdminService, groups, dynamic: DynamicConfig):
+        self.admin = admin
+        self.groups = groups  # broker.parent.groups.coordinator.GroupCoordinator
+        self.dynamic = dynamic
+
+    def serve(self, worker: WorkerProcess, message: ipc.AdminRequest) -> None:
+        started = time.perf_counter_ns()
+        try:
+            service = self.groups if api_key_of(message.frame) in GROUP_KEYS else self.admin
+            answer = service.handle(message.frame, message.listener, message.peer)
+        except Exception:  # a malformed forwarded request costs that connection only
+            log.exception("admin request from %s failed", worker.name)
+            answer = None
+        busy = time.perf_counter_ns() - started
+        channel = worker.channel
+        if isinstance(answer, asyncio.Future):  # a JoinGroup or SyncGroup waiting
+            answer.add_done_callback(lambda done: self._answer(
+                worker, channel, message.request_id,
+                None if done.cancelled() else done.result(), busy))
+            return
+        self._answer(worker, channel, message.request_id, answer, busy)
+
+    @staticmethod
+    def _answer(worker: WorkerProcess, channel, request_id: int, answer, busy: int) -> None:
+        if channel is None or worker.channel is not channel:
+            return  # the worker that asked is gone, and the connection with it
+        try:
+            channel.send(ipc.AdminResponse(request_id=request_id, frame=answer, busy_ns=busy))
+        except OSError:
+            pass  # the worker is gone, and the connection that asked with it
+
+    def send_quotas(self, worker: WorkerProcess) -> None:
+        """The client quotas in force, to one worker (after a change, or when it starts)."""
+        quotas = ipc.Quotas(entries=self.dynamic.stored.client_quotas)
+        try:
+            worker.channel.send(quotas)
+        except OSError:
+            pass  # a dead worker gets them again when it is respawned

@@ -1,0 +1,192 @@
+"""Connection admission in the parent (KIP-402 counts, KIP-612 creation rates).
+
+`ConnectionQuotas` is the single authority on how many connections are open: the acceptors
+ask it before and after each accept, workers report closes (IPC `Closed`), and the supervisor
+releases everything a dead worker held.  It never blocks; it answers with numbers and
+decisions the acceptor acts on:
+
+  room(listener)      sockets this listener may accept now (listener limit, and broker limit
+                      unless the listener is protected)
+  admit(...)          per-IP count, then per-IP rate, then the broker and listener rates:
+                        REJECT (close at once, per_ip_limit), THROTTLE_IP (hold the socket
+                        unread and close it after the delay, per_ip_rate), or ADMIT with the
+                        time the listener's acceptor must pause for the listener/broker rate
+  excess()            connections over max.connections (to evict, after a protected listener
+                      went over it or the limit was lowered)
+
+Unlike Kafka, a connection refused for its IP is not charged to the broker and listener
+rates, and per-IP count rejections happen before any rate is touched.  The protected
+(inter-broker) listener, when there is more than one data listener, may exceed max.connections
+and is exempt from the broker-wide rate (not from its own).
+
+The control-plane listener (KIP-291), when there is one, is outside the data plane's limits
+altogether: its connections are not counted in max.connections or per IP, are not charged to
+the broker rate and are never evicted; only its own listener limits apply to it.  An operator
+connecting from an address a storm exhausted can still get in.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from enum import Enum
+
+from broker.parent.rates import Rate
+from broker.shared.constants import INT_MAX
+from broker.shared.overrides import address_of
+
+IP_SENSOR_EXPIRY = 3600.0  # an unused per-IP rate sensor is dropped after an hour, as Kafka
+
+
+class Verdict(Enum):
+    ADMIT = "admit"
+    REJECT_IP_LIMIT = "per_ip_limit"
+    THROTTLE_IP = "per_ip_rate"
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    delay: float = 0.0  # THROTTLE_IP: close after; ADMIT: pause the acceptor for
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The connection limits in force (static config overlaid with dynamic changes)."""
+
+    max_connections: int = INT_MAX
+    listener_max_connections: dict[int, int] = field(default_factory=dict)
+    max_connections_per_ip: int = INT_MAX
+    ip_overrides: tuple[tuple[ipaddress._BaseNetwork, int], ...] = ()  # most specific first
+    max_connection_creation_rate: int = INT_MAX
+    listener_creation_rate: dict[int, int] = field(default_factory=dict)
+    ip_creation_rate_default: int = INT_MAX
+    ip_creation_rates: dict[str, int] = field(default_factory=dict)
+
+    def listener_max(self, listener: int) -> int:
+        return self.listener_max_connections.get(listener, INT_MAX)
+
+    def per_ip_limit(self, ip: str) -> int:
+        if not self.ip_overrides:
+            return self.max_connections_per_ip  # spares parsing the address per connection
+        address = address_of(ip)
+        if address is not None:
+            for network, limit in self.ip_overrides:
+                if address in network:
+                    return limit
+        return self.max_connections_per_ip
+
+    def ip_rate(self, ip: str) -> int:
+        return self.ip_creation_rates.get(ip, self.ip_creation_rate_default)
+
+
+class ConnectionQuotas:
+    """Counts and rate sensors of the parent; `now` is time.monotonic() seconds."""
+
+    def __init__(self, listeners: int, protected: int | None, limits: Limits,
+                 window: float = 1.0, samples: int = 11, burst_windows: int | None = None,
+                 control_plane: int | None = None):
+        self.listeners = listeners
+        self.protected = protected  # listener index exempt from max.connections, or None
+        self.control_plane = control_plane  # listener index outside the data plane, or None
+        self.limits = limits
+        self._window, self._samples, self._burst = window, samples, burst_windows
+        self.total = 0
+        self.per_listener = [0] * listeners
+        self.per_ip: dict[str, int] = {}
+        self._owners: dict[int, tuple[int, str]] = {}  # conn id -> (listener, ip)
+        self._broker_rate = self._sensor()
+        self._listener_rates = [self._sensor() for _ in range(listeners)]
+        self._ip_rates: dict[str, Rate] = {}
+
+    def _sensor(self) -> Rate:
+        return Rate(self._window, self._samples, self._burst)
+
+    # --- slots ----------------------------------------------------------------------------
+
+    def room(self, listener: int) -> int:
+        """How many more connections this listener may have right now."""
+        free = self.limits.listener_max(listener) - self.per_listener[listener]
+        if listener != self.protected and listener != self.control_plane:
+            free = min(free, self.limits.max_connections - self.total)
+        return max(0, free)
+
+    def excess(self) -> int:
+        return max(0, self.total - self.limits.max_connections)
+
+    # --- admission ------------------------------------------------------------------------
+
+    def admit(self, listener: int, ip: str, now: float) -> Decision:
+        """Judge one accepted socket; on ADMIT the caller must call `opened` for it."""
+        if listener == self.control_plane:
+            return Decision(Verdict.ADMIT, self._charge_rates(listener, now))
+        if self.per_ip.get(ip, 0) >= self.limits.per_ip_limit(ip):
+            return Decision(Verdict.REJECT_IP_LIMIT)
+        ip_limit = self.limits.ip_rate(ip)
+        if ip_limit < INT_MAX:
+            sensor = self._ip_rates.get(ip)
+            if sensor is None:
+                sensor = self._ip_rates[ip] = self._sensor()
+            sensor.record(1, now)
+            delay = sensor.throttle(ip_limit, now, cap=self._window)
+            if delay > 0:
+                sensor.record(-1, now)  # unrecord: a refused connection is not charged
+                return Decision(Verdict.THROTTLE_IP, delay)
+        return Decision(Verdict.ADMIT, self._charge_rates(listener, now))
+
+    def _charge_rates(self, listener: int, now: float) -> float:
+        delay = 0.0
+        sensor = self._listener_rates[listener]
+        sensor.record(1, now)
+        limit = self.limits.listener_creation_rate.get(listener, INT_MAX)
+        if limit < INT_MAX:
+            delay = sensor.throttle(limit, now, cap=self._window)
+        if listener != self.protected and listener != self.control_plane:
+            self._broker_rate.record(1, now)
+            if self.limits.max_connection_creation_rate < INT_MAX:
+                delay = max(delay, self._broker_rate.throttle(
+                    self.limits.max_connection_creation_rate, now, cap=self._window))
+        return delay
+
+    def opened(self, conn_id: int, listener: int, ip: str) -> None:
+        self._owners[conn_id] = (listener, ip)
+        self.per_listener[listener] += 1
+        if listener != self.control_plane:
+            self.total += 1
+            self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+
+    def closed(self, conn_id: int) -> tuple[int, str] | None:
+        """Release a connection's slots; None if it was unknown (already released)."""
+        owner = self._owners.pop(conn_id, None)
+        if owner is None:
+            return None
+        listener, ip = owner
+        self.per_listener[listener] -= 1
+        if listener == self.control_plane:
+            return owner
+        self.total -= 1
+        left = self.per_ip[ip] - 1
+        if left:
+            self.per_ip[ip] = left
+        else:
+            del self.per_ip[ip]
+        return owner
+
+    def owner(self, conn_id: int) -> tuple[int, str] | None:
+        return self._owners.get(conn_id)
+
+    # --- reporting ------------------------------------------------------------------------
+
+    def listener_rate(self, listener: int, now: float) -> float:
+        return self._listener_rates[listener].measure(now)
+
+    def broker_rate(self, now: float) -> float:
+        return self._broker_rate.measure(now)
+
+    def tracked_ips(self) -> int:
+        """How many per-IP rate sensors are kept."""
+        return len(self._ip_rates)
+
+    def expire_ip_sensors(self, now: float) -> None:
+        for ip in [ip for ip, s in self._ip_rates.items() if s.idle_since(now) > IP_SENSOR_EXPIRY]:
+            del self._ip_rates[ip]

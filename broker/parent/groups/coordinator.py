@@ -1,0 +1,614 @@
+"""The group coordinator (classic protocol), in the parent: one place for every group's state.
+
+Workers forward the group APIs' raw frames to the parent (IPC AdminRequest, like config
+requests); `GroupCoordinator.handle` answers with bytes, or with a Future of bytes when the
+answer must wait for a rebalance (JoinGroup, SyncGroup).  The worker keeps that connection
+muted meanwhile, so its event loop never blocks.  Committed offsets are durable
+(broker.parent.groups.offsets); membership is not: after a restart members rejoin
+(UNKNOWN_MEMBER_ID).
+
+Rebalance (eager, as Kafka's GroupCoordinator): a join, a leave or an expired session moves
+the group to PreparingRebalance; it completes once every member has rejoined and no member id
+handed out with MEMBER_ID_REQUIRED is still pending - or when the largest rebalance timeout
+passes, dropping the members that did not rejoin.  The first rebalance of an empty group
+waits `group.initial.rebalance.delay.ms` for more members.  Completion bumps the generation,
+picks the protocol by vote and answers every JoinGroup (the leader gets the member list);
+the leader's SyncGroup then hands every member its assignment.  Sessions: a member that
+neither heartbeats nor waits in a join or sync for `session.timeout.ms` is removed.
+Static members (`group.instance.id`) keep their assignment across a restart of the client:
+rejoining with the same instance id takes over the old member id's place without a
+rebalance while the group is stable, and the old member id is fenced (FENCED_INSTANCE_ID on
+its join, sync, heartbeat, commit or leave), so two clients sharing an instance id cannot
+take the place from each other forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from broker.parent.groups.offsets import OffsetStore, Record
+from broker.parent.groups.state import Group, GroupState, Member
+from broker.shared.apis import BY_NAME, GROUP_KEYS
+from broker.shared.protocol import errors
+from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
+from broker.shared.protocol.context import NO_THROTTLE, RequestContext
+
+log = logging.getLogger("broker.parent.groups")
+
+CHECK_EVERY = 0.25  # seconds between session expiry checks
+MEMBER_ID_PREFIX = 255  # characters of the client id a generated member id starts with
+E = errors.ErrorCode
+
+class GroupCoordinator:
+    def __init__(self, loop: asyncio.AbstractEventLoop, props, offsets: OffsetStore,
+                 partitions_of):
+        self.loop = loop
+        self.props = props
+        self.offsets = offsets
+        self.partitions_of = partitions_of  # topic name -> partition count, or None
+        self.groups: dict[str, Group] = {}
+        self._pending: dict[tuple[str, str], None] = {}  # every pending member, oldest first
+        self._member_count = 0  # members of every group (pending ones are counted apart)
+        self._handlers = {BY_NAME[name].key: handler for name, handler in (
+            ("OffsetCommit", self._offset_commit), ("OffsetFetch", self._offset_fetch),
+            ("JoinGroup", self._join), ("Heartbeat", self._heartbeat), ("LeaveGroup", self._leave),
+            ("SyncGroup", self._sync), ("DescribeGroups", self._describe),
+            ("ListGroups", self._list), ("DeleteGroups", self._delete))}
+        assert set(self._handlers) == GROUP_KEYS, "the API table and the coordinator disagree"
+        for group_id, committed in offsets.groups.items():  # known again after a restart
+            newest = max((entry.committed_ms for entry in committed.values()), default=0)
+            self.groups[group_id] = Group(group_id, empty_since_ms=newest)
+        self._ticker = loop.call_later(CHECK_EVERY, self._tick)
+        self._next_retention = time.monotonic() + props.offsets_retention_check_interval_ms / 1000
+
+    def abort_waiting(self) -> None:
+        """Shutting down: every JoinGroup and SyncGroup still waiting is answered
+        NOT_COORDINATOR (the client looks for the coordinator again), so no connection owes
+        an answer and workers can drain at once."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                for waiting in (member.join, member.sync):
+                    if waiting is not None:
+                        waiting({"error_code": E.not_coordinator})
+                member.join = member.sync = None
+
+    def close(self) -> None:
+        self._ticker.cancel()
+        for group in self.groups.values():
+            if group.timer is not None:
+                group.timer.cancel()
+        self.offsets.close()
+
+    def handle(self, request: bytes, listener: int, peer: str):
+        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
+        header_reader, body_reader = request_readers(api_key, version)
+        header, offset = header_reader(request, 0)
+        body, _ = body_reader(request, offset)
+        ctx = RequestContext(request[4:8], api_key, version, listener, header)
+        return self._handlers[api_key](ctx, body, peer.rpartition(":")[0] or peer)
+
+    # --- JoinGroup ------------------------------------------------------------------------
+
+    def _join(self, ctx: RequestContext, body, host: str):
+        def answer(code, **values):
+            values = dict({"throttle_time": NO_THROTTLE, "error_code": code,
+                           "generation_id": -1, "protocol_type": None, "protocol_name": None,
+                           "leader": "", "member_id": "", "members": []}, **values)
+            if values["protocol_name"] is None and ctx.version < 7:
+                values["protocol_name"] = ""  # nullable from v7 only
+            return ctx.respond(values)
+
+        props = self.props
+        session = body.session_timeout.total_seconds()
+        rebalance = (body.rebalance_timeout.total_seconds() if ctx.version >= 1 else session)
+        if not body.group_id:
+            return answer(E.invalid_group_id)
+        if not props.group_min_session_timeout_ms <= session * 1000 <= \
+                props.group_max_session_timeout_ms:
+            return answer(E.invalid_session_timeout)
+        group = self.groups.get(body.group_id) or Group(body.group_id, empty_since_ms=_now_ms())
+        protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
+        if not self._compatible(group, body.protocol_type, protocols):
+            return answer(E.inconsistent_group_protocol)
+        self.groups.setdefault(body.group_id, group)
+        instance = getattr(body, "group_instance_id", None)
+        member_id = body.member_id
+        client_id = ctx.header.client_id or ""
+        if not member_id:
+            # Kafka's form (client id, then a UUID), the client id's part bounded.
+            member_id = f"{client_id[:MEMBER_ID_PREFIX]}-{uuid.uuid4()}"
+            static = group.by_instance(instance) if instance else None
+            if static is not None and group.state is GroupState.STABLE and \
+                    static.protocols == protocols:
+                return self._replace_static(ctx, group, static, member_id, answer)
+            if static is not None:
+                self._remove(group, static, rebalance=False)
+            if self._members_total() >= props.pybroker_group_max_members:
+                self._forget_if_unused(group)
+                return answer(E.group_max_size_reached)
+            if ctx.version >= 4 and instance is None:
+                # KIP-394: the client must come back with this id; until then it is pending.
+                self._add_pending(group, member_id, time.monotonic() + session)
+                return answer(E.member_id_required, member_id=member_id)
+        elif _fenced(group, member_id, instance):
+            return answer(E.fenced_instance_id, member_id=member_id)
+        elif member_id not in group.members and member_id not in group.pending:
+            return answer(E.unknown_member_id, member_id=member_id)
+        if member_id not in group.members and len(group.members) >= props.group_max_size:
+            self._drop_pending(group, member_id)
+            return answer(E.group_max_size_reached, member_id=member_id)
+        self._drop_pending(group, member_id)
+        member = group.members.get(member_id)
+        changed = member is None or member.protocols != protocols
+        if member is None:
+            member = group.members[member_id] = Member(
+                member_id, instance, client_id, host, session, rebalance, protocols)
+            self._member_count += 1
+        member.protocols, member.session_timeout, member.rebalance_timeout = \
+            protocols, session, rebalance
+        member.deadline = time.monotonic() + session
+        group.protocol_type = body.protocol_type
+        future = self.loop.create_future()
+        if member.join is not None:  # a retried join replaces the one still waiting
+            member.join({"error_code": E.unknown_member_id, "member_id": member_id})
+
+        def respond(values: dict) -> None:
+            if not future.done():
+                future.set_result(answer(values.pop("error_code", E.none), **values))
+
+        member.join = respond
+        if not changed and (group.state is GroupState.COMPLETING or (
+                group.state is GroupState.STABLE and member_id != group.leader)):
+            # Nothing new: hand back the current generation without a rebalance (as Kafka).
+            member.join = None
+            respond(self._join_values(group, member))
+            return future
+        if group.state is not GroupState.PREPARING:
+            self._prepare_rebalance(group, f"{member_id} joined")
+        self._maybe_complete_join(group)
+        return future
+
+    # --- bounds (see the bound table in ARCHITECTURE.md) -----------------------------------
+
+    def _members_total(self) -> int:
+        return self._member_count + len(self._pending)
+
+    def _add_pending(self, group: Group, member_id: str, expiry: float) -> None:
+        """A member id handed out with MEMBER_ID_REQUIRED, kept until it rejoins or expires.
+        At most pybroker.group.max.pending.members in all (and group.max.size per group): the
+        oldest goes first; a client that comes back too late joins again from the start."""
+        limit = self.props.pybroker_group_max_pending_members
+        if len(group.pending) >= min(limit, self.props.group_max_size):
+            self._drop_pending(group, next(iter(group.pending)))
+        while len(self._pending) >= limit:
+            group_id, oldest = next(iter(self._pending))
+            owner = self.groups.get(group_id)
+            if owner is None:
+                self._pending.pop((group_id, oldest), None)
+                continue
+            self._drop_pending(owner, oldest)
+            self._forget_if_unused(owner)
+        group.pending[member_id] = expiry
+        self._pending[(group.group_id, member_id)] = None
+
+    def _drop_pending(self, group: Group, member_id: str) -> None:
+        group.pending.pop(member_id, None)
+        self._pending.pop((group.group_id, member_id), None)
+
+    def _forget_if_unused(self, group: Group) -> None:
+        """A group with no member, no pending member and no committed offset is only a name a
+        client sent: it is not kept."""
+        if group.state is GroupState.EMPTY and not group.members and not group.pending and \
+                not self.offsets.get(group.group_id) and \
+                self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    def _compatible(self, group: Group, protocol_type: str, protocols) -> bool:
+        if not protocols or not protocol_type:
+            return False
+        if not group.members:
+            return True
+        if protocol_type != group.protocol_type:
+            return False
+        return bool(group.candidates() & {name for name, _ in protocols})
+
+    def _replace_static(self, ctx, group: Group, old: Member, member_id: str, answer):
+        del group.members[old.member_id]
+        old.member_id = member_id
+        group.members[member_id] = old
+        if group.leader is not None and group.leader not in group.members:
+            group.leader = member_id
+        old.deadline = time.monotonic() + old.session_timeout
+        return answer(E.none, **self._join_values(group, old))
+
+    def _join_values(self, group: Group, member: Member) -> dict:
+        leader = member.member_id == group.leader
+        return {"generation_id": group.generation, "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol, "leader": group.leader or "",
+                "member_id": member.member_id, "members": [
+                    {"member_id": m.member_id, "group_instance_id": m.instance_id,
+                     "metadata": m.metadata(group.protocol)}
+                    for m in group.members.values()] if leader else []}
+
+    # --- rebalancing ----------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state is GroupState.COMPLETING:
+            for member in group.members.values():  # the leader's assignment will not come
+                member.assignment = b""
+                if member.sync is not None:
+                    member.sync({"error_code": E.rebalance_in_progress})
+                    member.sync = None
+        was_empty = group.state is GroupState.EMPTY
+        group.transition(GroupState.PREPARING)
+        log.info("group %s rebalancing (generation %d): %s", group.group_id, group.generation,
+                 reason)
+        if group.timer is not None:
+            group.timer.cancel()
+        delay = self.props.group_initial_rebalance_delay_ms / 1000 if was_empty else 0.0
+        if delay > 0:
+            group.delaying = True
+            group.timer = self.loop.call_later(delay, self._delay_over, group)
+        else:
+            self._arm_rebalance_timeout(group)
+
+    def _delay_over(self, group: Group) -> None:
+        group.delaying = False
+        self._arm_rebalance_timeout(group)
+        self._maybe_complete_join(group)
+
+    def _arm_rebalance_timeout(self, group: Group) -> None:
+        timeout = max((m.rebalance_timeout for m in group.members.values()), default=0.0)
+        group.timer = self.loop.call_later(timeout, self._complete_join, group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state is GroupState.PREPARING and not group.delaying and group.all_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if group.state is not GroupState.PREPARING:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        group.delaying = False
+        for member in [m for m in group.members.values() if m.join is None]:
+            log.info("group %s: member %s did not rejoin in time", group.group_id,
+                     member.member_id)
+            del group.members[member.member_id]
+            self._member_count -= 1
+        for member_id in list(group.pending):
+            self._drop_pending(group, member_id)
+        group.generation += 1
+        if not group.members:
+            group.transition(GroupState.EMPTY)
+            group.protocol = group.leader = None
+            group.empty_since_ms = _now_ms()
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition(GroupState.COMPLETING)
+        # The leader's SyncGroup must come within the rebalance timeout (Kafka's pending-sync
+        # timeout): otherwise members that have not synced are dropped and it starts over.
+        timeout = max(m.rebalance_timeout for m in group.members.values())
+        group.timer = self.loop.call_later(timeout, self._sync_expired, group, group.generation)
+        now = time.monotonic()
+        for member in group.members.values():
+            respond, member.join = member.join, None
+            member.deadline = now + member.session_timeout
+            respond(self._join_values(group, member))
+        log.info("group %s: generation %d, %d members, protocol %s", group.group_id,
+                 group.generation, len(group.members), group.protocol)
+
+    def _sync_expired(self, group: Group, generation: int) -> None:
+        if group.state is not GroupState.COMPLETING or group.generation != generation:
+            return
+        for member in [m for m in group.members.values() if m.sync is None]:
+            log.info("group %s: member %s did not sync in time", group.group_id,
+                     member.member_id)
+            self._remove(group, member, rebalance=False)
+        self._prepare_rebalance(group, "members did not sync in time")
+        self._maybe_complete_join(group)
+
+    def _remove(self, group: Group, member: Member, rebalance: bool = True) -> None:
+        del group.members[member.member_id]
+        self._member_count -= 1
+        if member.join is not None:
+            member.join({"error_code": E.unknown_member_id, "member_id": member.member_id})
+        if member.sync is not None:
+            member.sync({"error_code": E.unknown_member_id})
+        if not rebalance:
+            return
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING):
+            self._prepare_rebalance(group, f"{member.member_id} left")
+        self._maybe_complete_join(group)
+
+    def _tick(self) -> None:
+        try:
+            self._expire(time.monotonic())
+        except Exception:  # noqa: BLE001 - a bad tick must not stop every later one
+            log.exception("group coordinator tick failed")
+        finally:
+            self._ticker = self.loop.call_later(CHECK_EVERY, self._tick)
+
+    def _expire(self, now: float) -> None:
+        for group in list(self.groups.values()):
+            for member in [m for m in group.members.values() if m.deadline < now
+                           and m.join is None and m.sync is None]:
+                log.info("group %s: session of %s expired", group.group_id, member.member_id)
+                self._remove(group, member)
+            for member_id in [i for i, expiry in group.pending.items() if expiry < now]:
+                self._drop_pending(group, member_id)
+                self._maybe_complete_join(group)
+            self._forget_if_unused(group)
+        if now >= self._next_retention:
+            self._next_retention = now + self.props.offsets_retention_check_interval_ms / 1000
+            try:
+                self.expire_offsets()
+            except OSError as error:
+                log.error("expiring committed offsets failed: %s", error)
+
+    # --- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
+
+    def _member_problem(self, group: Group | None, member_id: str, generation: int,
+                        instance: str | None = None):
+        if group is not None and _fenced(group, member_id, instance):
+            return E.fenced_instance_id  # an older client with this group.instance.id
+        if group is None or member_id not in group.members:
+            return E.unknown_member_id
+        if generation != group.generation:
+            return E.illegal_generation
+        return None
+
+    def _sync(self, ctx: RequestContext, body, _host: str):
+        def answer(code, assignment=b""):
+            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
+                                "protocol_type": group.protocol_type if group else None,
+                                "protocol_name": group.protocol if group else None,
+                                "assignment": assignment})
+
+        group = self.groups.get(body.group_id)
+        problem = self._member_problem(group, body.member_id, body.generation_id,
+                                       getattr(body, "group_instance_id", None))
+        if problem is not None:
+            return answer(problem)
+        if ctx.version >= 5 and body.protocol_name is not None and \
+                body.protocol_name != group.protocol:
+            return answer(E.inconsistent_group_protocol)
+        if group.state is GroupState.PREPARING:
+            return answer(E.rebalance_in_progress)
+        member = group.members[body.member_id]
+        member.deadline = time.monotonic() + member.session_timeout
+        if group.state is GroupState.STABLE:
+            return answer(E.none, member.assignment)
+        future = self.loop.create_future()
+
+        def respond(values: dict) -> None:
+            if not future.done():
+                future.set_result(answer(values.get("error_code", E.none),
+                                         values.get("assignment", b"")))
+
+        if member.sync is not None:  # a retried SyncGroup: the earlier one gets an answer too
+            member.sync({"error_code": E.rebalance_in_progress})
+        member.sync = respond
+        if body.member_id == group.leader:
+            given = {a.member_id: bytes(a.assignment) for a in body.assignments}
+            group.transition(GroupState.STABLE)
+            if group.timer is not None:
+                group.timer.cancel()
+                group.timer = None
+            for other in group.members.values():
+                other.assignment = given.get(other.member_id, b"")
+                if other.sync is not None:
+                    other.sync({"assignment": other.assignment})
+                    other.sync = None
+                other.deadline = time.monotonic() + other.session_timeout
+        return future
+
+    def _heartbeat(self, ctx: RequestContext, body, _host: str) -> bytes:
+        group = self.groups.get(body.group_id)
+        problem = self._member_problem(group, body.member_id, body.generation_id,
+                                       getattr(body, "group_instance_id", None))
+        if problem is None:
+            member = group.members[body.member_id]
+            member.deadline = time.monotonic() + member.session_timeout
+            if group.state is GroupState.PREPARING:
+                problem = E.rebalance_in_progress
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": problem or E.none})
+
+    def _leave(self, ctx: RequestContext, body, _host: str) -> bytes:
+        group = self.groups.get(body.group_id)
+        if ctx.version >= 3:
+            leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        else:
+            leaving = [(body.member_id, None)]
+        results = []
+        for member_id, instance in leaving:
+            member = None
+            if group is not None and member_id and _fenced(group, member_id, instance):
+                results.append({"member_id": member_id, "group_instance_id": instance,
+                                "error_code": E.fenced_instance_id})
+                continue
+            if group is not None:
+                member = group.members.get(member_id) or (
+                    group.by_instance(instance) if instance else None)
+            if member is None:
+                results.append({"member_id": member_id, "group_instance_id": instance,
+                                "error_code": E.unknown_member_id})
+                continue
+            self._remove(group, member)
+            results.append({"member_id": member_id, "group_instance_id": instance,
+                            "error_code": E.none})
+        top = E.none
+        if ctx.version < 3 and results[0]["error_code"] != E.none:
+            top = results[0]["error_code"]
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": top, "members": results})
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    def _offset_commit(self, ctx: RequestContext, body, _host: str) -> bytes:
+        group = self.groups.get(body.group_id)
+        generation = body.generation_id_or_member_epoch
+        problem = None
+        if not body.group_id:
+            problem = E.invalid_group_id
+        elif group is not None and group.state is GroupState.COMPLETING:
+            problem = E.rebalance_in_progress
+        elif generation >= 0 or (group is not None and group.members):
+            problem = self._member_problem(group, body.member_id, generation,
+                                           getattr(body, "group_instance_id", None))
+        records, results = [], []
+        now = _now_ms()
+        limit = self.props.offset_metadata_max_bytes
+        for topic in body.topics:
+            partitions = self.partitions_of(topic.name)
+            answers = []
+            for part in topic.partitions:
+                code = problem
+                metadata = part.committed_metadata
+                if code is None and (partitions is None or not 0 <= part.partition_index < partitions):
+                    code = E.unknown_topic_or_partition
+                if code is None and metadata is not None and len(metadata.encode()) > limit:
+                    code = E.offset_metadata_too_large
+                if code is None:
+                    records.append(Record(group=body.group_id, topic=topic.name,
+                                          partition=part.partition_index,
+                                          offset=part.committed_offset,
+                                          leader_epoch=getattr(part, "committed_leader_epoch", -1),
+                                          metadata=metadata, committed_ms=now))
+                answers.append({"partition_index": part.partition_index,
+                                "error_code": code or E.none})
+            results.append({"name": topic.name, "partitions": answers})
+        try:
+            self.offsets.commit(records)
+        except OSError as error:
+            log.error("committing offsets of group %s failed: %s", body.group_id, error)
+            for topic in results:
+                for part in topic["partitions"]:
+                    if part["error_code"] == E.none:
+                        part["error_code"] = E.coordinator_not_available
+        if records and group is None:
+            self.groups[body.group_id] = Group(body.group_id, empty_since_ms=now)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
+
+    def _fetched(self, group_id: str, topics) -> list[dict]:
+        committed = self.offsets.get(group_id)
+        if topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in topics}
+        found = []
+        for topic, partitions in wanted.items():
+            rows = []
+            for partition in partitions:
+                entry = committed.get((topic, partition))
+                rows.append({"partition_index": partition, "error_code": E.none,
+                             "committed_offset": entry.offset if entry else -1,
+                             "committed_leader_epoch": entry.leader_epoch if entry else -1,
+                             "metadata": (entry.metadata if entry else "") or ""})
+            found.append({"name": topic, "partitions": rows})
+        return found
+
+    def _offset_fetch(self, ctx: RequestContext, body, _host: str) -> bytes:
+        if ctx.version >= 8:
+            groups = [{"group_id": g.group_id, "topics": self._fetched(g.group_id, g.topics),
+                       "error_code": E.none} for g in body.groups]
+            return ctx.respond({"throttle_time": NO_THROTTLE, "groups": groups})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+                            "topics": self._fetched(body.group_id, body.topics)})
+
+    def expire_offsets(self) -> int:
+        """Drop the offsets of groups empty for longer than offsets.retention.minutes."""
+        retention = self.props.offsets_retention_minutes * 60000
+        now = _now_ms()
+        records = []
+        for group_id, committed in list(self.offsets.groups.items()):
+            group = self.groups.get(group_id)
+            if group is not None and group.members:
+                continue
+            since = group.empty_since_ms if group is not None else 0
+            for (topic, partition), entry in committed.items():
+                if max(since, entry.committed_ms) + retention < now:
+                    records.append(Record(group=group_id, topic=topic, partition=partition))
+        if records:
+            self.offsets.commit(records)
+            log.info("expired %d committed offsets past offsets.retention.minutes",
+                     len(records))
+        for group_id, group in list(self.groups.items()):  # nothing left of them: forget
+            if group.state is GroupState.EMPTY and not group.pending and \
+                    not self.offsets.get(group_id):
+                del self.groups[group_id]
+        self.offsets.maybe_compact()
+        return len(records)
+
+    # --- DescribeGroups, ListGroups, DeleteGroups --------------------------------------------
+
+    def _describe(self, ctx: RequestContext, body, _host: str) -> bytes:
+        found = []
+        for group_id in body.groups:
+            group = self.groups.get(group_id)
+            if group is None:
+                found.append({"error_code": E.none, "group_id": group_id,
+                              "group_state": "Dead", "protocol_type": "", "protocol_data": "",
+                              "members": [], "authorized_operations": -2147483648})
+                continue
+            stable = group.state is GroupState.STABLE
+            found.append({
+                "error_code": E.none, "group_id": group_id, "group_state": group.state.value,
+                "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
+                "authorized_operations": -2147483648,
+                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                             "client_id": m.client_id, "client_host": m.client_host,
+                             "member_metadata": m.metadata(group.protocol) if group.protocol
+                             and m.supports(group.protocol) else b"",
+                             "member_assignment": m.assignment if stable else b""}
+                            for m in group.members.values()]})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "groups": found})
+
+    def _list(self, ctx: RequestContext, body, _host: str) -> bytes:
+        states = set(getattr(body, "states_filter", ()) or ())
+        types = set(getattr(body, "types_filter", ()) or ())
+        listed = []
+        for group in self.groups.values():
+            if states and group.state.value not in states:
+                continue
+            if types and "classic" not in types:
+                continue
+            listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                           "group_state": group.state.value, "group_type": "classic"})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+                            "groups": listed})
+
+    def _delete(self, ctx: RequestContext, body, _host: str) -> bytes:
+        results = []
+        for group_id in body.groups_names:
+            group = self.groups.get(group_id)
+            if group is None and not self.offsets.get(group_id):
+                code = E.group_id_not_found
+            elif group is not None and group.members:
+                code = E.non_empty_group
+            else:
+                self.offsets.delete_group(group_id)
+                self.groups.pop(group_id, None)
+                code = E.none
+            results.append({"group_id": group_id, "error_code": code})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+
+
+def _fenced(group: Group, member_id: str, instance: str | None) -> bool:
+    """KIP-345: the instance id now belongs to another member id (a newer client)."""
+    if not instance:
+        return False
+    static = group.by_instance(instance)
+    return static is not None and static.member_id != member_id
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+

@@ -1,0 +1,227 @@
+"""The parent's start-up wiring: every service it runs beside supervising the workers.
+
+`bind_listeners` opens the listening sockets.  `ParentServices` then builds, in order: the
+shared block (shm.block), the log manager (start-up recovery, retention, flush), the memory
+pool (KIP-72), the event log, the dynamic config with its host resolver, the connection
+ledger (admission, acceptors, hand-off), and the admin service and group coordinator behind
+the admin router.  Once every worker is ready, `start` opens the doors: acceptors, /metrics,
+log maintenance and the event ticker.  It never spawns, signals or reaps a process: that is the
+supervisor's job (broker.parent.supervisor), which calls in here.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+import msgspec
+
+from broker.parent.acceptor import bind_listener
+from broker.parent.admin import AdminRouter, AdminService
+from broker.parent.dynamic import DynamicConfig
+from broker.parent.groups.coordinator import GroupCoordinator
+from broker.parent.groups.offsets import OffsetStore
+from broker.parent.ledger import ConnectionLedger
+from broker.parent.log_manager import LogManager
+from broker.parent.metrics import BlockCollector, serve_metrics
+from broker.parent.resolver import HostResolver
+from broker.parent.runtime import Runtime
+from broker.parent.ticker import EventTicker
+from broker.parent.worker_process import WorkerProcess
+from broker.shared import ipc
+from broker.shared.client_quotas import QuotaSensors
+from broker.shared.config import BrokerConfig
+from broker.shared.events import EventLog
+from broker.shared.log.topics import Epoch
+from broker.shared.overrides import override_hosts
+from broker.shared.pool import SharedPool, initialise_pool
+from broker.shared.protocol import guard
+from shm.block import SharedBlock
+
+log = logging.getLogger("broker.parent.startup")
+
+
+def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
+    """One listening socket per listener, or OSError naming the listener that failed."""
+    props, sockets = config.props, []
+    try:
+        for listener in config.listeners:
+            sockets.append(bind_listener(listener, props.socket_listen_backlog_size,
+                                         props.socket_receive_buffer_bytes))
+    except OSError as error:
+        for sock in sockets:
+            sock.close()
+        raise OSError(error.errno, f"cannot bind listener {listener.name} on "
+                                   f"{listener.address()}: {error.strerror}") from None
+    for listener, sock in zip(config.listeners, sockets):
+        host, port = sock.getsockname()[:2]
+        log.info("listening listener=%s address=%s:%d", listener.name, host, port)
+    return sockets
+
+
+class ParentServices:
+    """What the parent serves: built in the constructor, started once the workers are ready."""
+
+    def __init__(self, loop, config: BrokerConfig, runtime: Runtime,
+                 workers: list[WorkerProcess]):
+        self.loop = loop
+        self.config = config
+        self.runtime = runtime
+        self.workers = workers
+        props = config.props
+        guard.limits.max_entries = props.pybroker_request_max_entries  # forwarded requests too
+        self.metrics_lock = threading.Lock()  # the metrics thread reads the block under it
+        self.block = SharedBlock.create(runtime.shm_path, len(workers), len(config.listeners),
+                                        props.pybroker_quota_max_sensors, props.quota_window_num,
+                                        props.pybroker_pool_max_waiters)
+        self.logs = LogManager(config, Epoch(self.block.words,
+                                             self.block.parent_cell("metadata_epoch")))
+        self.pool = self._create_pool()
+        self.events = self._event_log()
+        dynamic = DynamicConfig(config)
+        dynamic.load()
+        # Host names of the per-IP overrides: resolved now (start-up may wait), then only off
+        # the loop, with the limits re-applied when an answer changes.
+        self.resolver = HostResolver(loop, on_change=lambda: self.ledger.apply_limits())
+        self.resolver.prime(override_hosts(
+            dynamic.value("max.connections.per.ip.overrides")[0] or ""))
+        dynamic.resolver = self.resolver
+        self.dynamic = dynamic
+        self.ledger = ConnectionLedger(loop, config, self.block, workers, dynamic,
+                                       self.metrics_lock, self.events)
+        self.admin = AdminService(config.node_id, dynamic, self.config_changed,
+                                  config.may_alter, self.events)
+        self.groups: GroupCoordinator | None = None
+        self.router: AdminRouter | None = None
+        self._topics = None  # the parent's TopicRegistry, for the group coordinator
+        self._ticker: EventTicker | None = None
+        self._metrics_server = None
+
+    def _create_pool(self) -> SharedPool | None:
+        limit = self.config.props.queued_max_request_bytes
+        if limit <= 0:
+            return None
+        reserved = self.config.pool_reserved_by_index()
+        initialise_pool(self.block, limit, reserved)
+        return SharedPool(self.block, -1, limit, reserved)
+
+    def _event_log(self) -> EventLog | None:
+        if self.config.event_log_dir is None:
+            return None
+        props = self.config.props
+        return EventLog(self.config.event_log_dir, "parent", self.config.node_id,
+                        props.pybroker_event_log_file_bytes, props.pybroker_event_log_total_bytes)
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Before any worker runs: the log's start-up recovery, then the group coordinator."""
+        self.logs.startup()
+        props = self.config.props
+        offsets = OffsetStore(self.config.log_dirs[0],
+                              fsync_every_commit=props.log_flush_interval_messages == 1)
+        self._topics = topics = self.logs.registry()
+
+        def partitions_of(topic: str) -> int | None:
+            info = topics.get(topic)
+            return None if info is None else info.partitions
+
+        self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of)
+        self.router = AdminRouter(self.admin, self.groups, self.dynamic)
+
+    def start(self, sockets: list[socket.socket]) -> None:
+        """Every worker is ready: accept, expose /metrics, maintain the log, tick events."""
+        self.ledger.start(sockets)
+        self._start_metrics()
+        self.logs.start_maintenance()
+        if self.events is not None:
+            self._ticker = EventTicker(self.loop, self.config, self.events, self.ledger,
+                                       self.pool)
+            self._ticker.start()
+
+    def stop_accepting(self) -> None:
+        """Shutdown's first step: listeners closed, group requests waiting answered now."""
+        if self._ticker is not None:
+            self._ticker.stop()
+        self.ledger.stop()
+        if self.groups is not None:
+            self.groups.abort_waiting()
+
+    def finish(self) -> None:
+        """After the workers are gone: offsets closed, every partition flushed."""
+        self.groups.close()
+        self.logs.shutdown()
+
+    def close(self) -> None:
+        if self._topics is not None:
+            self._topics.close()
+        self._stop_metrics()
+        self.resolver.close()
+        if self.events is not None:
+            self.events.close()
+        self.block.close()
+        self.block.unlink()
+
+    # --- workers' traffic -----------------------------------------------------------------
+
+    def worker_started(self, worker: WorkerProcess) -> None:
+        if self.router is not None:
+            self.router.send_quotas(worker)
+
+    def on_message(self, worker: WorkerProcess, message) -> bool:
+        """Serve one message from a worker; False if it is not one of the services'."""
+        if isinstance(message, ipc.Progress):
+            self.ledger.progress(worker, message)
+        elif isinstance(message, ipc.EvictCandidates):
+            self.ledger.evict_candidates(worker, message)
+        elif isinstance(message, ipc.AdminRequest):
+            self.router.serve(worker, message)
+        else:
+            return False
+        return True
+
+    def worker_gone(self, worker: WorkerProcess) -> None:
+        """Return what the dead worker held: pool memory, connection slots, counters."""
+        if self.pool is not None:
+            freed = self.pool.reclaim(worker.slot)
+            if freed:
+                log.info("returned %d bytes of request memory held by %s", freed, worker.name)
+        self.ledger.worker_gone(worker)
+
+    def config_changed(self) -> None:
+        """A dynamic change was persisted: apply connection limits, tell workers the quotas."""
+        self.ledger.apply_limits()
+        for worker in self.workers:
+            if worker.channel is not None:
+                self.router.send_quotas(worker)
+
+    def reload(self, fresh: BrokerConfig) -> None:
+        """SIGHUP: the re-read file's connection limits apply; other keys need a restart."""
+        changed = [key for key in fresh.props.__struct_fields__
+                   if getattr(fresh.props, key) != getattr(self.config.props, key)]
+        self.dynamic.config = msgspec.structs.replace(
+            self.dynamic.config, props=fresh.props, listener_props=fresh.listener_props)
+        log.info("SIGHUP: config re-read; changed: %s", ", ".join(changed) or "nothing")
+        self.ledger.apply_limits()
+
+    # --- /metrics -------------------------------------------------------------------------
+
+    def _start_metrics(self) -> None:
+        if self.config.prometheus is None:
+            return
+        props = self.config.props
+        sensors = QuotaSensors(self.block, -1, props.quota_window_size_seconds,
+                               props.quota_window_num, props.pybroker_quota_burst_windows,
+                               props.num_network_threads)  # read-only: the parent never claims
+        collector = BlockCollector(self.block, self.config, self.ledger, self.pool, sensors,
+                                   self.dynamic, self.workers, self.metrics_lock)
+        host, port = self.config.prometheus
+        self._metrics_server, bound = serve_metrics(host, port, collector)
+        log.info("metrics listening address=%s:%d", host, bound)
+
+    def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None

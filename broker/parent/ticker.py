@@ -1,0 +1,66 @@
+"""The parent's events of every wall-clock second (issue 8's event log).
+
+For the second that just ended: how long each acceptor was blocked and why
+(`acceptor_blocked`), the open connections per listener and the memory pool's figures
+(`broker_stats`), and, when a pool depletion has just ended, its length (`pool_depleted`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from broker.parent.ledger import ConnectionLedger
+from broker.shared import events
+from broker.shared.config import BrokerConfig
+from broker.shared.events import EventLog, SecondTicker
+from broker.shared.pool import SharedPool
+
+
+class EventTicker:
+    def __init__(self, loop, config: BrokerConfig, log: EventLog, ledger: ConnectionLedger,
+                 pool: SharedPool | None):
+        self.config = config
+        self.log = log
+        self.ledger = ledger
+        self.pool = pool
+        self._ticker = SecondTicker(loop, self._second)
+        self._depleted_seen = 0  # pool depleted ns already reported
+        self._depletion: tuple[int, float] | None = None  # (start epoch ms, depleted ns then)
+
+    def start(self) -> None:
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._ticker.stop()
+
+    def _second(self, second: int) -> None:
+        second_ms = second * 1000
+        emit = self.log.emit
+        for acceptor in self.ledger.acceptors:
+            for reason, (episodes, nanoseconds) in acceptor.take_blocked().items():
+                emit(events.AcceptorBlocked(ts=second_ms, listener=acceptor.listener.name,
+                                            reason=reason, episodes=episodes,
+                                            blocked_ms=nanoseconds / 1e6))
+        stats = events.BrokerStats(ts=second_ms, active={
+            listener.name: count for listener, count in
+            zip(self.config.listeners, self.ledger.quotas.per_listener)})
+        if self.pool is not None:
+            self._pool_figures(stats, time.time())
+        emit(stats)
+        self.log.flush()
+
+    def _pool_figures(self, stats: events.BrokerStats, now: float) -> None:
+        """Pool figures for the second, and a pool_depleted event when a depletion ended."""
+        pool = self.pool
+        depleted = pool.depleted_ns()
+        stats.pool_used, stats.pool_limit = pool.used(), pool.limit
+        stats.pool_waiting = pool.waiting()
+        stats.depleted_ms = (depleted - self._depleted_seen) / 1e6
+        self._depleted_seen = depleted
+        if stats.pool_waiting and self._depletion is None:
+            self._depletion = (int(now * 1000), depleted - stats.depleted_ms * 1e6)
+        elif not stats.pool_waiting and self._depletion is not None:
+            started, base = self._depletion
+            self.log.emit(events.PoolDepleted(started=started,
+                                              duration_ms=(depleted - base) / 1e6))
+            self._depletion = None

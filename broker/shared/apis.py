@@ -1,0 +1,87 @@
+"""The Kafka APIs this broker serves: one row each, and the only list of them.
+
+Every other list derives from this table: the worker's router (which APIs and versions exist),
+what a worker forwards to the parent and which parent service answers it (the admin service or
+the group coordinator), what the control-plane worker serves (KIP-291), what ApiVersions
+advertises, the API label of metrics and events, and the changes refused on data listeners
+when a control plane exists.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Server(enum.Enum):
+    """Who answers a request."""
+
+    WORKER = "worker"  # the worker that read it
+    ADMIN = "admin"  # the parent's admin service (broker.parent.admin): configs and quotas
+    GROUPS = "groups"  # the parent's group coordinator (broker.parent.groups)
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    key: int
+    name: str
+    versions: tuple[int, int]  # lowest and highest served
+    server: Server
+    alters: bool = False  # changes configuration or topics: with a control plane, only there
+    control_plane: bool = False  # also served by the control-plane worker
+
+    @property
+    def forwarded(self) -> bool:
+        return self.server is not Server.WORKER
+
+
+_W, _A, _G = Server.WORKER, Server.ADMIN, Server.GROUPS
+
+APIS: tuple[ApiSpec, ...] = (
+    ApiSpec(0, "Produce", (3, 10), _W),  # kio has no v0-2 (magic v0/v1 batches)
+    ApiSpec(1, "Fetch", (4, 16), _W),
+    ApiSpec(2, "ListOffsets", (1, 11), _W),
+    ApiSpec(3, "Metadata", (0, 13), _W, control_plane=True),
+    ApiSpec(8, "OffsetCommit", (2, 9), _G),
+    ApiSpec(9, "OffsetFetch", (1, 9), _G),
+    ApiSpec(10, "FindCoordinator", (0, 6), _W),
+    ApiSpec(11, "JoinGroup", (0, 7), _G),
+    ApiSpec(12, "Heartbeat", (0, 4), _G),
+    ApiSpec(13, "LeaveGroup", (0, 5), _G),
+    ApiSpec(14, "SyncGroup", (0, 5), _G),
+    ApiSpec(15, "DescribeGroups", (0, 5), _G),
+    ApiSpec(16, "ListGroups", (0, 5), _G),
+    ApiSpec(18, "ApiVersions", (0, 4), _W, control_plane=True),
+    ApiSpec(19, "CreateTopics", (2, 7), _W, alters=True, control_plane=True),
+    ApiSpec(20, "DeleteTopics", (1, 6), _W, alters=True, control_plane=True),
+    ApiSpec(22, "InitProducerId", (0, 4), _W),
+    ApiSpec(32, "DescribeConfigs", (1, 4), _A, control_plane=True),
+    ApiSpec(42, "DeleteGroups", (0, 2), _G),
+    ApiSpec(44, "IncrementalAlterConfigs", (0, 1), _A, alters=True, control_plane=True),
+    ApiSpec(48, "DescribeClientQuotas", (0, 1), _A, control_plane=True),
+    ApiSpec(49, "AlterClientQuotas", (0, 1), _A, alters=True, control_plane=True),
+    ApiSpec(60, "DescribeCluster", (0, 2), _W, control_plane=True),
+)
+
+BY_KEY: dict[int, ApiSpec] = {api.key: api for api in APIS}
+BY_NAME: dict[str, ApiSpec] = {api.name: api for api in APIS}
+API_NAMES: dict[int, str] = {api.key: api.name for api in APIS}
+GROUP_KEYS = frozenset(api.key for api in APIS if api.server is Server.GROUPS)
+# Answered by a worker with CLUSTER_AUTHORIZATION_FAILED on a data listener, not forwarded.
+REFUSED_ON_DATA_LISTENERS = frozenset(api.key for api in APIS
+                                      if api.alters and api.forwarded)
+
+
+def served(control_plane: bool) -> tuple[ApiSpec, ...]:
+    """The APIs a worker of that plane serves: the data plane all, the control plane the admin
+    and control ones."""
+    return tuple(api for api in APIS if api.control_plane or not control_plane)
+
+
+def api_key_of(request) -> int:
+    """The API key of a request frame (the bytes after the size prefix)."""
+    return request[0] << 8 | request[1]
+
+
+def api_version_of(request) -> int:
+    return request[2] << 8 | request[3]

@@ -1,0 +1,747 @@
+"""Broker configuration: every key declared once, read from Kafka `.properties` text.
+
+Each key is one field of `ServerProperties`, with its type, default, bounds and doc string
+(the field name with `_` read as `.` is the Kafka key).  msgspec converts and bounds-checks
+the raw strings; `load_config` then checks what spans several keys (listeners, the security
+protocol map, advertised listeners) and returns a frozen `BrokerConfig`.
+
+Parsing is pure: nothing here binds a socket or touches a file except `read_properties_file`.
+Every failure is a `ConfigError` whose message is one line naming the key; `python -m broker`
+prints it and exits with status 2.
+
+Keys that are not Kafka's carry the prefix `pybroker.`, except `prometheus.listen`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from broker.shared.constants import INT_MAX
+from broker.shared.overrides import parse_ip_overrides, syntax_only
+
+__all__ = [
+    "BrokerConfig",
+    "ConfigError",
+    "Listener",
+    "ServerProperties",
+    "load_config",
+    "parse_properties",
+    "read_properties_file",
+]
+
+MIB = 1024 * 1024
+SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, described in one line that names the key."""
+
+
+def _key(field_name: str) -> str:
+    return field_name.replace("_", ".")
+
+
+def _doc(text: str, **bounds) -> Meta:
+    return Meta(description=text, **bounds)
+
+
+class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename=_key):
+    """The keys this broker understands, with Kafka's names, defaults and meanings."""
+
+    node_id: Annotated[int, _doc("The id of this broker (Kafka's KRaft name).", ge=0)] | None = None
+    broker_id: Annotated[int, _doc("Older name of node.id; if both are set they must agree.", ge=0)] | None = None
+    listeners: Annotated[str, _doc(
+        "Comma-separated NAME://host:port listeners. An empty host binds every interface; "
+        "port 0 binds an ephemeral port.")] = "PLAINTEXT://:9092"
+    advertised_listeners: Annotated[str, _doc(
+        "Listeners given to clients in Metadata; defaults to `listeners`. "
+        "A port of 0 is replaced by the bound port of the listener with the same name.")] = ""
+    listener_security_protocol_map: Annotated[str, _doc(
+        "Comma-separated LISTENER:PROTOCOL pairs. Only PLAINTEXT is supported yet.")] = (
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL")
+    inter_broker_listener_name: Annotated[str, _doc(
+        "Listener for broker-to-broker traffic; defaults to the listener named PLAINTEXT, "
+        "else the first listener.")] = ""
+    control_plane_listener_name: Annotated[str, _doc(
+        "Listener served by a dedicated acceptor and control-plane worker process (KIP-291): "
+        "admin and control requests there never queue behind data-plane traffic. Must be in "
+        "listeners and differ from inter.broker.listener.name; unset means no control plane.")] = ""
+    pybroker_control_plane_queue_size: Annotated[int, _doc(
+        "Requests the control-plane worker holds read and not yet answered (KIP-291's "
+        "control-plane request queue); at that count it stops reading until one is answered.",
+        ge=1, le=10000)] = 20
+    pybroker_control_plane_cpu: Annotated[int, _doc(
+        "CPU the control-plane worker is pinned to (sched_setaffinity); unset: not pinned.",
+        ge=0, le=4095)] | None = None
+    pybroker_control_plane_alter_on_data_listeners: Annotated[bool, _doc(
+        "With a control plane, also serve config/quota changes and topic creation/deletion on "
+        "data listeners (by default they get CLUSTER_AUTHORIZATION_FAILED there).")] = False
+    num_network_threads: Annotated[int, _doc(
+        "Number of data-plane worker processes.", ge=1, le=64)] = 3
+    socket_request_max_bytes: Annotated[int, _doc(
+        "Largest request frame accepted; a larger size prefix closes the connection.",
+        ge=1, le=INT_MAX)] = 100 * MIB
+    socket_listen_backlog_size: Annotated[int, _doc(
+        "Kernel accept backlog of each listening socket.", ge=1, le=65535)] = 50
+    socket_send_buffer_bytes: Annotated[int, _doc(
+        "SO_SNDBUF of accepted sockets; -1 keeps the OS default.", ge=-1)] = 102400
+    socket_receive_buffer_bytes: Annotated[int, _doc(
+        "SO_RCVBUF of listening sockets (inherited by accepted ones); -1 keeps the OS default.",
+        ge=-1)] = 102400
+    pybroker_request_max_entries: Annotated[int, _doc(
+        "Array elements (topics, partitions, keys, ...) one request may hold in all; more "
+        "closes the connection (invalid reason too_many_entries). Each is answered with an "
+        "entry that takes about 15 us to encode, so this bounds how long one request holds a "
+        "worker.", ge=1000, le=INT_MAX)] = 100_000
+    pybroker_request_receive_timeout_ms: Annotated[int, _doc(
+        "A request whose first bytes arrived this long ago and which is still incomplete "
+        "closes its connection (reason receive_timeout): a half-sent request never holds a "
+        "connection slot, a buffer or pool memory for ever.", ge=1)] = 30000
+    pybroker_fetch_max_wait_ms: Annotated[int, _doc(
+        "Longest a Fetch long poll waits, whatever max_wait_ms the client asks for.",
+        ge=0)] = 30000
+    connections_max_idle_ms: Annotated[int, _doc(
+        "Close connections idle for longer than this; -1 disables idle expiry.", ge=-1)] = 600000
+    log_dirs: Annotated[str, _doc(
+        "Comma-separated data directories; the first also holds the broker's lock and "
+        "runtime files. Defaults to log.dir.")] = ""
+    log_dir: Annotated[str, _doc("Data directory used when log.dirs is not set.")] = "/tmp/kafka-logs"
+    max_connections: Annotated[int, _doc(
+        "Connections the broker accepts in all (the inter-broker listener may exceed it when "
+        "there are several listeners; others' least recently used connections are then "
+        "closed). Also `listener.name.<l>.max.connections`. Dynamic.", ge=0, le=INT_MAX)] = INT_MAX
+    max_connections_per_ip: Annotated[int, _doc(
+        "Connections one IP address may hold; 0 needs overrides. Dynamic.",
+        ge=0, le=INT_MAX)] = INT_MAX
+    max_connections_per_ip_overrides: Annotated[str, _doc(
+        "Comma-separated host:N, ip:N or cidr:N (most specific wins; host names resolved at "
+        "start-up and on every change). Dynamic.")] = ""
+    max_connection_creation_rate: Annotated[int, _doc(
+        "New connections per second, broker-wide (the inter-broker listener is exempt). Also "
+        "`listener.name.<l>.max.connection.creation.rate`. Dynamic.", ge=0, le=INT_MAX)] = INT_MAX
+    max_connection_creation_rate_per_ip: Annotated[int, _doc(
+        "Default connection_creation_rate quota of each IP (an `ip` entity quota wins); a "
+        "socket over it is closed after the throttle delay, unread.", ge=0, le=INT_MAX)] = INT_MAX
+    quota_window_num: Annotated[int, _doc(
+        "Samples kept by every rate quota.", ge=1, le=32)] = 11
+    quota_window_size_seconds: Annotated[int, _doc(
+        "Length of one rate sample.", ge=1, le=3600)] = 1
+    pybroker_quota_burst_windows: Annotated[int, _doc(
+        "Initial burst of a fresh rate quota, in windows: limit x this x window size events "
+        "pass at once. Default quota.window.num - 1, as Kafka.", ge=0, le=999)] | None = None
+    queued_max_request_bytes: Annotated[int, _doc(
+        "Bytes all workers together may hold for requests being read or served (KIP-72); "
+        "-1 or 0 disables the pool. At least socket.request.max.bytes.", ge=-1)] = -1
+    queued_max_requests: Annotated[int, _doc(
+        "Requests read and not yet answered, broker-wide (split evenly over the workers); a "
+        "worker at its share stops reading new requests until one is answered.", ge=1)] = 500
+    pybroker_pool_max_waiters: Annotated[int, _doc(
+        "Requests that may wait for pool memory at once on one listener; past it a request's "
+        "connection is closed (reason pool_queue_full).", ge=16, le=1 << 20)] = 4096
+    pybroker_queued_max_request_bytes_reserved: Annotated[str, _doc(
+        "LISTENER:bytes,... parts of queued.max.request.bytes only requests on that listener "
+        "may use, so clients exhausting the pool cannot starve it. The control-plane listener "
+        "gets min(1 MiB, pool / 4) unless named here.")] = ""
+    quota_producer_default: Annotated[int, _doc(
+        "producer_byte_rate of every client-id with no quota of its own (Kafka's old static "
+        "default; AlterClientQuotas values win).", ge=1)] | None = None
+    quota_consumer_default: Annotated[int, _doc(
+        "consumer_byte_rate of every client-id with no quota of its own.", ge=1)] | None = None
+    pybroker_quota_request_percentage_default: Annotated[int, _doc(
+        "request_percentage of every client-id with no quota of its own (100 = one worker's "
+        "handler time).", ge=1)] | None = None
+    pybroker_quota_max_sensors: Annotated[int, _doc(
+        "Client quota sensors (user/client-id) tracked at once, broker-wide. A sensor idle for "
+        "a whole rate span is reused; with all in use a new client is not held to its quota "
+        "until one frees up (broker_quota_untracked_requests_total counts it).",
+        ge=16, le=1 << 20)] = 4096
+    pybroker_quota_max_throttle_ms: Annotated[int, _doc(
+        "Cap on one throttle: Kafka's byte-rate throttles are uncapped and push clients into "
+        "request timeouts.", ge=1)] = 10000
+    pybroker_quota_exempt_client_ids: Annotated[str, _doc(
+        "Comma-separated client ids never throttled by client quotas.")] = ""
+    auto_create_topics_enable: Annotated[bool, _doc(
+        "Create a topic when a client asks Metadata for an unknown one.")] = True
+    num_partitions: Annotated[int, _doc(
+        "Partitions of an auto-created topic, or of CreateTopics with -1.", ge=1, le=10000)] = 1
+    pybroker_max_partitions_per_topic: Annotated[int, _doc(
+        "Most partitions CreateTopics may give one topic (more gets INVALID_PARTITIONS).",
+        ge=1, le=1_000_000)] = 10000
+    default_replication_factor: Annotated[int, _doc(
+        "Replication factor of new topics; this broker is a single node, so 1.", ge=1, le=1)] = 1
+    message_max_bytes: Annotated[int, _doc(
+        "Largest record batch accepted by Produce.", ge=0, le=INT_MAX)] = 1048588
+    log_message_timestamp_before_max_ms: Annotated[int, _doc(
+        "A record stamped (CreateTime) further in the past than this is refused with "
+        "INVALID_TIMESTAMP.", ge=0)] = 2**63 - 1
+    log_message_timestamp_after_max_ms: Annotated[int, _doc(
+        "A record stamped (CreateTime) further in the future than this is refused with "
+        "INVALID_TIMESTAMP.", ge=0)] = 2**63 - 1
+    pybroker_max_decompressed_batch_bytes: Annotated[int, _doc(
+        "A compressed batch is decompressed to validate its records, at most to this many "
+        "bytes; one that expands further is refused (CORRUPT_MESSAGE).",
+        ge=1 << 20, le=1 << 31)] = 32 << 20
+    producer_id_expiration_ms: Annotated[int, _doc(
+        "An idempotent producer's state (to recognise its retries) is kept this long after its "
+        "last write.", ge=1)] = 86_400_000
+    pybroker_max_producers_per_partition: Annotated[int, _doc(
+        "Idempotent producers one partition remembers at once (the table grows to this); past "
+        "it the least recently used is forgotten.", ge=64)] = 100_000
+    log_segment_bytes: Annotated[int, _doc(
+        "A partition's active segment is rolled past this size.", ge=14, le=INT_MAX)] = 1 << 30
+    log_index_interval_bytes: Annotated[int, _doc(
+        "Bytes of batches between two offset-index entries.", ge=0, le=INT_MAX)] = 4096
+    log_retention_bytes: Annotated[int, _doc(
+        "Per partition: oldest segments are deleted while the log exceeds this; -1 = no limit.",
+        ge=-1)] = -1
+    log_retention_ms: Annotated[int, _doc(
+        "Segments older than this are deleted; -1 = no limit. Wins over minutes and hours.",
+        ge=-1)] | None = None
+    log_retention_minutes: Annotated[int, _doc(
+        "As log.retention.ms, in minutes; wins over hours.", ge=-1)] | None = None
+    log_retention_hours: Annotated[int, _doc(
+        "As log.retention.ms, in hours.", ge=-1)] = 168
+    log_retention_check_interval_ms: Annotated[int, _doc(
+        "How often the parent looks for segments to delete.", ge=1)] = 300000
+    log_flush_interval_messages: Annotated[int, _doc(
+        "fsync a partition once this many messages were appended since its last fsync.",
+        ge=1)] = 2**63 - 1
+    log_flush_interval_ms: Annotated[int, _doc(
+        "fsync every partition with unflushed messages this often (unset: never by time).",
+        ge=1)] | None = None
+    group_min_session_timeout_ms: Annotated[int, _doc(
+        "Smallest session.timeout.ms a consumer group member may ask for.", ge=1)] = 6000
+    group_max_session_timeout_ms: Annotated[int, _doc(
+        "Largest session.timeout.ms a consumer group member may ask for.", ge=1)] = 1800000
+    group_initial_rebalance_delay_ms: Annotated[int, _doc(
+        "How long the first rebalance of an empty group waits for more members to join.",
+        ge=0)] = 3000
+    pybroker_group_max_members: Annotated[int, _doc(
+        "Members (pending ones included) all consumer groups together may have; a JoinGroup "
+        "past it gets GROUP_MAX_SIZE_REACHED.", ge=1)] = 100_000
+    pybroker_group_max_pending_members: Annotated[int, _doc(
+        "Member ids handed out with MEMBER_ID_REQUIRED and not yet used to join, kept in all; "
+        "past it the oldest is forgotten (its client joins again from the start).",
+        ge=1)] = 10_000
+    group_max_size: Annotated[int, _doc(
+        "Members one consumer group may have.", ge=1, le=INT_MAX)] = INT_MAX
+    offsets_retention_minutes: Annotated[int, _doc(
+        "Committed offsets of a group that has been empty this long are deleted.",
+        ge=1)] = 10080
+    offsets_retention_check_interval_ms: Annotated[int, _doc(
+        "How often expired committed offsets are looked for.", ge=1)] = 600000
+    offset_metadata_max_bytes: Annotated[int, _doc(
+        "Largest metadata string an OffsetCommit may attach to an offset.", ge=0)] = 4096
+    pybroker_event_log_enable: Annotated[bool, _doc(
+        "Write the structured event log (broker/shared/events.py), the input of the PySpark "
+        "pipeline.")] = True
+    pybroker_event_log_dir: Annotated[str, _doc(
+        "Directory of the event log; default: pybroker-events beside the first log dir.")] = ""
+    pybroker_event_log_file_bytes: Annotated[int, _doc(
+        "Each process starts a new event file past this size.", ge=4096, le=2**40)] = 64 * MIB
+    pybroker_event_log_total_bytes: Annotated[int, _doc(
+        "Cap on the event log directory: the oldest closed files are deleted past it.",
+        ge=4096, le=2**50)] = 1024 * MIB
+    pybroker_event_log_slow_request_ms: Annotated[int, _doc(
+        "Requests slower than this are also logged one by one (others only per second).",
+        ge=0, le=INT_MAX)] = 100
+    prometheus_listen: Annotated[str, _doc(
+        "HOST:PORT of the Prometheus /metrics endpoint; empty disables it.")] = "127.0.0.1:9404"
+    pybroker_handoff_queue_size: Annotated[int, _doc(
+        "Connections handed to one worker and not yet registered by it (KIP-402's queue).",
+        ge=1, le=10000)] = 20
+    pybroker_registrations_per_turn: Annotated[int, _doc(
+        "New connections a worker registers per event-loop turn before serving existing ones.",
+        ge=1, le=10000)] = 20
+    pybroker_shutdown_timeout_ms: Annotated[int, _doc(
+        "On SIGTERM, how long in-flight requests may finish before workers are killed.",
+        ge=0, le=600000)] = 10000
+    pybroker_worker_heartbeat_timeout_ms: Annotated[int, _doc(
+        "A worker whose heartbeat is older than this is aborted, then killed.",
+        ge=1000, le=3600000)] = 30000
+
+
+def retention_ms(props: ServerProperties) -> int:
+    """Kafka's precedence: log.retention.ms, then minutes, then hours; -1 means forever."""
+    if props.log_retention_ms is not None:
+        return props.log_retention_ms
+    if props.log_retention_minutes is not None:
+        return -1 if props.log_retention_minutes < 0 else props.log_retention_minutes * 60000
+    return -1 if props.log_retention_hours < 0 else props.log_retention_hours * 3600000
+
+
+class Listener(msgspec.Struct, frozen=True):
+    """One NAME://host:port entry of `listeners` or `advertised.listeners`."""
+
+    name: str
+    host: str
+    port: int
+    protocol: str = "PLAINTEXT"
+
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def family(self) -> int:
+        """AF_INET6 for an IPv6 literal, else AF_INET (an empty host binds 0.0.0.0)."""
+        return socket.AF_INET6 if ":" in self.host else socket.AF_INET
+
+
+# Keys that may also be given per listener as listener.name.<lowercase name>.<key>.
+LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
+_LISTENER_KEY = re.compile(r"listener\.name\.([A-Za-z0-9_]+)\.(.+)")  # matched whole
+
+
+class BrokerConfig(msgspec.Struct, frozen=True):
+    """The validated configuration; sent as is to every worker process."""
+
+    props: ServerProperties
+    listener_props: dict[str, dict[str, int]]  # listener name -> {key: value}
+    pool_reserved: dict[str, int]  # listener name -> bytes reserved in the memory pool
+    node_id: int
+    listeners: tuple[Listener, ...]
+    advertised: tuple[Listener, ...]
+    inter_broker_listener: str
+    control_plane_listener: str | None
+    log_dirs: tuple[str, ...]
+    prometheus: tuple[str, int] | None
+    event_log_dir: str | None = None  # None when the event log is off
+
+    def listener_index(self, name: str) -> int:
+        for index, listener in enumerate(self.listeners):
+            if listener.name == name:
+                return index
+        raise KeyError(name)
+
+    def control_plane_index(self) -> int | None:
+        """Index of the control-plane listener, or None without a control plane."""
+        if self.control_plane_listener is None:
+            return None
+        return self.listener_index(self.control_plane_listener)
+
+    def data_listener_indexes(self) -> list[int]:
+        control = self.control_plane_index()
+        return [index for index in range(len(self.listeners)) if index != control]
+
+    def may_alter(self, listener_index: int) -> bool:
+        """Whether config, quota and topic changes are served on this listener."""
+        control = self.control_plane_index()
+        return (control is None or listener_index == control
+                or self.props.pybroker_control_plane_alter_on_data_listeners)
+
+    def pool_reserved_by_index(self) -> dict[int, int]:
+        """The memory pool's reservations keyed by listener index."""
+        return {self.listener_index(name): size for name, size in self.pool_reserved.items()}
+
+    def with_bound_ports(self, ports: dict[str, int]) -> "BrokerConfig":
+        """Return a copy where port 0 listeners (and their advertised twins) carry `ports`."""
+
+        def bind(listener: Listener) -> Listener:
+            if listener.port == 0 and listener.name in ports:
+                return msgspec.structs.replace(listener, port=ports[listener.name])
+            return listener
+
+        return msgspec.structs.replace(
+            self,
+            listeners=tuple(bind(item) for item in self.listeners),
+            advertised=tuple(bind(item) for item in self.advertised),
+        )
+
+
+# --- .properties syntax --------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _logical_lines(text: str):
+    """Yield (line number, logical line), joining lines that end in an odd number of '\\'."""
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.lstrip() if pending else raw.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending, start = pending + line[:-1], start or number
+            continue
+        yield (start or number), pending + line
+        pending, start = "", 0
+    if pending:
+        yield start, pending
+
+
+_SEPARATOR = re.compile(r"(?<!\\)(\s*[=:]\s*|\s+)")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java `.properties` text: comments, `=`/`:`/space separators, continuations."""
+    result: dict[str, str] = {}
+    for _number, line in _logical_lines(text):
+        match = _SEPARATOR.search(line)
+        if match is None:
+            key, value = line, ""
+        else:
+            key, value = line[:match.start()], line[match.end():]
+        result[_unescape(key)] = _unescape(value)
+    return result
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_properties(handle.read())
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override {pair!r}: expected key=value")
+        result[key.strip()] = value.strip()
+    return result
+
+
+# --- validation ----------------------------------------------------------------------------
+
+_KEYS = {field.encode_name: field for field in msgspec.structs.fields(ServerProperties)}
+# Both matched whole (fullmatch): "$" would also match before a trailing newline.
+_LISTENER_RE = re.compile(r"([A-Za-z0-9_]+)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)")
+_MSGSPEC_PATH = re.compile(r" - at `\$\.(.+?)`$")
+
+
+def declared_keys() -> list[msgspec.structs.FieldInfo]:
+    return list(_KEYS.values())
+
+
+def _convert(raw: dict[str, str]) -> ServerProperties:
+    for key in raw:
+        if key not in _KEYS:
+            raise ConfigError(f"{key}: unknown configuration key")
+    try:
+        return msgspec.convert(raw, ServerProperties, strict=False)
+    except msgspec.ValidationError as error:
+        message = str(error)
+        match = _MSGSPEC_PATH.search(message)
+        if match is None:
+            raise ConfigError(message) from None
+        key = match.group(1)
+        reason = message[:match.start()].replace("`", "")
+        raise ConfigError(f"{key}: invalid value {raw.get(key)!r} ({reason.lower()})") from None
+
+
+def _split_csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _parse_protocol_map(value: str) -> dict[str, str]:
+    result = {}
+    for item in _split_csv(value):
+        name, sep, protocol = item.partition(":")
+        if not sep or not name or not protocol:
+            raise ConfigError(f"listener.security.protocol.map: invalid entry {item!r} "
+                              "(expected LISTENER:PROTOCOL)")
+        if protocol.upper() not in KNOWN_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: unknown security protocol "
+                              f"{protocol!r} for listener {name}")
+        if name.upper() in result:
+            raise ConfigError(f"listener.security.protocol.map: listener {name} appears twice")
+        result[name.upper()] = protocol.upper()
+    return result
+
+
+def _parse_listeners(key: str, value: str, protocols: dict[str, str]) -> tuple[Listener, ...]:
+    listeners: list[Listener] = []
+    for item in _split_csv(value):
+        match = _LISTENER_RE.fullmatch(item)
+        if match is None:
+            raise ConfigError(f"{key}: invalid listener {item!r} (expected NAME://host:port)")
+        name, host, port = match.group(1).upper(), match.group(2), int(match.group(3))
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{key}: port {port} of listener {name} is out of range 0-65535")
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ConfigError(f"{key}: no security protocol for listener {name} in "
+                              "listener.security.protocol.map")
+        if protocol not in SUPPORTED_PROTOCOLS:
+            raise ConfigError(f"{key}: listener {name} uses {protocol}, which is not supported "
+                              "yet (only PLAINTEXT)")
+        if any(existing.name == name for existing in listeners):
+            raise ConfigError(f"{key}: listener name {name} appears more than once")
+        listeners.append(Listener(name=name, host=host, port=port, protocol=protocol))
+    if not listeners:
+        raise ConfigError(f"{key}: at least one listener is required")
+    return tuple(listeners)
+
+
+def _check_distinct_ports(listeners: tuple[Listener, ...]) -> None:
+    seen: dict[int, str] = {}
+    for listener in listeners:
+        if listener.port and listener.port in seen:
+            raise ConfigError(f"listeners: {listener.name} and {seen[listener.port]} share "
+                              f"port {listener.port}; each listener needs its own port")
+        seen[listener.port] = listener.name
+
+
+def _resolve_advertised(props: ServerProperties, listeners, protocols) -> tuple[Listener, ...]:
+    if not props.advertised_listeners:
+        return listeners
+    advertised = _parse_listeners("advertised.listeners", props.advertised_listeners, protocols)
+    names = {listener.name for listener in listeners}
+    for listener in advertised:
+        if listener.name not in names:
+            raise ConfigError(f"advertised.listeners: listener {listener.name} is not in "
+                              "listeners")
+        if listener.host in ("0.0.0.0", "::"):
+            raise ConfigError(f"advertised.listeners: {listener.name} advertises the "
+                              f"non-routable address {listener.host}")
+    return advertised
+
+
+def _resolve_node_id(props: ServerProperties) -> int:
+    if props.node_id is not None and props.broker_id is not None and props.node_id != props.broker_id:
+        raise ConfigError(f"node.id: {props.node_id} differs from broker.id {props.broker_id}")
+    if props.node_id is not None:
+        return props.node_id
+    return props.broker_id if props.broker_id is not None else 0
+
+
+def _resolve_inter_broker(props: ServerProperties, listeners) -> str:
+    names = [listener.name for listener in listeners]
+    wanted = props.inter_broker_listener_name.upper()
+    if wanted:
+        if wanted not in names:
+            raise ConfigError(f"inter.broker.listener.name: {wanted} is not a listener in "
+                              f"listeners ({', '.join(names)})")
+        return wanted
+    control = props.control_plane_listener_name.upper()
+    data = [name for name in names if name != control] or names
+    return "PLAINTEXT" if "PLAINTEXT" in data else data[0]
+
+
+def _resolve_control_plane(props: ServerProperties, protocols: dict[str, str], listeners,
+                           advertised, inter_broker: str) -> str | None:
+    """KIP-291's checks on control.plane.listener.name; None when it is unset."""
+    key, name = "control.plane.listener.name", props.control_plane_listener_name.upper()
+    if not name:
+        if props.pybroker_control_plane_cpu is not None:
+            raise ConfigError("pybroker.control.plane.cpu: set, but control.plane.listener.name "
+                              "is not")
+        return None
+    if name not in protocols:
+        raise ConfigError(f"{key}: {name} has no security protocol in "
+                          "listener.security.protocol.map")
+    names = [listener.name for listener in listeners]
+    if name not in names:
+        raise ConfigError(f"{key}: {name} is not a listener in listeners ({', '.join(names)})")
+    if name not in {listener.name for listener in advertised}:
+        raise ConfigError(f"{key}: {name} is not in advertised.listeners")
+    if len(names) == 1:
+        raise ConfigError(f"{key}: {name} is the only listener; clients need a data-plane "
+                          "listener too")
+    if name == inter_broker:
+        raise ConfigError(f"{key}: {name} must differ from inter.broker.listener.name")
+    _check_cpu(props.pybroker_control_plane_cpu)
+    return name
+
+
+def _check_cpu(cpu: int | None) -> None:
+    if cpu is None:
+        return
+    allowed = os.sched_getaffinity(0)
+    if cpu not in allowed:
+        raise ConfigError(f"pybroker.control.plane.cpu: CPU {cpu} is not available to this "
+                          f"process (allowed: {','.join(map(str, sorted(allowed)))})")
+
+
+def _parse_host_port(key: str, value: str) -> tuple[str, int] | None:
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: invalid address {value!r} (expected HOST:PORT)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _split_listener_keys(raw: dict[str, str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    plain, per_listener = {}, {}
+    for key, value in raw.items():
+        match = _LISTENER_KEY.fullmatch(key)
+        if match is None:
+            plain[key] = value
+            continue
+        name, suffix = match.group(1).upper(), match.group(2)
+        if suffix not in LISTENER_KEYS:
+            raise ConfigError(f"{key}: {suffix} cannot be set per listener "
+                              f"(only {', '.join(LISTENER_KEYS)})")
+        per_listener.setdefault(name, {})[suffix] = value
+    return plain, per_listener
+
+
+def _convert_listener_keys(per_listener: dict[str, dict[str, str]], listeners) -> dict:
+    names = {listener.name for listener in listeners}
+    result: dict[str, dict[str, int]] = {}
+    for name, values in per_listener.items():
+        for suffix, value in values.items():
+            key = f"listener.name.{name.lower()}.{suffix}"
+            if name not in names:
+                raise ConfigError(f"{key}: listener {name} is not in listeners")
+            try:
+                number = int(value)
+            except ValueError:
+                raise ConfigError(f"{key}: invalid value {value!r} (expected int)") from None
+            if not 0 <= number <= INT_MAX:
+                raise ConfigError(f"{key}: invalid value {value!r} (expected int >= 0)")
+            result.setdefault(name, {})[suffix] = number
+    return result
+
+
+def _check_quota_settings(props: ServerProperties) -> None:
+    burst = props.pybroker_quota_burst_windows
+    if burst is not None and burst > props.quota_window_num - 1:
+        raise ConfigError(f"pybroker.quota.burst.windows: {burst} is more than quota.window.num "
+                          f"- 1 ({props.quota_window_num - 1})")
+    try:
+        # The form only: host names are resolved by the parent, off its loop
+        # (broker.parent.resolver).
+        parse_ip_overrides(props.max_connections_per_ip_overrides, resolve=syntax_only)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if props.max_connections_per_ip == 0 and not props.max_connections_per_ip_overrides.strip():
+        raise ConfigError("max.connections.per.ip: 0 is only allowed together with "
+                          "max.connections.per.ip.overrides")
+
+
+CONTROL_PLANE_RESERVE = MIB
+
+
+def _parse_pool_reservations(props: ServerProperties, listeners,
+                             control_plane: str | None) -> dict[str, int]:
+    key = "pybroker.queued.max.request.bytes.reserved"
+    pool = props.queued_max_request_bytes
+    if pool > 0 and pool < props.socket_request_max_bytes:
+        raise ConfigError(f"queued.max.request.bytes: {pool} is smaller than "
+                          f"socket.request.max.bytes {props.socket_request_max_bytes}")
+    reserved: dict[str, int] = {}
+    names = {listener.name for listener in listeners}
+    for item in _split_csv(props.pybroker_queued_max_request_bytes_reserved):
+        name, sep, size = item.rpartition(":")
+        if not sep or not size.isdigit() or int(size) < 1:
+            raise ConfigError(f"{key}: invalid entry {item!r} (expected LISTENER:bytes)")
+        if name.upper() not in names:
+            raise ConfigError(f"{key}: listener {name} is not in listeners")
+        reserved[name.upper()] = int(size)
+    if reserved and pool <= 0:
+        raise ConfigError(f"{key}: reservations need queued.max.request.bytes to be set")
+    if control_plane is not None and pool > 0 and control_plane not in reserved:
+        # So a pool exhausted by clients can never mute the control plane.
+        reserved[control_plane] = min(CONTROL_PLANE_RESERVE, pool // 4)
+    if reserved and sum(reserved.values()) >= pool:
+        raise ConfigError(f"{key}: reservations ({sum(reserved.values())} bytes) leave nothing "
+                          f"of queued.max.request.bytes {pool} to share")
+    return reserved
+
+
+def load_config(raw: dict[str, str]) -> BrokerConfig:
+    """Validate raw key/value pairs into a BrokerConfig, or raise ConfigError."""
+    raw, per_listener = _split_listener_keys(raw)
+    props = _convert(raw)
+    _check_quota_settings(props)
+    if props.group_min_session_timeout_ms > props.group_max_session_timeout_ms:
+        raise ConfigError(f"group.min.session.timeout.ms: {props.group_min_session_timeout_ms} "
+                          f"is more than group.max.session.timeout.ms "
+                          f"{props.group_max_session_timeout_ms}")
+    protocols = _parse_protocol_map(props.listener_security_protocol_map)
+    listeners = _parse_listeners("listeners", props.listeners, protocols)
+    _check_distinct_ports(listeners)
+    log_dirs = tuple(_split_csv(props.log_dirs or props.log_dir))
+    if not log_dirs:
+        raise ConfigError("log.dirs: at least one directory is required")
+    advertised = _resolve_advertised(props, listeners, protocols)
+    inter_broker = _resolve_inter_broker(props, listeners)
+    control_plane = _resolve_control_plane(props, protocols, listeners, advertised, inter_broker)
+    return BrokerConfig(
+        props=props,
+        listener_props=_convert_listener_keys(per_listener, listeners),
+        pool_reserved=_parse_pool_reservations(props, listeners, control_plane),
+        node_id=_resolve_node_id(props),
+        listeners=listeners,
+        advertised=advertised,
+        inter_broker_listener=inter_broker,
+        control_plane_listener=control_plane,
+        log_dirs=log_dirs,
+        prometheus=_parse_host_port("prometheus.listen", props.prometheus_listen),
+        event_log_dir=_event_log_dir(props, log_dirs),
+    )
+
+
+def _event_log_dir(props: ServerProperties, log_dirs: tuple[str, ...]) -> str | None:
+    if props.pybroker_event_log_total_bytes < props.pybroker_event_log_file_bytes:
+        raise ConfigError(f"pybroker.event.log.total.bytes: {props.pybroker_event_log_total_bytes} "
+                          f"is less than pybroker.event.log.file.bytes "
+                          f"{props.pybroker_event_log_file_bytes}")
+    if not props.pybroker_event_log_enable:
+        return None
+    if props.pybroker_event_log_dir:
+        return props.pybroker_event_log_dir
+    parent = os.path.dirname(os.path.abspath(log_dirs[0]))
+    return os.path.join(parent, "pybroker-events")
+
+
+def describe_keys() -> str:
+    """The key table printed by `python -m broker --describe-config` and shown in the README."""
+    lines = ["| key | type | default | doc |", "|---|---|---|---|"]
+    for field in declared_keys():
+        metas = _metas(field.type)
+        bounds = ""
+        if metas and (metas[0].ge is not None or metas[0].le is not None):
+            low = "" if metas[0].ge is None else metas[0].ge
+            high = "" if metas[0].le is None else metas[0].le
+            bounds = f" [{low}..{high}]"
+        default = "" if field.default is None else repr(field.default)
+        doc = next((meta.description for meta in metas if meta.description), "")
+        lines.append(f"| `{field.encode_name}` | {_type_name(field.type)}{bounds} | {default} | {doc} |")
+    return "\n".join(lines)
+
+
+def _metas(annotation) -> list[Meta]:
+    found = [m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Meta)]
+    for arg in getattr(annotation, "__args__", ()):
+        found.extend(_metas(arg))
+    return found
+
+
+def _type_name(annotation) -> str:
+    if getattr(annotation, "__metadata__", None) is not None:
+        return _type_name(annotation.__origin__)
+    members = [arg for arg in getattr(annotation, "__args__", ()) if arg is not type(None)]
+    if members:
+        return _type_name(members[0])
+    return {int: "int", bool: "boolean", str: "string"}.get(annotation, str(annotation))

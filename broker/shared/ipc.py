@@ -1,0 +1,285 @@
+"""Messages between the parent and a worker over their SOCK_SEQPACKET socket pair.
+
+Each message is msgpack-encoded; `Channel` carries it in one datagram, or in back-to-back
+chunks when it is larger than one (a DescribeConfigs of thousands of keys, a large group's
+SyncGroup, eviction orders for thousands of connections), and queues what the socket cannot
+take yet, so no message is ever truncated or dropped.  A `Handoff` carries the accepted
+sockets themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same order.
+
+    parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
+                       Quotas (after Boot and after every client-quota change)
+    worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
+                       ids), EvictCandidates, AdminRequest
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import os
+import socket
+
+import msgspec
+
+from broker.shared.config import BrokerConfig
+
+MAX_FDS_PER_MESSAGE = 250  # Linux accepts at most 253 fds per SCM_RIGHTS message
+MAX_MESSAGE_BYTES = 1 << 16
+
+
+class Boot(msgspec.Struct, tag=True, frozen=True):
+    config: BrokerConfig
+    slot: int
+    shm_path: str
+    cluster_id: str
+    name: str
+    control_plane: bool = False  # serve the control-plane listener only (KIP-291)
+
+
+class HandedOff(msgspec.Struct, array_like=True, frozen=True):
+    """One socket of a Handoff: who it is (its fd travels beside the message)."""
+
+    conn_id: int
+    listener: int  # index into the config's listeners
+    host: str  # the peer's address
+    port: int
+
+
+class Handoff(msgspec.Struct, tag=True, frozen=True):
+    conns: list[HandedOff]  # one per fd, in the fds' order
+
+
+class Shutdown(msgspec.Struct, tag=True, frozen=True):
+    deadline_ms: int
+
+
+class Ready(msgspec.Struct, tag=True, frozen=True):
+    pid: int
+
+
+class Progress(msgspec.Struct, tag=True, frozen=True):
+    registered: int  # hand-off credits returned (sockets registered or dropped)
+    closed: list[int]  # ids of connections that ended, so the parent frees their slots
+
+
+class Close(msgspec.Struct, tag=True, frozen=True):
+    conn_ids: list[int]
+    reason: str
+
+
+class EvictQuery(msgspec.Struct, tag=True, frozen=True):
+    round: int
+    count: int
+    listeners: list[int]  # listener indexes whose connections may be evicted
+
+
+class EvictCandidates(msgspec.Struct, tag=True, frozen=True):
+    round: int
+    candidates: list[tuple[int, int]]  # (conn id, last activity CLOCK_MONOTONIC ns), oldest first
+
+
+class Quotas(msgspec.Struct, tag=True, frozen=True):
+    """The client quotas in force (entity key -> {quota key: value}), after every change."""
+
+    entries: dict[str, dict[str, float]]
+
+
+class AdminRequest(msgspec.Struct, tag=True, frozen=True):
+    request_id: int
+    listener: int
+    peer: str
+    frame: bytes  # the request frame, served by the parent (config and quota changes)
+
+
+class AdminResponse(msgspec.Struct, tag=True, frozen=True):
+    request_id: int
+    frame: bytes | None  # the response frame; None closes the connection
+    busy_ns: int = 0  # the parent's handling time, charged to the client's request quota
+
+
+Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
+           | AdminRequest | AdminResponse | Quotas)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+encode = _encoder.encode
+
+# Each datagram starts with one byte: a whole message, or a chunk of one with more to come, or
+# its last chunk.  Chunks of one message are sent back to back (one sender, one queue).
+WHOLE, MORE, LAST = b"\x00", b"\x01", b"\x02"
+CHUNK_BYTES = MAX_MESSAGE_BYTES - 1
+MAX_REASSEMBLED_BYTES = 1 << 32  # a sanity bound: the largest frame is socket.request.max.bytes
+MAX_QUEUED_BYTES = 1 << 30  # a peer that stopped reading this long is treated as gone
+
+
+def decode(data) -> Message:
+    return _decoder.decode(data)
+
+
+class ChannelError(OSError):
+    """The channel is closed or its peer stopped reading."""
+
+
+class Channel:
+    """One end of a parent-worker socket pair: whole messages in, whole messages out.
+
+    A message of any size goes out as one datagram or as back-to-back chunks, and is read back
+    whole.  `send` never blocks the event loop and never drops a message: what the socket
+    cannot take now waits, in order, for the socket to become writable.  File descriptors
+    given to `send` belong to the channel from then on: it closes them once sent (the peer
+    holds its own copies) or when the channel closes.  Without a loop (a worker booting) the
+    socket is blocking and so is `send`.
+    """
+
+    def __init__(self, sock: socket.socket, loop=None, on_broken=None):
+        self.sock = sock
+        self.on_broken = on_broken  # called once if the peer is gone or stopped reading
+        self.closed = False
+        self._loop = None
+        self._queue: collections.deque = collections.deque()  # ([flag, payload], fds)
+        self._queued_bytes = 0
+        self._writing = False
+        self._chunks: list[bytes] = []  # a message being reassembled
+        self._chunk_bytes = 0
+        self._chunk_fds: list[int] = []
+        if loop is not None:
+            self.attach(loop)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def attach(self, loop) -> None:
+        """From now on the socket is non-blocking and waits for writability on `loop`."""
+        self._loop = loop
+        self.sock.setblocking(False)
+
+    # --- sending --------------------------------------------------------------------------
+
+    def send(self, message: Message, fds: list[int] | tuple = ()) -> None:
+        """Queue `message` (and `fds`) and send what the socket takes; raises ChannelError if
+        the channel is closed (the fds are closed then too)."""
+        if self.closed:
+            _close_all(fds)
+            raise ChannelError("the channel is closed")
+        data = encode(message)
+        if len(data) <= CHUNK_BYTES:
+            self._queue.append(([WHOLE, data], list(fds)))
+        else:
+            view = memoryview(data)
+            for start in range(0, len(data), CHUNK_BYTES):
+                flag = MORE if start + CHUNK_BYTES < len(data) else LAST
+                self._queue.append(([flag, view[start:start + CHUNK_BYTES]],
+                                    list(fds) if start == 0 else []))
+        self._queued_bytes += len(data)
+        self.flush()
+        if self._queued_bytes > MAX_QUEUED_BYTES:
+            self._broken(ChannelError(f"{self._queued_bytes} bytes wait for a peer that does "
+                                      f"not read"))
+        if self.closed:
+            raise ChannelError("the channel is closed")
+
+    def flush(self) -> None:
+        while self._queue and not self.closed:
+            parts, fds = self._queue[0]
+            try:
+                if fds:
+                    self.sock.sendmsg(parts, [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                               array.array("i", fds))])
+                else:
+                    self.sock.sendmsg(parts)
+            except BlockingIOError:
+                if not self._writing and self._loop is not None:
+                    self._loop.add_writer(self.sock.fileno(), self.flush)
+                    self._writing = True
+                return
+            except OSError as error:
+                self._broken(error)
+                return
+            self._queue.popleft()
+            self._queued_bytes -= len(parts[1])
+            _close_all(fds)
+        if self._writing:
+            self._loop.remove_writer(self.sock.fileno())
+            self._writing = False
+
+    def pending(self) -> int:
+        """Bytes queued and not yet taken by the socket."""
+        return self._queued_bytes
+
+    # --- receiving ------------------------------------------------------------------------
+
+    def receive(self) -> tuple[Message, list[int]]:
+        """The next whole message and the fds that came with it; raises BlockingIOError when
+        none is complete yet, EOFError when the peer closed."""
+        while True:
+            data, fds = _receive_datagram(self.sock)
+            flag, payload = data[:1], memoryview(data)[1:]
+            if flag == WHOLE and not self._chunks:
+                return decode(payload), fds
+            if flag not in (MORE, LAST) or (flag == WHOLE and self._chunks):
+                _close_all(fds + self._chunk_fds)
+                raise ChannelError(f"unexpected datagram flag {flag!r}")
+            self._chunks.append(bytes(payload))
+            self._chunk_bytes += len(payload)
+            self._chunk_fds += fds
+            if self._chunk_bytes > MAX_REASSEMBLED_BYTES:
+                raise ChannelError("a reassembled message exceeds its bound")
+            if flag == LAST:
+                whole, fds = b"".join(self._chunks), self._chunk_fds
+                self._chunks, self._chunk_fds, self._chunk_bytes = [], [], 0
+                return decode(whole), fds
+
+    # --- closing --------------------------------------------------------------------------
+
+    def _broken(self, error: BaseException) -> None:
+        """The peer is gone or stopped reading: nothing more is sent.  The owner, told through
+        `on_broken`, stops watching the socket and closes the channel."""
+        if self.closed:
+            return
+        self._stop_sending()
+        if self.on_broken is not None:
+            self.on_broken(error)
+        else:
+            self.close()
+
+    def _stop_sending(self) -> None:
+        self.closed = True
+        if self._writing:
+            self._loop.remove_writer(self.sock.fileno())
+            self._writing = False
+        for _parts, fds in self._queue:
+            _close_all(fds)
+        self._queue.clear()
+        self._queued_bytes = 0
+
+    def close(self) -> None:
+        """Close the socket (an owner watching it removes its reader first)."""
+        if self.sock.fileno() < 0:
+            return
+        self._stop_sending()
+        _close_all(self._chunk_fds)
+        self._chunk_fds, self._chunks, self._chunk_bytes = [], [], 0
+        self.sock.close()
+
+
+def _close_all(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _receive_datagram(sock: socket.socket) -> tuple[bytes, list[int]]:
+    data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE_BYTES,
+                                             socket.CMSG_SPACE(MAX_FDS_PER_MESSAGE * 4))
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    if not data and not fds:
+        raise EOFError("peer closed the socket")
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or not data:
+        _close_all(fds)
+        raise ChannelError(f"truncated IPC datagram (flags {flags:#x})")
+    return data, list(fds)

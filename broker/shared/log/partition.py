@@ -1,0 +1,542 @@
+"""One partition: `<log dir>/<topic>-<n>/` with its segments and a shared state file.
+
+Every worker process may append to and read from every partition.  Appends are serialised by
+an exclusive `flock` on the partition's `state` file; that file is also memory-mapped by each
+process and holds (8-byte words, native endian):
+
+    0 magic               4 high watermark          8 bytes since the last index entry
+    1 dirty (writer pid)  5 active segment base     9 segments version (bumped on roll/delete)
+    2 log start offset    6 active segment size     10 messages not yet fsynced
+    3 log end offset      7 active index entries    11 last fsync, unix ns
+    12 appends            13 offline (non-zero: recovery failed; nothing is served)
+    14 greatest timestamp of the active segment (see segment.py's time index)
+    15 base of the active segment at the last flush
+    (the idempotent-producer table is a file of its own: producers.py)
+
+Write order inside the lock makes readers safe without taking it: batch bytes, then the index
+entry and its count, then size and log end offset, then the high watermark (single node:
+high watermark = log end).  A reader loads the high watermark first and only returns batches
+below it.  `dirty` is set for the duration of an append: if a worker dies mid-append (kill -9),
+the next appender finds it set and repairs the partition from its files before going on.
+
+A partition whose files cannot be repaired (start-up recovery or a repair after a failed
+append raises) is marked offline: produce, fetch and offset lookups answer
+KAFKA_STORAGE_ERROR, Metadata shows it without a leader, and the rest of the broker serves on.
+The next start-up tries to recover it again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import logging
+import mmap
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from broker.shared.log import records
+from broker.shared.log.producers import ProducerTable, Verdict
+from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases
+
+log = logging.getLogger("broker.shared.log")
+
+STATE_FILE = "state"
+STATE_MAGIC = int.from_bytes(b"PYBRKPS1", "little")
+(W_MAGIC, W_DIRTY, W_LOG_START, W_LOG_END, W_HIGH_WATERMARK, W_ACTIVE_BASE, W_ACTIVE_SIZE,
+ W_INDEX_ENTRIES, W_SINCE_INDEX, W_SEGMENTS_VERSION, W_UNFLUSHED, W_LAST_FLUSH) = range(12)
+W_APPENDS = 12
+W_OFFLINE = 13  # non-zero: the partition could not be recovered and serves nothing
+W_SEGMENT_MAX_TS = 14  # greatest timestamp in the active segment (its time index's open region)
+W_FLUSHED_BASE = 15  # base of the active segment at the last flush: later ones need an fsync
+STATE_WORDS = 32
+STATE_BYTES = 8 * STATE_WORDS
+
+
+class PartitionOffline(OSError):
+    """The partition's files could not be recovered; it serves nothing until a restart."""
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    segment_bytes: int = 1 << 30
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    flush_interval_messages: int = 2**63 - 1
+    timestamps: records.TimestampBounds = records.TimestampBounds()
+    producer_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    max_decompressed_bytes: int = 32 << 20  # pybroker.max.decompressed.batch.bytes
+    max_producers: int = 100_000  # pybroker.max.producers.per.partition
+
+
+@dataclass
+class AppendResult:
+    error: str | None  # a Kafka error name, None for success
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class Partition:
+    """A process's handle on one partition; cheap to keep, safe to use from any worker."""
+
+    def __init__(self, directory: str, topic: str, index: int, settings: LogSettings):
+        self.directory = directory
+        self.topic = topic
+        self.index = index
+        self.settings = settings
+        path = os.path.join(directory, STATE_FILE)
+        self._state_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._state_fd).st_size < STATE_BYTES:
+            os.ftruncate(self._state_fd, STATE_BYTES)
+        self._map = mmap.mmap(self._state_fd, STATE_BYTES)
+        self.state = memoryview(self._map).cast("q")
+        self.producers = ProducerTable(directory, settings.producer_expiration_ms,
+                                       settings.max_producers)
+        self._segments: dict[int, Segment] = {}
+        self._bases: list[int] = []
+        self._segments_version = -1
+        self.on_offline = None  # called once marked offline (the registry bumps the epoch)
+
+    def close(self) -> None:
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()
+        self.producers.close()
+        self.state.release()
+        self._map.close()
+        os.close(self._state_fd)
+
+    # --- shared state ---------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self.state[W_HIGH_WATERMARK]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.state[W_LOG_START]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.state[W_LOG_END]
+
+    @property
+    def offline(self) -> bool:
+        return self.state[W_OFFLINE] != 0
+
+    @contextmanager
+    def locked(self):
+        fcntl.flock(self._state_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._state_fd, fcntl.LOCK_UN)
+
+    # --- segments ------------------------------------------------------------------------
+
+    def _refresh_segments(self) -> None:
+        version = self.state[W_SEGMENTS_VERSION]
+        if version == self._segments_version:
+            return
+        bases = list_bases(self.directory)
+        for base in list(self._segments):
+            if base not in bases:
+                self._segments.pop(base).close()
+        self._bases, self._segments_version = bases, version
+
+    def _segment(self, base: int, create: bool = False) -> Segment:
+        segment = self._segments.get(base)
+        if segment is None:
+            segment = Segment(self.directory, base, create=create)
+            self._segments[base] = segment
+        return segment
+
+    # --- appending ------------------------------------------------------------------------
+
+    def check(self, batch_bytes) -> records.BatchCheck:
+        """The validation of a batch for this partition (its header now, records by steps)."""
+        settings = self.settings
+        return records.BatchCheck(batch_bytes, settings.max_message_bytes, settings.timestamps,
+                                  max_decompressed=settings.max_decompressed_bytes)
+
+    def append(self, batch_bytes: bytes, checked: records.Batch | None = None) -> AppendResult:
+        """Validate (unless `checked` is the header a finished check gave), assign offsets,
+        write; the result carries Kafka's error name on failure."""
+        batch = checked
+        if batch is None:
+            try:
+                check = self.check(batch_bytes)
+                while not check.step(1 << 62):
+                    pass
+                batch = check.batch
+            except records.BatchError as error:
+                return AppendResult(error.code, message=str(error))
+        if batch.max_timestamp != records.max_timestamp_of(batch_bytes):
+            batch_bytes = records.with_max_timestamp(batch_bytes, batch.max_timestamp)
+        with self.locked():
+            if self.offline:
+                return AppendResult("kafka_storage_error", message="the partition is offline")
+            if self.state[W_DIRTY]:
+                try:
+                    self._repair()
+                except Exception as error:  # files we cannot repair: this partition only pays
+                    self.mark_offline(error)
+                    return AppendResult("kafka_storage_error", message="the partition is offline")
+            return self._append_locked(batch_bytes, batch)
+
+    def mark_offline(self, cause: BaseException) -> None:
+        """Serve nothing from this partition until a restart recovers it (see the docstring)."""
+        log.error("partition %s-%d is offline: %s", self.topic, self.index, cause)
+        self.state[W_OFFLINE] = 1
+        if self.on_offline is not None:
+            self.on_offline()
+
+    def _append_locked(self, batch_bytes: bytes, batch: records.Batch) -> AppendResult:
+        state = self.state
+        idempotent = batch.producer_id >= 0 and batch.base_sequence >= 0
+        if idempotent:
+            verdict, original = self.producers.check(batch.producer_id, batch.producer_epoch,
+                                                     batch.base_sequence, batch.last_sequence)
+            if verdict is Verdict.DUPLICATE:
+                return AppendResult(None, original, state[W_LOG_START])
+            if verdict is not Verdict.APPEND:
+                return AppendResult(verdict.value, message=f"producer {batch.producer_id}: "
+                                                           f"{verdict.value}")
+        state[W_DIRTY] = os.getpid()
+        base_offset = state[W_LOG_END]
+        full = state[W_ACTIVE_SIZE] + batch.size > self.settings.segment_bytes
+        # Offsets are kept relative to the segment's base in 32 bits: roll before they overflow.
+        far = base_offset + batch.last_offset_delta - state[W_ACTIVE_BASE] > MAX_RELATIVE_OFFSET
+        if state[W_ACTIVE_SIZE] and (full or far):
+            self._roll(base_offset)
+        segment = self._segment(state[W_ACTIVE_BASE], create=True)
+        position = state[W_ACTIVE_SIZE]
+        segment.write(position, records.with_base_offset(batch_bytes, base_offset))
+        if state[W_SINCE_INDEX] >= self.settings.index_interval_bytes or state[W_INDEX_ENTRIES] == 0:
+            if state[W_INDEX_ENTRIES]:  # the previous region closes: its time entry first
+                segment.add_time_entry(state[W_INDEX_ENTRIES] - 1, state[W_SEGMENT_MAX_TS])
+            segment.add_index_entry(state[W_INDEX_ENTRIES], base_offset, position)
+            state[W_INDEX_ENTRIES] += 1
+            state[W_SINCE_INDEX] = 0
+        state[W_SINCE_INDEX] += batch.size
+        if batch.max_timestamp > state[W_SEGMENT_MAX_TS]:
+            state[W_SEGMENT_MAX_TS] = batch.max_timestamp
+        state[W_ACTIVE_SIZE] = position + batch.size
+        next_offset = base_offset + batch.last_offset_delta + 1
+        state[W_LOG_END] = next_offset
+        state[W_HIGH_WATERMARK] = next_offset
+        state[W_APPENDS] += 1
+        if idempotent:
+            self.producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                  batch.last_sequence, base_offset, state[W_APPENDS])
+        state[W_UNFLUSHED] += batch.record_count
+        if state[W_UNFLUSHED] >= self.settings.flush_interval_messages:
+            self._flush_locked()
+        state[W_DIRTY] = 0
+        return AppendResult(None, base_offset, state[W_LOG_START])
+
+    def _roll(self, base_offset: int) -> None:
+        """Start a new active segment at `base_offset` (the files exist before readers look)."""
+        state = self.state
+        old = self._segment(state[W_ACTIVE_BASE])
+        entries = state[W_INDEX_ENTRIES]
+        if entries:  # its last region closes
+            old.add_time_entry(entries - 1, state[W_SEGMENT_MAX_TS])
+        old.truncate(state[W_ACTIVE_SIZE], entries, entries)
+        self._segment(base_offset, create=True)
+        state[W_ACTIVE_BASE] = base_offset
+        state[W_ACTIVE_SIZE] = 0
+        state[W_INDEX_ENTRIES] = 0
+        state[W_SINCE_INDEX] = 0
+        state[W_SEGMENT_MAX_TS] = -1
+        state[W_SEGMENTS_VERSION] += 1
+
+    # --- flushing and retention -----------------------------------------------------------
+
+    def flush(self, always: bool = False) -> None:
+        """fsync what was appended since the last flush (`always`: the state too, even with
+        nothing appended: a clean shutdown)."""
+        with self.locked():
+            self._flush_locked(always)
+
+    def _flush_locked(self, always: bool = False) -> None:
+        if not self.state[W_UNFLUSHED] and not always:
+            return
+        self._refresh_segments()
+        # Every segment written since the last flush: several may have rolled meanwhile.
+        for base in self._bases:
+            if base >= self.state[W_FLUSHED_BASE]:
+                self._segment(base).flush()
+        if self.state[W_ACTIVE_BASE] != self.state[W_FLUSHED_BASE] or always:
+            _fsync_directory(self.directory)  # new segment files are durable names too
+        self.state[W_UNFLUSHED] = 0
+        self.state[W_FLUSHED_BASE] = self.state[W_ACTIVE_BASE]
+        self.state[W_LAST_FLUSH] = time.time_ns()
+        self._map.flush()  # msync: the state (log end) as durable as the data
+        self.producers.flush()
+
+    def consistent(self) -> str | None:
+        """Why the state file disagrees with the segments on disk, or None (a clean start-up
+        trusts the state only if this holds)."""
+        state = self.state
+        if state[W_MAGIC] != STATE_MAGIC:
+            return "no valid state"
+        bases = list_bases(self.directory)
+        if not bases:
+            return "no segment"
+        if state[W_ACTIVE_BASE] != bases[-1] or state[W_LOG_START] != bases[0]:
+            return "segments differ from the state"
+        size = os.path.getsize(os.path.join(self.directory, f"{bases[-1]:020d}.log"))
+        if size != state[W_ACTIVE_SIZE]:
+            return f"active segment holds {size} bytes, the state says {state[W_ACTIVE_SIZE]}"
+        if state[W_LOG_END] < state[W_ACTIVE_BASE] or state[W_HIGH_WATERMARK] != state[W_LOG_END]:
+            return "offsets out of order"
+        if size and not state[W_INDEX_ENTRIES]:
+            return "an active segment without index entries"
+        return None
+
+    def unflushed_messages(self) -> int:
+        return self.state[W_UNFLUSHED]
+
+    def enforce_retention(self, retention_bytes: int, retention_ms: int, now: float) -> int:
+        """Delete whole non-active segments past either limit; return how many were deleted."""
+        deleted = 0
+        with self.locked():
+            bases = list_bases(self.directory)
+            active = self.state[W_ACTIVE_BASE]
+            sizes = {base: os.path.getsize(os.path.join(self.directory, f"{base:020d}.log"))
+                     for base in bases}
+            total = sum(sizes.values())
+            for base, following in zip(bases, bases[1:]):
+                if base == active:
+                    break
+                path = os.path.join(self.directory, f"{base:020d}.log")
+                too_big = 0 <= retention_bytes <= total - sizes[base]
+                too_old = retention_ms >= 0 and now - os.path.getmtime(path) > retention_ms / 1000
+                if not (too_big or too_old):
+                    break
+                total -= sizes[base]
+                self.state[W_LOG_START] = following
+                self.state[W_SEGMENTS_VERSION] += 1
+                for suffix in ("log", "index", "timeindex"):
+                    try:
+                        os.unlink(os.path.join(self.directory, f"{base:020d}.{suffix}"))
+                    except FileNotFoundError:  # a segment older than the time index
+                        pass
+                deleted += 1
+        return deleted
+
+    # --- reading --------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, at_least_one: bool = True) -> tuple[bytes, int]:
+        """Batches from the one holding `offset` on, up to `max_bytes` (but at least one whole
+        batch if `at_least_one`), never past the high watermark.  Returns (bytes, high mark)."""
+        high = self.state[W_HIGH_WATERMARK]
+        if offset >= high:
+            return b"", high
+        self._refresh_segments()
+        out, room = [], max_bytes
+        bases = self._bases
+        slot = max(0, bisect.bisect_right(bases, offset) - 1)
+        while slot < len(bases) and offset < high:
+            base = bases[slot]
+            active = base == self.state[W_ACTIVE_BASE]
+            segment = self._segment(base)
+            end = self.state[W_ACTIVE_SIZE] if active else segment.size()
+            found = segment.find_position(offset, end, self.state[W_INDEX_ENTRIES] if active else None)
+            if found is None:
+                slot += 1
+                continue
+            position = found[0]
+            chunk = segment.read(position, min(max(room, records.HEADER_BYTES), end - position))
+            taken, next_offset = _whole_batches(chunk, high)
+            if taken == 0 and (at_least_one and not out):
+                # The first batch is bigger than max_bytes: return it whole (KIP-74).
+                header = records.read_header(segment.read(position, records.HEADER_BYTES))
+                if header.base_offset < high:
+                    out.append(segment.read(position, header.size))
+                    next_offset = header.next_offset
+                    room -= header.size
+                break
+            if taken == 0:
+                break
+            out.append(chunk[:taken])
+            room -= taken
+            offset = next_offset
+            if room <= 0 or taken < len(chunk):
+                break
+            slot += 1
+        return b"".join(out), high
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after `timestamp`.
+
+        The time index leads to the one region of one segment where the answer lies (see
+        segment.py); inside an uncompressed batch the records are read one by one.  A
+        compressed batch answers with its base offset and max timestamp (decompressing to be
+        exact is not worth it here).
+        """
+        high = self.state[W_HIGH_WATERMARK]
+        self._refresh_segments()
+        for base in self._bases:
+            region = self._region(base, timestamp)
+            if region is None:
+                continue
+            segment, start, end = region
+            for position, batch in segment.batches_from(start, end):
+                if batch.base_offset >= high:
+                    return None
+                if batch.max_timestamp < timestamp:
+                    continue
+                stamps = records.record_timestamps(segment.read(position, batch.size))
+                if stamps is None:
+                    return batch.base_offset, batch.max_timestamp
+                return next((item for item in stamps if item[1] >= timestamp),
+                            (batch.base_offset, batch.max_timestamp))
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the batch with the largest max timestamp (ListOffsets -3)."""
+        high = self.state[W_HIGH_WATERMARK]
+        self._refresh_segments()
+        greatest = max((((self._time_maxima(base) or [-1])[-1], base) for base in self._bases),
+                       default=(-1, 0))
+        if greatest[0] < 0:
+            return None
+        region = self._region(greatest[1], greatest[0])
+        if region is None:
+            return None
+        segment, start, end = region
+        for _position, batch in segment.batches_from(start, end):
+            if batch.base_offset >= high:
+                return None
+            if batch.max_timestamp >= greatest[0]:
+                return batch.last_offset, batch.max_timestamp
+        return None
+
+    def _time_maxima(self, base: int) -> list[int]:
+        """A segment's time index: the greatest timestamp up to the end of each region."""
+        segment = self._segment(base)
+        active = base == self.state[W_ACTIVE_BASE]
+        count = self.state[W_INDEX_ENTRIES] if active else len(segment.index_entries())
+        if count == 0:
+            return []
+        maxima = segment.time_entries(count - 1 if active else count)
+        if maxima is None:  # written before the time index existed, or cut short
+            with self.locked():
+                maxima = self._rebuild_time_index(segment, base)
+        return maxima + [self.state[W_SEGMENT_MAX_TS]] if active else maxima
+
+    def _rebuild_time_index(self, segment: Segment, base: int) -> list[int]:
+        active = base == self.state[W_ACTIVE_BASE]
+        end = self.state[W_ACTIVE_SIZE] if active else segment.size()
+        segment.rebuild_time_index(end)
+        maxima = segment.time_entries(len(segment.index_entries(
+            self.state[W_INDEX_ENTRIES] if active else None))) or []
+        if active and maxima:  # the open region's maximum lives in the state
+            self.state[W_SEGMENT_MAX_TS] = maxima[-1]
+            segment.truncate_time(len(maxima) - 1)
+            maxima = maxima[:-1]
+        return maxima
+
+    def _region(self, base: int, timestamp: int):
+        """(segment, start, end): the region (whole batches) holding the first batch stamped
+        at or after `timestamp`, or None if no batch of this segment is."""
+        maxima = self._time_maxima(base)
+        if not maxima or maxima[-1] < timestamp:
+            return None
+        segment = self._segment(base)
+        active = base == self.state[W_ACTIVE_BASE]
+        entries = segment.index_entries(self.state[W_INDEX_ENTRIES] if active else None)
+        region = bisect.bisect_left(maxima, timestamp)
+        if region + 1 < len(entries):  # the region ends where the next one starts
+            return segment, entries[region][1], entries[region + 1][1]
+        return segment, entries[region][1], self.state[W_ACTIVE_SIZE] if active else segment.size()
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuild the state from the files (start-up, or after a writer died mid-append).
+
+        The active (last) segment is scanned batch by batch; the first incomplete or corrupt
+        batch and everything after it is cut.  Returns the number of bytes cut.
+        """
+        with self.locked():
+            return self._repair()
+
+    def _repair(self) -> int:
+        state = self.state
+        if state[W_MAGIC] != STATE_MAGIC:
+            self._initialise_state()
+        bases = list_bases(self.directory)
+        if not bases:
+            base = max(0, state[W_LOG_END])
+            self._segment(base, create=True)
+            bases = [base]
+        active_base = bases[-1]
+        segment = self._segment(active_base)
+        size_before = segment.size()
+        position, next_offset, entries, since, interval = 0, active_base, 0, 0, self.settings.index_interval_bytes
+        greatest = -1
+        for batch_position, batch in segment.scan():
+            if entries == 0 or since >= interval:
+                if entries:
+                    segment.add_time_entry(entries - 1, greatest)
+                segment.add_index_entry(entries, batch.base_offset, batch_position)
+                entries, since = entries + 1, 0
+            since += batch.size
+            greatest = max(greatest, batch.max_timestamp)
+            position = batch_position + batch.size
+            next_offset = batch.next_offset
+            if batch.producer_id >= 0 and batch.base_sequence >= 0:
+                verdict, _ = self.producers.check(batch.producer_id, batch.producer_epoch,
+                                                  batch.base_sequence, batch.last_sequence)
+                # In the log, so appended once: known again (unless already remembered).
+                if verdict in (Verdict.APPEND, Verdict.UNKNOWN):
+                    state[W_APPENDS] += 1
+                    self.producers.record(batch.producer_id, batch.producer_epoch,
+                                          batch.base_sequence, batch.last_sequence,
+                                          batch.base_offset, state[W_APPENDS])
+        segment.truncate(position, entries, max(0, entries - 1))
+        state[W_SEGMENT_MAX_TS] = greatest
+        state[W_LOG_START] = bases[0]  # retention only ever deletes whole segments
+        state[W_ACTIVE_BASE] = active_base
+        state[W_ACTIVE_SIZE] = position
+        state[W_INDEX_ENTRIES] = entries
+        state[W_SINCE_INDEX] = since
+        state[W_LOG_END] = next_offset
+        state[W_HIGH_WATERMARK] = next_offset
+        state[W_SEGMENTS_VERSION] += 1
+        state[W_DIRTY] = 0
+        state[W_OFFLINE] = 0  # recovered: serving again
+        return size_before - position
+
+    def _initialise_state(self) -> None:
+        state = self.state
+        for word in range(STATE_WORDS):
+            state[word] = 0
+        self.producers.clear()
+        state[W_MAGIC] = STATE_MAGIC
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _whole_batches(chunk: bytes, high: int) -> tuple[int, int]:
+    """Bytes of the whole batches at the start of `chunk` that lie below `high`, and the
+    offset after them."""
+    taken, next_offset = 0, -1
+    for batch in records.headers_in(chunk):
+        if batch.base_offset >= high:
+            break
+        taken = batch.position + batch.size
+        next_offset = batch.next_offset
+    return taken, next_offset
+

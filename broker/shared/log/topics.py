@@ -1,0 +1,346 @@
+"""The topic registry: which topics exist, their ids and partitions, on disk as Kafka lays it out.
+
+A topic is the set of directories `<log dir>/<topic>-<n>` (n = 0..count-1) whose
+`partition.metadata` names the same topic id.  Creating and deleting topics takes an exclusive
+flock on `<first log dir>/.topics.lock` and then bumps the metadata epoch, a counter every
+process can read (a cell of the shared block, written only under that lock); each process
+re-reads the directories when the epoch moves.  Deleted partitions are renamed to
+`<topic>-<n>.<id>-delete` first, so a half-deleted topic is never seen as a topic.
+Partitions that went offline (broker.shared.log.partition) are listed in OFFLINE_FILE, so Metadata
+can say so without opening every partition.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import re
+import shutil
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from broker.shared.constants import INT_MAX
+from broker.shared.log.partition import LogSettings, Partition
+
+# Matched whole (fullmatch): with re.match, "$" would also match before a trailing newline.
+LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+METADATA_FILE = "partition.metadata"
+OFFLINE_FILE = ".pybroker-offline-partitions"  # "topic<TAB>index" lines, under the topics lock
+
+
+def is_legal_name(name: str) -> bool:
+    """Kafka's rule: 1 to 249 of [a-zA-Z0-9._-], and neither "." nor ".."."""
+    return bool(LEGAL_NAME.fullmatch(name)) and name not in (".", "..")
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    directories: tuple[str, ...]  # one per partition, in partition order
+
+    @property
+    def partitions(self) -> int:
+        return len(self.directories)
+
+
+class Epoch:
+    """The metadata epoch; a word of shared memory, or a plain cell for tests."""
+
+    def __init__(self, words=None, index: int = 0):
+        self.words = words if words is not None else [0]
+        self.index = index if words is not None else 0
+
+    def get(self) -> int:
+        return self.words[self.index]
+
+    def bump(self) -> None:
+        self.words[self.index] += 1
+
+
+class TopicRegistry:
+    def __init__(self, log_dirs: tuple[str, ...], settings: LogSettings, epoch: Epoch):
+        self.log_dirs = log_dirs
+        self.settings = settings
+        self.epoch = epoch
+        self._seen_epoch = None
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._offline: set[tuple[str, int]] = set()
+
+    # --- reading --------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicInfo]:
+        if self.epoch.get() != self._seen_epoch:
+            self._reload()
+        return self._topics
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self.topics().get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        self.topics()
+        return self._by_id.get(topic_id)
+
+    def partition(self, name: str, index: int) -> Partition | None:
+        """A handle on an existing partition, or None."""
+        topic = self.get(name)
+        if topic is None or not 0 <= index < topic.partitions:
+            return None
+        key = (name, index)
+        handle = self._partitions.get(key)
+        if handle is None:
+            handle = Partition(topic.directories[index], name, index, self.settings)
+            handle.on_offline = lambda: self.record_offline(name, index)
+            self._partitions[key] = handle
+        return handle
+
+    def record_offline(self, name: str, index: int) -> None:
+        """A partition went offline: every process's Metadata answers must say so."""
+        with self._locked():
+            with open(os.path.join(self.log_dirs[0], OFFLINE_FILE), "a", encoding="utf-8") as out:
+                out.write(f"{name}\t{index}\n")
+            self.epoch.bump()
+
+    def is_offline(self, name: str, index: int) -> bool:
+        """Whether the partition was marked offline (Metadata shows it without a leader)."""
+        self.topics()
+        return (name, index) in self._offline
+
+    def _reload(self) -> None:
+        epoch = self.epoch.get()
+        found: dict[str, dict[int, tuple[uuid.UUID, str]]] = {}
+        for log_dir in self.log_dirs:
+            try:
+                names = os.listdir(log_dir)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                match = _PARTITION_DIR.fullmatch(name)
+                if match is None:
+                    continue
+                directory = os.path.join(log_dir, name)
+                topic_id = _read_topic_id(directory)
+                if topic_id is not None:
+                    found.setdefault(match.group(1), {})[int(match.group(2))] = (topic_id, directory)
+        topics = {}
+        for name, partitions in found.items():
+            ids = {topic_id for topic_id, _ in partitions.values()}
+            count = 0
+            while count in partitions:
+                count += 1
+            if len(ids) == 1 and count:
+                topics[name] = TopicInfo(name, ids.pop(),
+                                         tuple(partitions[i][1] for i in range(count)))
+        for key, handle in list(self._partitions.items()):
+            topic = topics.get(key[0])
+            if topic is None or topic.topic_id != self._topics.get(key[0], topic).topic_id \
+                    or key[1] >= topic.partitions:
+                handle.close()
+                del self._partitions[key]
+        self._topics = topics
+        self._by_id = {topic.topic_id: topic for topic in topics.values()}
+        self._offline = _read_offline(self.log_dirs[0])
+        self._seen_epoch = epoch
+
+    # --- changing -------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self):
+        os.makedirs(self.log_dirs[0], exist_ok=True)
+        fd = os.open(os.path.join(self.log_dirs[0], ".topics.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._seen_epoch = None  # re-read under the lock
+            yield
+        finally:
+            os.close(fd)
+
+    def create(self, name: str, partitions: int, validate_only: bool = False,
+               max_partitions: int = INT_MAX) -> str | None:
+        """Create a topic at once; return None or a Kafka error name (CreateTopics builds
+        large ones a slice at a time through `staging`)."""
+        problem = self.check_new(name, partitions, max_partitions)
+        if problem is not None or validate_only:
+            return problem
+        staging = self.staging(name, partitions)
+        staging.build(partitions)
+        return self.commit([staging])[0]
+
+    def check_new(self, name: str, partitions: int, max_partitions: int) -> str | None:
+        """Why a topic could not be created (a Kafka error name), or None."""
+        if not is_legal_name(name):
+            return "invalid_topic_exception"
+        if not 1 <= partitions <= max_partitions:
+            return "invalid_partitions"
+        if name in self.topics():
+            return "topic_already_exists"
+        return None
+
+    def staging(self, name: str, partitions: int, counts: dict | None = None) -> "Staging":
+        """A topic to build; `counts` (partitions per log dir) may be shared by the topics of
+        one request, so the log dirs are listed once."""
+        return Staging(self, name, partitions, counts)
+
+    def log_dir_counts(self) -> dict[str, int]:
+        return {log_dir: _partition_count(log_dir) for log_dir in self.log_dirs}
+
+    def commit(self, stagings: list["Staging"]) -> list[str | None]:
+        """Under the topics lock, once for all: each staged topic becomes a topic, or (if the
+        name was taken meanwhile) is removed; per topic, None or "topic_already_exists"."""
+        problems = []
+        with self._locked():
+            existing = self.topics()
+            for staging in stagings:
+                if staging.name in existing:
+                    staging.abort()
+                    problems.append("topic_already_exists")
+                    continue
+                for staged, final in staging.built:
+                    os.rename(staged, final)
+                problems.append(None)
+            if None in problems:
+                self.epoch.bump()
+        return problems
+
+    def delete(self, name: str) -> str | None:
+        return self.delete_many([name])[0]
+
+    def delete_many(self, names: list[str]) -> list[str | None]:
+        """Delete topics under one hold of the topics lock; per name, None or a Kafka error
+        name.  The files are removed after the lock is released."""
+        problems, doomed = [], []
+        with self._locked():
+            existing = self.topics()
+            for name in names:
+                topic = existing.get(name)
+                if topic is None:
+                    problems.append("unknown_topic_or_partition")
+                    continue
+                for directory in topic.directories:
+                    target = f"{directory}.{encode_topic_id(topic.topic_id)}-delete"
+                    os.rename(directory, target)
+                    doomed.append(target)
+                problems.append(None)
+            if doomed:
+                self.epoch.bump()
+        for directory in doomed:
+            shutil.rmtree(directory, ignore_errors=True)
+        return problems
+
+    def close(self) -> None:
+        for handle in self._partitions.values():
+            handle.close()
+        self._partitions.clear()
+
+
+class Staging:
+    """A topic being created: its partitions are built in `-staging` directories (outside the
+    topics lock, a slice at a time if the caller wishes), then renamed into place at once
+    under the lock.  Leftovers of a creation that never committed are removed at start-up."""
+
+    def __init__(self, registry: TopicRegistry, name: str, partitions: int,
+                 counts: dict | None = None):
+        self.registry = registry
+        self.name = name
+        self.partitions = partitions
+        self.topic_id = uuid.uuid4()
+        self.built: list[tuple[str, str]] = []  # (staging directory, final directory)
+        self._counts = counts if counts is not None else registry.log_dir_counts()
+
+    @property
+    def done(self) -> bool:
+        return len(self.built) == self.partitions
+
+    def build(self, count: int) -> None:
+        """Build the next `count` partitions (fewer if fewer remain)."""
+        for index in range(len(self.built), min(self.partitions, len(self.built) + count)):
+            log_dir = min(self._counts, key=self._counts.get)  # the emptiest log dir
+            self._counts[log_dir] += 1
+            final = os.path.join(log_dir, f"{self.name}-{index}")
+            self.built.append((self._build_one(final, index), final))
+
+    def _build_one(self, final: str, index: int) -> str:
+        staging = f"{final}.{uuid.uuid4().hex}-staging"
+        os.makedirs(staging)
+        try:
+            with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as handle:
+                handle.write(f"version: 0\ntopic_id: {encode_topic_id(self.topic_id)}\n")
+            partition = Partition(staging, self.name, index, self.registry.settings)
+            try:
+                partition.recover()  # writes a fresh state and an empty first segment
+            finally:
+                partition.close()
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made partition
+            raise
+        return staging
+
+    def abort(self) -> None:
+        for staged, _final in self.built:
+            shutil.rmtree(staged, ignore_errors=True)
+        self.built = []
+
+
+def _read_topic_id(directory: str) -> uuid.UUID | None:
+    try:
+        with open(os.path.join(directory, METADATA_FILE), encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "topic_id":
+                    return decode_topic_id(value.strip())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _read_offline(log_dir: str) -> set[tuple[str, int]]:
+    try:
+        with open(os.path.join(log_dir, OFFLINE_FILE), encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        name, _, index = line.partition("\t")
+        if index.isdigit():
+            found.add((name, int(index)))
+    return found
+
+
+def forget_offline(log_dirs: tuple[str, ...]) -> None:
+    """Start-up, before recovery: every partition gets its chance again."""
+    try:
+        os.unlink(os.path.join(log_dirs[0], OFFLINE_FILE))
+    except FileNotFoundError:
+        pass
+
+
+def _partition_count(log_dir: str) -> int:
+    try:
+        return sum(1 for name in os.listdir(log_dir) if _PARTITION_DIR.fullmatch(name))
+    except FileNotFoundError:
+        return 0
+
+
+def remove_leftovers(log_dirs: tuple[str, ...]) -> list[str]:
+    """Delete directories of unfinished creations and deletions (start-up, parent only)."""
+    removed = []
+    for log_dir in log_dirs:
+        for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
+            if name.endswith("-delete") or name.endswith("-staging"):
+                shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
+                removed.append(name)
+    return removed

@@ -1,0 +1,75 @@
+"""The runner: `python -m loadtest.bench [--passes N] [--seconds S] [--pipeline-gb G]` runs every
+scenario once per pass (passes interleave), then the pipeline once, and prints the table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+from loadtest.bench.accepts import raw_accept_close
+from loadtest.bench.common import api_versions_frame, metadata_frame
+from loadtest.bench.control import control_plane_latency
+from loadtest.bench.events import event_log_off
+from loadtest.bench.fairness import storm_fairness
+from loadtest.bench.groups import group_figures
+from loadtest.bench.log import produce_consume
+from loadtest.bench.memory import memory_burst
+from loadtest.bench.pipeline import pipeline_throughput
+from loadtest.bench.report import summarize
+from loadtest.bench.requests import broker_rates, echo_rates
+
+
+def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
+    figures = {}
+    figures.update(echo_rates(frames, seconds))
+    figures.update(event_log_off(frames, seconds))
+    figures.update(broker_rates(frames, seconds))
+    figures.update(produce_consume(seconds))
+    figures.update(storm_fairness(frames["apiversions"], seconds))
+    figures.update(control_plane_latency(seconds))
+    figures.update(group_figures(seconds))
+    figures["burst pool on"] = memory_burst(pool=True)
+    figures["burst pool off"] = memory_burst(pool=False)
+    figures.update(raw_accept_close(seconds))
+    return figures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--pipeline-gb", type=float, default=1.0,
+                        help="size of the synthetic event log for the pipeline (0 skips it)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="pybroker-bench-") as tmp:
+        frames = {}
+        for name, data in (("apiversions", api_versions_frame()), ("metadata", metadata_frame())):
+            frames[name] = os.path.join(tmp, f"{name}.bin")
+            with open(frames[name], "wb") as handle:
+                handle.write(data)
+        passes = []
+        for number in range(args.passes):
+            started = time.monotonic()
+            passes.append(one_pass(frames, args.seconds))
+            print(f"pass {number + 1}/{args.passes} done in {time.monotonic() - started:.0f}s",
+                  flush=True)
+        pipeline = pipeline_throughput(args.pipeline_gb, tmp) if args.pipeline_gb > 0 else None
+    status = summarize(passes)
+    if pipeline is not None:
+        print(f"\n{'PySpark pipeline, local[*]':32} {'GB':>6} {'events':>12} {'seconds':>9} "
+              f"{'events/s':>10} {'MB/s':>7}")
+        print(f"{'synthetic event log':32} {pipeline['bytes'] / 1e9:>6.2f} "
+              f"{pipeline['events']:>12,} {pipeline['seconds']:>9.1f} "
+              f"{pipeline['events'] / pipeline['seconds']:>10,.0f} "
+              f"{pipeline['bytes'] / 1e6 / pipeline['seconds']:>7.1f}")
+        if not pipeline["ok"]:
+            print("pipeline: the job failed or miscounted its input")
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""log: confluent-kafka (loadtest/kafka_load.py) producing 1 KiB records (acks=1, no
+compression) to a topic of 2 partitions for --seconds, then a consumer reading them all back;
+and the same producer on a broker where other clients have quotas (the cost of quota
+accounting).  Reported in MB/s, records/s and broker CPU seconds (all processes) per MB.
+No baseline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from loadtest.bench.common import HERE, Broker, cpu_seconds
+
+
+def run_kafka_load(*args) -> dict:
+    out = subprocess.run([sys.executable, "-m", "loadtest.kafka_load", *map(str, args)],
+                         capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(HERE))
+    return json.loads(out.stdout)
+
+
+def produce_consume(seconds: float) -> dict[str, dict]:
+    from tests.wire import alter_client_quota, create_topic
+
+    broker = Broker(2)
+    try:
+        create_topic(broker.process.bootstrap, "bench", 2)
+        before = cpu_seconds(broker.pids)
+        produced = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
+        middle = cpu_seconds(broker.pids)
+        consumed = run_kafka_load("consume", broker.process.bootstrap, "bench", produced["records"])
+        after = cpu_seconds(broker.pids)
+    finally:
+        broker.close()
+    # The cost of quota accounting: the same producer, unthrottled, on a fresh broker where
+    # other clients have quotas (so every request resolves its quotas).
+    broker = Broker(2)
+    try:
+        create_topic(broker.process.bootstrap, "bench", 2)
+        address = broker.process.listeners["PLAINTEXT"]
+        for key in ("producer_byte_rate", "consumer_byte_rate", "request_percentage"):
+            alter_client_quota(address, {"client-id": "someone-else"}, key, 1000)
+        quoted_before = cpu_seconds(broker.pids)
+        quoted = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
+        quoted_after = cpu_seconds(broker.pids)
+    finally:
+        broker.close()
+    return {"produce 1KiB acks=1": dict(produced, server_cpu=middle - before,
+                                        errors=produced["failed"]),
+            "consume 1KiB": dict(consumed, server_cpu=after - middle, errors=consumed["missing"]),
+            "produce 1KiB, others quoted": dict(quoted, server_cpu=quoted_after - quoted_before,
+                                                errors=quoted["failed"])}

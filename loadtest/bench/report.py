@@ -1,0 +1,142 @@
+"""The goals and the printed table: medians (min-max) over the passes, ratios to the baselines
+taken within a pass, and the exit status (1 if a target is missed or a client saw errors)."""
+
+from __future__ import annotations
+
+import statistics
+
+# The project's goals (issue 2): (broker configurations, baseline, minimum ratio).  A goal is
+# met when the best of its broker configurations reaches the ratio in the median pass.
+TARGETS = (
+    (("apiversions 1w 100x1", "apiversions 2w 100x1"), "echo 100x1", 0.8),
+    (("apiversions 1w 10x50", "apiversions 2w 10x50"), "echo 10x50", 0.4),
+    (("accept+handoff+register 2w",), "raw accept+close", 0.6),
+    # Issue 8: writing the event log costs at most 5 % of small-request throughput.
+    (("apiversions 1w 100x1",), "apiversions 1w 100x1, event log off", 0.95),
+    (("apiversions 1w 10x50",), "apiversions 1w 10x50, event log off", 0.95),
+)
+UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
+              ("accept limits on", "accept+handoff+register 2w"),
+              ("produce 1KiB, others quoted", "produce 1KiB acks=1"))
+FAIRNESS_TARGET = 2.0  # p99 during a storm / p99 without one, with the KIP-402 bounds
+CONTROL_PLANE_P99_MS = 20.0  # issue 7: admin requests on the control plane while saturated
+
+
+def summarize(passes: list[dict[str, dict]]) -> int:
+    def spread(values):
+        return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+    print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
+    errors = 0
+    for name in [n for n in passes[0] if "1KiB" not in n and not n.startswith(
+            ("p99", "burst", "control plane", "data listener", "group join", "offset commit"))]:
+        rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
+        ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
+        cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
+                                 for p, n in zip(passes, ops))
+        failed = sum(p[name]["errors"] for p in passes)
+        errors += failed
+        print(f"{name:32} {spread(rates):>34} {cost:>13.2f} {failed}")
+    print(f"\n{'log (confluent-kafka, 2 partitions)':32} {'MB/s':>16} {'records/s':>16} "
+          f"{'CPU s/MB':>10} errors")
+    for name in [n for n in passes[0] if "1KiB" in n]:
+        megabytes = [p[name]["bytes"] / 1e6 / p[name]["seconds"] for p in passes]
+        rates = [p[name]["records"] / p[name]["seconds"] for p in passes]
+        cost = statistics.median(p[name]["server_cpu"] / max(1e-9, p[name]["bytes"] / 1e6)
+                                 for p in passes)
+        failed = sum(p[name]["errors"] for p in passes)
+        errors += failed
+        print(f"{name:32} {statistics.median(megabytes):>16,.1f} {statistics.median(rates):>16,.0f} "
+              f"{cost:>10.4f} {failed}")
+    print(f"\n{'200 x 2 x 1 MiB produce burst':32} {'peak RSS MiB':>14} {'idle RSS MiB':>14} "
+          f"{'seconds':>9} errors")
+    for name in ("burst pool on", "burst pool off"):
+        peak = statistics.median(p[name]["peak_rss"] for p in passes) / 2**20
+        idle = statistics.median(p[name]["baseline_rss"] for p in passes) / 2**20
+        took = statistics.median(p[name]["seconds"] for p in passes)
+        failed = sum(p[name]["errors"] for p in passes)
+        errors += failed
+        print(f"{name:32} {peak:>14,.0f} {idle:>14,.0f} {took:>9.2f} {failed}")
+    print(f"\n{'latency on 20 existing connections':32} {'p99 us quiet':>14} {'p99 us storm':>14} "
+          f"{'ratio':>7} {'storm conn/s':>13}")
+    for label in ("bounded", "unbounded", "bounded, creation rate 500/s"):
+        quiet = [p[f"p99 quiet {label}"]["p99_us"] for p in passes]
+        stormy = [p[f"p99 storm {label}"]["p99_us"] for p in passes]
+        ratio = statistics.median(s / max(q, 1e-9) for q, s in zip(quiet, stormy))
+        rate = statistics.median(p[f"p99 storm {label}"]["storm_rate"] for p in passes)
+        errors += sum(p[f"p99 {kind} {label}"]["errors"] for p in passes for kind in ("quiet", "storm"))
+        print(f"{label:32} {statistics.median(quiet):>14,.0f} {statistics.median(stormy):>14,.0f} "
+              f"{ratio:>7.2f} {rate:>13,.0f}")
+    missed, failed = _print_control_plane(passes)
+    errors += failed
+    errors += _print_groups(passes)
+    print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
+    for measured_names, baseline, target in TARGETS:
+        best = 0.0
+        for measured in measured_names:
+            best = max(best, _print_ratio(passes, measured, baseline, f">= {target}"))
+        met = best >= target
+        missed += not met
+        print(f"{'':58} {'goal ' + ('met' if met else 'MISSED'):>18}")
+    for measured, baseline in UNTARGETED:
+        _print_ratio(passes, measured, baseline, "(no target)")
+    fairness = statistics.median(p["p99 storm bounded"]["p99_us"] / max(p["p99 quiet bounded"]["p99_us"], 1e-9)
+                                 for p in passes)
+    met = fairness <= FAIRNESS_TARGET
+    missed += not met
+    print(f"{'storm p99 / quiet p99, bounded':58} {fairness:>6.2f}{'':13}  <= {FAIRNESS_TARGET}  "
+          f"{'goal met' if met else 'goal MISSED'}")
+    return 1 if missed or errors else 0
+
+
+def _print_groups(passes) -> int:
+    """Print the consumer-group figures; return the errors seen."""
+    joins = [p["group join"]["seconds"] for p in passes]
+    commits = [p["offset commit"] for p in passes]
+    print(f"\n{'consumer groups':48} {'median':>8} {'min':>8} {'max':>8}")
+    print(f"{'3rd member joins a group of 2: all assigned, s':48} {statistics.median(joins):>8.3f} "
+          f"{min(joins):>8.3f} {max(joins):>8.3f}")
+    for key in ("p50_ms", "p99_ms"):
+        values = [c[key] for c in commits]
+        print(f"{'OffsetCommit round trip ' + key.replace('_', ' '):48} "
+              f"{statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}")
+    return sum(p["group join"]["errors"] + p["offset commit"]["errors"] for p in passes)
+
+
+def _print_control_plane(passes) -> tuple[int, int]:
+    """Print the KIP-291 latencies; return (goals missed, errors)."""
+    print(f"\n{'admin requests, data plane saturated':48} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'samples':>8} {'flood MB/s':>11} {'depleted s':>11} errors")
+    errors, missed = 0, 0
+    for plane in ("control plane", "data listener, no control plane"):
+        for api in ("Metadata", "DescribeConfigs"):
+            name = f"{plane} {api}"
+            p50 = statistics.median(p[name]["p50_ms"] for p in passes)
+            p99 = statistics.median(p[name]["p99_ms"] for p in passes)
+            count = statistics.median(p[name]["count"] for p in passes)
+            flood = statistics.median(p[name]["flood_mb_s"] for p in passes)
+            depleted = statistics.median(p[name]["depleted_s"] for p in passes)
+            failed = sum(p[name]["errors"] for p in passes)
+            errors += failed
+            print(f"{name:48} {p50:>8.2f} {p99:>8.2f} {count:>8.0f} {flood:>11,.0f} "
+                  f"{depleted:>11.1f} {failed}")
+            if plane == "control plane":
+                met = p99 <= CONTROL_PLANE_P99_MS
+                missed += not met
+                print(f"{'':48} p99 <= {CONTROL_PLANE_P99_MS:.0f} ms: "
+                      f"{'goal met' if met else 'goal MISSED'}")
+    return missed, errors
+
+
+def _print_ratio(passes, measured: str, baseline: str, note: str) -> float:
+    ratios = [_rate(p[measured]) / _rate(p[baseline]) for p in passes]
+    median = statistics.median(ratios)
+    print(f"{measured + ' / ' + baseline:58} {median:>6.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
+          f"{note}")
+    return median
+
+
+def _rate(result: dict) -> float:
+    if "rps" in result or "rate" in result:
+        return result.get("rps", result.get("rate"))
+    return result["bytes"] / result["seconds"]

@@ -1,0 +1,149 @@
+"""Sockets the parent hands to a worker, and the credits and closes it reports back (KIP-402).
+
+The parent never hands more than `pybroker.handoff.queue.size` unregistered sockets to one
+worker.  They queue here and at most `pybroker.registrations.per.turn` are registered per loop
+turn, so a storm of new connections cannot starve the existing ones.  Each registration returns
+its credit, and each closed connection its id, in one `Progress` message per loop turn.
+A socket that never becomes a connection is counted closed and returns both at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING, Callable
+
+from broker.shared import ipc
+
+if TYPE_CHECKING:
+    from workers.connection import Connection
+    from workers.stats import WorkerStats
+
+log = logging.getLogger("workers.intake")
+
+
+class Intake:
+    """Queues handed-off sockets, registers a few per loop turn, batches what the parent hears."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, channel: ipc.Channel, stats: WorkerStats,
+                 new_connection: Callable[[int, int, str], Connection],
+                 families: list[int], per_turn: int, send_buffer: int):
+        if per_turn < 1:
+            raise ValueError(f"at least one registration per turn, not {per_turn}")
+        self._loop = loop
+        self._channel = channel
+        self._stats = stats
+        self._new_connection = new_connection  # (conn id, listener, peer) -> its protocol
+        self._families = families  # by listener index
+        self._per_turn = per_turn
+        self._send_buffer = send_buffer
+        self._incoming: collections.deque[tuple[int, ipc.HandedOff]] = collections.deque()
+        self._registering = False
+        self._stopped = False
+        self._credits_to_return = 0
+        self._closed_ids: list[int] = []
+        self._ack_scheduled = False
+
+    def accept(self, message: ipc.Handoff, fds: list[int]) -> None:
+        """Queue the sockets of one Handoff message for registration."""
+        if len(fds) != len(message.conns):
+            log.error("hand-off carried %d fds for %d connections", len(fds), len(message.conns))
+        for fd, meta in zip(fds, message.conns):
+            if self._stopped:
+                os.close(fd)
+                self._dropped(meta, "shutdown")
+            else:
+                self._incoming.append((fd, meta))
+        for fd in fds[len(message.conns):]:
+            os.close(fd)
+        for meta in message.conns[len(fds):]:  # announced but no fd arrived: count it closed
+            self._dropped(meta, "error")
+        self._schedule_ack()
+        if self._incoming and not self._registering:
+            self._registering = True
+            self._loop.call_soon(self._register_some)
+
+    def stop(self) -> None:
+        """Shutting down: close what waits for registration, and whatever comes later."""
+        self._stopped = True
+        for fd, meta in self._incoming:
+            os.close(fd)
+            self._dropped(meta, "shutdown")
+        self._incoming.clear()
+        self._schedule_ack()
+
+    def registered(self) -> None:
+        """A connection made it: its credit goes back to the parent."""
+        self._credits_to_return += 1
+        self._schedule_ack()
+
+    def closed(self, conn_id: int) -> None:
+        """A connection closed: the parent frees its slot."""
+        self._closed_ids.append(conn_id)
+        self._schedule_ack()
+
+    def _register_some(self) -> None:
+        """Register at most `_per_turn` connections, then yield to existing connections."""
+        for _ in range(min(self._per_turn, len(self._incoming))):
+            fd, meta = self._incoming.popleft()
+            self._register(fd, meta)
+        if self._incoming:
+            self._loop.call_soon(self._register_some)
+        else:
+            self._registering = False
+
+    def _register(self, fd: int, meta: ipc.HandedOff) -> None:
+        # Naming the family and type spares three getsockopt calls per socket.
+        sock = socket.socket(self._families[meta.listener], socket.SOCK_STREAM, 0, fileno=fd)
+        try:
+            # As Kafka's acceptor; uvloop itself sets TCP_NODELAY on the transport.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if self._send_buffer > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+        except OSError as error:
+            log.info("connection %s from %s:%s failed before registration: %s",
+                     meta.conn_id, meta.host, meta.port, error)
+            sock.close()
+            self._dropped(meta, "error")
+            self._schedule_ack()
+            return
+        connection = self._new_connection(meta.conn_id, meta.listener, f"{meta.host}:{meta.port}")
+        task = self._loop.create_task(
+            self._loop.connect_accepted_socket(lambda: connection, sock))
+        task.add_done_callback(lambda done: self._registration_done(done, meta, sock))
+
+    def _registration_done(self, task: asyncio.Task, meta: ipc.HandedOff,
+                           sock: socket.socket) -> None:
+        if task.cancelled() or task.exception() is not None:
+            log.info("registering connection %s failed: %r", meta.conn_id,
+                     None if task.cancelled() else task.exception())
+            sock.close()
+            self._dropped(meta, "error")
+            self._schedule_ack()
+
+    def _dropped(self, meta: ipc.HandedOff, reason: str) -> None:
+        """A handed-off socket that never became a connection: return its credit and slot."""
+        self._stats.closed(meta.listener, reason)
+        self._credits_to_return += 1
+        self._closed_ids.append(meta.conn_id)
+
+    def _schedule_ack(self) -> None:
+        if not self._ack_scheduled:
+            self._ack_scheduled = True
+            self._loop.call_soon(self._send_ack)
+
+    def _send_ack(self) -> None:
+        """One Progress message per loop turn: credits and closed ids, batched."""
+        self._ack_scheduled = False
+        if not self._credits_to_return and not self._closed_ids:
+            return
+        try:
+            self._channel.send(ipc.Progress(registered=self._credits_to_return,
+                                            closed=self._closed_ids))
+        except OSError:
+            pass  # the parent is gone; the worker's on_broken shuts it down
+        self._credits_to_return = 0
+        self._closed_ids = []

@@ -1,0 +1,104 @@
+"""A worker's counters in its own slot of the shared block, which the parent's /metrics sums.
+
+One writer per slot (this worker), so every update is a plain store or add to a word of shared
+memory, no lock (~70 ns).  The cells are looked up once, at start; the methods are called on
+the hot path (`requests` once per read) or on state changes (mutes, closes, throttles), and
+`tick` once a second for CPU time and the idle ratio.
+"""
+
+from __future__ import annotations
+
+import time
+
+from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
+                       SharedBlock, duration_bucket)
+
+_BUCKETS = len(DURATION_BOUNDS_NS) + 1
+
+
+def _cpu_and_wait_ns() -> tuple[int, int]:
+    """CPU time of this process's main thread and its time runnable but not running."""
+    try:
+        with open("/proc/self/schedstat", "rb") as handle:
+            cpu, waited, _slices = handle.read().split()
+        return int(cpu), int(waited)
+    except (OSError, ValueError):
+        return time.process_time_ns(), 0
+
+
+class WorkerStats:
+    """Writes this worker's counters into its own slot of the shared block (one writer)."""
+
+    def __init__(self, block: SharedBlock, slot: int):
+        self.words = block.words
+        listeners = range(block.listeners)
+        self._registered = [block.worker_cell(slot, "connections_registered", i) for i in listeners]
+        self._closed = [{reason: block.worker_cell(slot, "connections_closed", i, n)
+                         for n, reason in enumerate(CLOSE_REASONS)} for i in listeners]
+        self._requests = [block.worker_cell(slot, "requests", i, 0) for i in listeners]
+        self._buckets = [block.worker_cell(slot, "request_duration_bucket", i, 0, 0)
+                         for i in listeners]
+        self._duration = [block.worker_cell(slot, "request_duration_ns", i, 0) for i in listeners]
+        self._cpu_ns = block.worker_cell(slot, "cpu_ns")
+        self._idle_ppm = block.worker_cell(slot, "idle_ppm")
+        self._last_tick = (time.monotonic_ns(), *_cpu_and_wait_ns())
+        self._invalid = {reason: block.worker_cell(slot, "invalid_requests", n)
+                         for n, reason in enumerate(INVALID_REASONS)}
+        self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
+        self._queued_requests = block.worker_cell(slot, "queued_requests")
+        self._quota_untracked = block.worker_cell(slot, "quota_untracked")
+        self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
+                       for n, reason in enumerate(MUTE_REASONS)}
+        self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
+        self._throttle_buckets = block.worker_cell(slot, "throttle_bucket", 0, 0)
+
+    def registered(self, listener: int) -> None:
+        self.words[self._registered[listener]] += 1
+
+    def closed(self, listener: int, reason: str) -> None:
+        self.words[self._closed[listener][reason]] += 1
+
+    def invalid(self, reason: str) -> None:
+        self.words[self._invalid[reason]] += 1
+
+    def delayed_fetches(self, count: int) -> None:
+        self.words[self._delayed_fetches] = count
+
+    def queued_requests(self, count: int) -> None:
+        self.words[self._queued_requests] = count
+
+    def quota_untracked(self) -> None:
+        self.words[self._quota_untracked] += 1
+
+    def muted(self, reason: str, change: int) -> None:
+        self.words[self._muted[reason]] += change
+
+    def throttled(self, quota: int, seconds: float) -> None:
+        nanoseconds = int(seconds * 1e9)
+        words = self.words
+        words[self._throttle_ns + quota] += nanoseconds
+        words[self._throttle_buckets + quota * _BUCKETS + duration_bucket(nanoseconds)] += 1
+
+    def tick(self) -> None:
+        """Refresh CPU time and the idle ratio: the share of wall time the event loop neither
+        ran nor waited for a CPU (so a worker starved of CPU does not look idle)."""
+        wall, (cpu, waited) = time.monotonic_ns(), _cpu_and_wait_ns()
+        last_wall, last_cpu, last_waited = self._last_tick
+        self._last_tick = (wall, cpu, waited)
+        self.words[self._cpu_ns] = cpu
+        if wall > last_wall:
+            busy = min(1.0, (cpu - last_cpu + waited - last_waited) / (wall - last_wall))
+            self.words[self._idle_ppm] = int((1.0 - busy) * 1_000_000)
+
+    def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
+        """Count requests that were all received in one read and answered `elapsed_ns` later."""
+        words, requests = self.words, self._requests[listener]
+        buckets = self._buckets[listener] + duration_bucket(elapsed_ns)
+        duration = self._duration[listener]
+        # A pipelined read usually holds one API many times: count per distinct key.
+        for api_key in (set(api_keys) if len(api_keys) > 1 else api_keys):
+            count = api_keys.count(api_key) if len(api_keys) > 1 else 1
+            if 0 <= api_key < 128:
+                words[requests + api_key] += count
+                words[buckets + api_key * _BUCKETS] += count
+                words[duration + api_key] += elapsed_ns * count

@@ -1,0 +1,165 @@
+"""Client quotas inside a worker: which throttle a request earns (KIP-219).
+
+The quota values come from the parent (IPC `Quotas`) and the static defaults; the sensors are
+broker-wide (broker.shared.client_quotas.QuotaSensors over the shared block).  Produce records
+the request size after the append; Fetch first checks whether the client is already over its quota (a
+throttled fetch is answered empty, without reading data that would be thrown away), then
+records what it returns.  Every throttle is capped by `pybroker.quota.max.throttle.ms`;
+client ids in `pybroker.quota.exempt.client.ids` are never throttled.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from dataclasses import dataclass
+
+from broker.shared.client_quotas import (ANONYMOUS, FETCH, PRODUCE, QUOTA_KEYS, REQUEST,
+                                         QuotaSensors, resolve)
+from broker.shared.config import ServerProperties
+from broker.shared.protocol.codec import response_header_is_flexible
+
+log = logging.getLogger("workers.throttling")
+
+# First response version where the client itself backs off (KIP-219); older ones are delayed.
+CLIENT_SIDE_THROTTLE = {0: 6, 1: 8, 3: 6, 18: 2, 10: 2, 12: 2, 13: 2, 14: 2, 11: 3, 2: 3,
+                        19: 3, 8: 4, 9: 4, 22: 1, 15: 2, 16: 2, 42: 1, 32: 2}
+# First response version whose body starts with throttle_time_ms, for the answers the parent
+# builds (config, quota and group APIs): the worker writes the throttle in there.
+THROTTLE_FIELD_SINCE = {8: 3, 9: 3, 11: 2, 12: 1, 13: 1, 14: 1, 15: 1, 16: 1, 42: 0, 32: 0,
+                        44: 0, 48: 0, 49: 0}
+_THROTTLE = struct.Struct(">i")
+LOG_EVERY_SECONDS = 1.0
+# Sensors count whole numbers: request time is counted in millionths of a percent-second.
+UNITS = {PRODUCE: 1, FETCH: 1, REQUEST: 1_000_000}
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """A response (or None for acks=0) that earned a throttle of `ms` milliseconds."""
+
+    frame: bytes | None
+    ms: int
+    delay: bool  # an old version: the broker delays the response itself
+
+
+def throttle_applies_client_side(api_key: int, version: int) -> bool:
+    return version >= CLIENT_SIDE_THROTTLE.get(api_key, 0)
+
+
+def with_throttle(frame: bytes, api_key: int, version: int, ms: int) -> bytes:
+    """A size-prefixed answer with its throttle_time_ms set (unchanged if it has none)."""
+    since = THROTTLE_FIELD_SINCE.get(api_key)
+    if since is None or version < since:
+        return frame
+    at = 8 + response_header_is_flexible(api_key, version)  # size, correlation, [tags]
+    return frame[:at] + _THROTTLE.pack(ms) + frame[at + 4:]
+
+
+class ClientQuotas:
+    def __init__(self, props: ServerProperties, sensors: QuotaSensors, stats, events=None):
+        self.sensors = sensors
+        self.stats = stats
+        self.events = events  # workers.events.WorkerEvents, or None
+        self.entries: dict[str, dict[str, float]] = {}
+        self.static = {key: value for key, value in (
+            ("producer_byte_rate", props.quota_producer_default),
+            ("consumer_byte_rate", props.quota_consumer_default),
+            ("request_percentage", props.pybroker_quota_request_percentage_default))
+            if value is not None}
+        self.cap = props.pybroker_quota_max_throttle_ms / 1000
+        self.exempt = {item.strip() for item in props.pybroker_quota_exempt_client_ids.split(",")
+                       if item.strip()}
+        self._resolved: dict[tuple[int, str], tuple[float, int] | None] = {}
+        self._last_log: dict[str, float] = {}
+        self._last_full_log = 0.0
+
+    def update(self, entries: dict[str, dict[str, float]]) -> None:
+        self.entries = entries
+        self._resolved.clear()
+
+    def active(self) -> bool:
+        return bool(self.entries or self.static)
+
+    def _quota(self, quota: int, client_id: str | None) -> tuple[float, int] | None:
+        """(limit, sensor) of the client's quota; None if unlimited (or, the sensor table
+        being full, not tracked for now)."""
+        client = client_id or ""
+        found = self._resolved.get((quota, client), False)
+        if found is False:
+            found = None
+            if client not in self.exempt:
+                match = resolve(self.entries, self.static, ANONYMOUS, client, QUOTA_KEYS[quota])
+                if match is not None:
+                    found = (match[0] * UNITS[quota], match[1])
+            if len(self._resolved) > 10000:
+                self._resolved.clear()
+            self._resolved[(quota, client)] = found
+        if found is None:
+            return None
+        entity = self.sensors.entity(found[1])  # a sensor may be taken over after idling
+        if entity is None:
+            self._untracked(client_id)
+            return None
+        return found[0], entity
+
+    def _untracked(self, client_id: str | None) -> None:
+        self.stats.quota_untracked()
+        now = time.monotonic()
+        if now - self._last_full_log >= LOG_EVERY_SECONDS:
+            self._last_full_log = now
+            log.warning("every quota sensor (pybroker.quota.max.sensors) is in use: client-id=%s "
+                        "is not held to its quota until one frees up", client_id)
+
+    def record(self, quota: int, client_id: str | None, amount: float) -> float:
+        """Count `amount` for the client; return the throttle (seconds) it has now earned."""
+        found = self._quota(quota, client_id)
+        if found is None:
+            return 0.0
+        limit, entity = found
+        self.sensors.record(quota, entity, amount)
+        return self._throttle(quota, entity, limit, client_id)
+
+    def current(self, quota: int, client_id: str | None) -> float:
+        """The throttle the client has already earned, recording nothing."""
+        found = self._quota(quota, client_id)
+        if found is None:
+            return 0.0
+        return self._throttle(quota, found[1], found[0], client_id)
+
+    def timed(self, handle, ctx, body):
+        """Run a handler and charge its time to the request_percentage quota (percent of one
+        worker's time).  A violation mutes the channel like any throttle; the throttle time is
+        written into Produce and Fetch answers, the other answers keep 0 (see ARCHITECTURE)."""
+        started = time.perf_counter()
+        response = handle(ctx, body)
+        busy = (time.perf_counter() - started) * 100 * UNITS[REQUEST]
+        seconds = self.record(REQUEST, ctx.header.client_id, busy)
+        if seconds <= 0 or type(response) is not bytes:
+            return response  # already throttled for bytes, parked, or no answer
+        return Throttled(response, max(1, int(seconds * 1000)),
+                         delay=not throttle_applies_client_side(ctx.api_key, ctx.version))
+
+    def _throttle(self, quota: int, entity: int, limit: float, client_id: str | None) -> float:
+        seconds = min(self.sensors.throttle(quota, entity, limit), self.cap)
+        if seconds > 0:
+            self.stats.throttled(quota, seconds)
+            if self.events is not None:
+                self.events.throttled(QUOTA_KEYS[quota], client_id, seconds)
+            self._tell(quota, client_id, seconds)
+        return seconds
+
+    def _tell(self, quota: int, client_id: str | None, seconds: float) -> None:
+        """Who is being throttled: one log line per client and quota per second at most."""
+        key = f"{quota}/{client_id}"
+        now = time.monotonic()
+        if now - self._last_log.get(key, 0.0) >= LOG_EVERY_SECONDS:
+            if len(self._last_log) > 10000:
+                self._last_log.clear()
+            self._last_log[key] = now
+            log.info("throttled client-id=%s quota=%s throttle_ms=%d", client_id,
+                     QUOTA_KEYS[quota], seconds * 1000)
+
+
+__all__ = ["ClientQuotas", "FETCH", "PRODUCE", "Throttled", "throttle_applies_client_side"]
