@@ -76,6 +76,9 @@ class FakeWorker:
     def connection_registered(self, conn):
         pass
 
+    def principal_of(self, listener, transport):
+        return "User:ANONYMOUS"
+
     def connection_closed(self, conn, reason):
         self.closed.append(reason)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker.shared.apis import api_key_of
 from broker.shared.pool import QueueFull
+from broker.shared.tls import ANONYMOUS
 from workers.handlers import ForwardRequest, InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           response_sent, transition, unmute)
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from workers.stats import WorkerStats
 
 log = logging.getLogger("workers.connection")
+
+# A TLS record header read as a Kafka size: 0x16 (handshake), 0x03 (major version) - the
+# "size = 369295616" every Kafka operator meets once.  A TLS listener never reads one here.
+_TLS_HANDSHAKE_RECORD = 0x1603
 
 _SIZE = struct.Struct(">i")
 _CLIENT_ID_LENGTH = struct.Struct(">h")  # request header v1+: after key, version, correlation
@@ -89,6 +94,8 @@ class ConnectionHost(Protocol):
 
     def forward_admin(self, request, listener: int, peer: str) -> asyncio.Future: ...
 
+    def principal_of(self, listener: int, transport) -> str: ...
+
 
 class Connection(asyncio.BufferedProtocol):
     """A Kafka channel: size-prefixed request frames in, responses out in the same order."""
@@ -131,6 +138,7 @@ class Connection(asyncio.BufferedProtocol):
         self.bytes_in_logged = self.bytes_out_logged = 0
         self.aggregate = None  # (table, api key, entry) of workers.events, the current one
         self.client_id: str | None = None
+        self.principal = ANONYMOUS  # set once connected (TLS: from the client certificate)
         self._need_client_id = host.events is not None
 
     # --- Protocol interface ---------------------------------------------------------------
@@ -139,6 +147,7 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         sock = transport.get_extra_info("socket")
         self.fd = sock.fileno() if sock is not None else -1
+        self.principal = self.host.principal_of(self.listener_index, transport)
         self.host.connection_registered(self)
 
     def connection_lost(self, exc) -> None:
@@ -321,9 +330,12 @@ class Connection(asyncio.BufferedProtocol):
         if size < 0:
             raise InvalidRequest("size_negative", f"negative frame size {size}")
         if size > self._max_bytes:
+            hint = ""
+            if size >> 16 == _TLS_HANDSHAKE_RECORD:  # 0x16 0x03: bytes of a TLS ClientHello
+                hint = "; this is a TLS handshake: the client speaks SSL to a plaintext listener"
             raise InvalidRequest("size_too_large",
                                  f"frame size {size} larger than socket.request.max.bytes "
-                                 f"{self._max_bytes}")
+                                 f"{self._max_bytes}{hint}")
 
     def _park(self, future, api_key: int, queued: bool) -> None:
         """A request whose answer waits: stay muted until the future is done.  Only `queued`

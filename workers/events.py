@@ -100,7 +100,7 @@ class WorkerEvents:
         self.log.emit(events.ConnectionClosed(
             listener=self.listeners[conn.listener_index], ip=conn.peer.rpartition(":")[0],
             conn_id=conn.conn_id, reason=reason, client_id=conn.client_id,
-            lifetime_ms=int(lifetime_s * 1000), bytes_in=conn.bytes_in, bytes_out=conn.bytes_out))
+            principal=conn.principal, lifetime_ms=int(lifetime_s * 1000), bytes_in=conn.bytes_in, bytes_out=conn.bytes_out))
 
     def throttled(self, quota: str, client_id: str | None, seconds: float) -> None:
         self.log.emit(events.Throttle(client_id=client_id, quota=quota,

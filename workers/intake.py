@@ -14,6 +14,7 @@ import collections
 import logging
 import os
 import socket
+import ssl
 from typing import TYPE_CHECKING, Callable
 
 from broker.shared import ipc
@@ -24,13 +25,46 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("workers.intake")
 
+_PLAINTEXT_HINT = ("; the client spoke plaintext to a TLS listener (security.protocol=PLAINTEXT "
+                   "against an SSL listener?)")
+
+
+def _timed_out(error: BaseException | None) -> bool:
+    # The loop aborts a handshake past ssl_handshake_timeout with ConnectionAbortedError
+    # ("SSL handshake is taking longer than ..."); a TimeoutError would mean the same.
+    return isinstance(error, (TimeoutError, asyncio.TimeoutError)) or (
+        isinstance(error, ConnectionAbortedError) and "taking longer" in str(error))
+
+
+def _handshake_failure(error: BaseException | None) -> str:
+    return "tls_handshake_timeout" if _timed_out(error) else "tls_handshake_failed"
+
+
+def _looks_like_plaintext(error: BaseException | None) -> bool:
+    """A Kafka request where a ClientHello belongs: OpenSSL reads its first bytes as a TLS
+    record header and finds no known version or content type."""
+    text = str(error).upper()
+    return isinstance(error, ssl.SSLError) and any(
+        sign in text for sign in ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "HTTP_REQUEST",
+                                  "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"))
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "cancelled"
+    if _timed_out(error):
+        return "not finished in time"
+    return str(error) or type(error).__name__
+
 
 class Intake:
     """Queues handed-off sockets, registers a few per loop turn, batches what the parent hears."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, channel: ipc.Channel, stats: WorkerStats,
                  new_connection: Callable[[int, int, str], Connection],
-                 families: list[int], per_turn: int, send_buffer: int):
+                 families: list[int], per_turn: int, send_buffer: int,
+                 tls: list[ssl.SSLContext | None] | None = None,
+                 handshake_timeout: float = 10.0):
         if per_turn < 1:
             raise ValueError(f"at least one registration per turn, not {per_turn}")
         self._loop = loop
@@ -40,6 +74,8 @@ class Intake:
         self._families = families  # by listener index
         self._per_turn = per_turn
         self._send_buffer = send_buffer
+        self._tls = tls or [None] * len(families)  # by listener index: SSL listeners' contexts
+        self._handshake_timeout = handshake_timeout
         self._incoming: collections.deque[tuple[int, ipc.HandedOff]] = collections.deque()
         self._registering = False
         self._stopped = False
@@ -66,6 +102,10 @@ class Intake:
             self._registering = True
             self._loop.call_soon(self._register_some)
 
+    def use_tls(self, contexts: list[ssl.SSLContext | None]) -> None:
+        """New server contexts (certificates re-read): for the handshakes that start now."""
+        self._tls = contexts
+
     def stop(self) -> None:
         """Shutting down: close what waits for registration, and whatever comes later."""
         self._stopped = True
@@ -73,11 +113,6 @@ class Intake:
             os.close(fd)
             self._dropped(meta, "shutdown")
         self._incoming.clear()
-        self._schedule_ack()
-
-    def registered(self) -> None:
-        """A connection made it: its credit goes back to the parent."""
-        self._credits_to_return += 1
         self._schedule_ack()
 
     def closed(self, conn_id: int) -> None:
@@ -111,20 +146,39 @@ class Intake:
             self._schedule_ack()
             return
         connection = self._new_connection(meta.conn_id, meta.listener, f"{meta.host}:{meta.port}")
-        task = self._loop.create_task(
-            self._loop.connect_accepted_socket(lambda: connection, sock))
+        context = self._tls[meta.listener]
+        if context is None:
+            registration = self._loop.connect_accepted_socket(lambda: connection, sock)
+        else:  # the handshake runs on this loop; the connection exists once it is done
+            registration = self._loop.connect_accepted_socket(
+                lambda: connection, sock, ssl=context,
+                ssl_handshake_timeout=self._handshake_timeout)
+        task = self._loop.create_task(registration)
         task.add_done_callback(lambda done: self._registration_done(done, meta, sock))
+        # Registered with the loop: the hand-off credit goes back now (KIP-402 bounds sockets
+        # not yet registered), so slow TLS handshakes never hold the parent's acceptor.
+        self._credits_to_return += 1
+        self._schedule_ack()
 
     def _registration_done(self, task: asyncio.Task, meta: ipc.HandedOff,
                            sock: socket.socket) -> None:
-        if task.cancelled() or task.exception() is not None:
-            log.info("registering connection %s failed: %r", meta.conn_id,
-                     None if task.cancelled() else task.exception())
-            sock.close()
-            self._dropped(meta, "error")
-            self._schedule_ack()
+        if not task.cancelled() and task.exception() is None:
+            return
+        error = None if task.cancelled() else task.exception()
+        reason = "error"
+        if self._tls[meta.listener] is not None:
+            reason = _handshake_failure(error)
+            log.info("connection %s from %s:%s: TLS handshake failed (%s)%s", meta.conn_id,
+                     meta.host, meta.port, _describe(error), _PLAINTEXT_HINT
+                     if _looks_like_plaintext(error) else "")
+        else:
+            log.info("registering connection %s failed: %r", meta.conn_id, error)
+        sock.close()
+        self._stats.closed(meta.listener, reason)
+        self._closed_ids.append(meta.conn_id)
+        self._schedule_ack()
 
-    def _dropped(self, meta: ipc.HandedOff, reason: str) -> None:
+    def _dropped(self, meta: ipc.HandedOff, reason: str) -> None:  # never registered
         """A handed-off socket that never became a connection: return its credit and slot."""
         self._stats.closed(meta.listener, reason)
         self._credits_to_return += 1

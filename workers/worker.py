@@ -38,6 +38,8 @@ from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.pool import SharedPool, wake_address
 from broker.shared.protocol import guard
 from broker.shared.protocol.refusal import refuse_change
+from broker.shared.tls import (ANONYMOUS, PrincipalRules, TlsConfigError, distinguished_name,
+                               server_context)
 from shm.block import STATE_DRAINING, STATE_SERVING, SharedBlock
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
@@ -98,6 +100,10 @@ class Worker:
             self.memory = MemoryWaiters(pool, len(config.listeners), self.stats, self.events)
         self.queue = RequestQueue(self._queue_capacity(config, self.control_plane), self.stats)
         self.large_frame_bytes = LARGE_FRAME_BYTES
+        self._principal_rules = [
+            None if (settings := config.listener_tls.get(item.name)) is None
+            else PrincipalRules(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
+            for item in config.listeners]
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
         self.connections: set[Connection] = set()
         self.by_id: dict[int, Connection] = {}
@@ -148,11 +154,38 @@ class Worker:
     def _intake(self, loop: asyncio.AbstractEventLoop) -> Intake:
         config = self.boot.config
         connection_class = PooledConnection if self.memory is not None else Connection
+        tls = self._tls_contexts(config.listener_tls)
         return Intake(loop, self.channel, self.stats,
                       new_connection=functools.partial(connection_class, self),
                       families=[item.family() for item in config.listeners],
                       per_turn=config.props.pybroker_registrations_per_turn,
-                      send_buffer=config.props.socket_send_buffer_bytes)
+                      send_buffer=config.props.socket_send_buffer_bytes, tls=tls,
+                      handshake_timeout=config.props.pybroker_ssl_handshake_timeout_ms / 1000)
+
+    def _tls_contexts(self, listener_tls) -> list:
+        """By listener index: the SSL listeners' server contexts, None for the others."""
+        return [None if (settings := listener_tls.get(item.name)) is None
+                else server_context(settings) for item in self.boot.config.listeners]
+
+    def _new_certificates(self, listener_tls) -> None:
+        """A SIGHUP re-read the key stores: new handshakes use them, open connections keep
+        their sessions.  Should they no longer load, the previous ones stay."""
+        try:
+            contexts = self._tls_contexts(listener_tls)
+        except (TlsConfigError, OSError) as error:
+            log.error("worker %s: keeping the previous certificates: %s", self.name, error)
+            return
+        self.intake.use_tls(contexts)
+        log.info("worker %s: new certificates for %s", self.name, ", ".join(sorted(listener_tls)))
+
+    def principal_of(self, listener: int, transport) -> str:
+        """The connection's principal: on a TLS listener with a verified client certificate,
+        its distinguished name through ssl.principal.mapping.rules; else User:ANONYMOUS."""
+        rules = self._principal_rules[listener]
+        peercert = transport.get_extra_info("peercert") if rules is not None else None
+        if not peercert:
+            return ANONYMOUS
+        return "User:" + rules.user(distinguished_name(peercert))
 
     @staticmethod
     def _event_log(boot: ipc.Boot) -> WorkerEvents | None:
@@ -267,6 +300,8 @@ class Worker:
             elif isinstance(message, ipc.Quotas):
                 if self.services.quotas is not None:
                     self.services.quotas.update(message.entries)
+            elif isinstance(message, ipc.Tls):
+                self._new_certificates(message.listener_tls)
             elif isinstance(message, ipc.Shutdown):
                 self.begin_shutdown(message.deadline_ms / 1000)
             else:
@@ -295,7 +330,6 @@ class Worker:
         self.connections.add(conn)
         self.by_id[conn.conn_id] = conn
         self.stats.registered(conn.listener_index)
-        self.intake.registered()
         if self._draining:
             conn.close("shutdown")
 

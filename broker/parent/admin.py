@@ -34,6 +34,7 @@ from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
 from broker.shared.protocol.refusal import refused_alter_configs, refused_alter_quotas
+from broker.shared.tls import SECRET_KEYS
 
 log = logging.getLogger("broker.parent.admin")
 
@@ -116,8 +117,12 @@ class AdminService:
             value, source = self.dynamic.value(key)
         dynamic = key in BROKER_KEYS or key.startswith("listener.name.")
         spec = BROKER_KEYS.get(key)
+        secret = key.rpartition("listener.name.")[2].partition(".")[2] in SECRET_KEYS \
+            if key.startswith("listener.name.") else key in SECRET_KEYS
+        if secret:
+            value = None
         return {"name": key, "value": value, "read_only": not dynamic, "config_source": source,
-                "is_sensitive": False, "synonyms": [], "config_type":
+                "is_sensitive": secret, "synonyms": [], "config_type":
                 CONFIG_TYPES.get(spec.kind if spec else "string", 2),
                 "documentation": (spec.doc if spec else None) if documentation else None}
 
@@ -148,6 +153,10 @@ class AdminService:
         try:
             for item in resource.configs:
                 self.dynamic.alter(layer, item.name, item.config_operation, item.value)
+            if any(".ssl." in item.name for item in resource.configs):  # a key store change
+                layers = {"broker": stored.broker, "cluster_default": stored.cluster_default,
+                          layer_name: layer}
+                self.dynamic.check_tls(layers["broker"], layers["cluster_default"])
         except ConfigProblem as problem:
             return problem.code, str(problem)
         if validate_only:

@@ -20,6 +20,7 @@ from broker.parent.admission import Limits
 from broker.shared.config import LISTENER_KEYS, BrokerConfig, ServerProperties
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import override_hosts, parse_ip_overrides, syntax_only
+from broker.shared.tls import TlsConfigError, TlsSettings, server_context
 
 STORE_FILE = ".pybroker-dynamic.json"
 DEFAULT_ENTITY = "<default>"  # the key of an entity's default quota in the store
@@ -53,6 +54,14 @@ BROKER_KEYS = {key.name: key for key in (
 )}
 # Per listener, a dynamic limit must be positive (Kafka's rule).
 LISTENER_DYNAMIC = {name: DynamicKey(name, "int", 1) for name in LISTENER_KEYS}
+# An SSL listener's key store and trust store may be replaced at run time, as in Kafka (new
+# handshakes use them); the change is checked by building the listener's context first.
+TLS_DYNAMIC = {name: DynamicKey(name, "string", 0, "SSL listeners' key and trust stores.")
+               for name in ("ssl.keystore.type", "ssl.keystore.location",
+                            "ssl.keystore.password", "ssl.keystore.key",
+                            "ssl.keystore.certificate.chain", "ssl.key.password",
+                            "ssl.truststore.type", "ssl.truststore.location",
+                            "ssl.truststore.certificates")}
 
 
 class Stored(msgspec.Struct):
@@ -115,6 +124,32 @@ class DynamicConfig:
             return _as_text(value), source
         return None
 
+    def listener_tls(self, broker: dict[str, str] | None = None,
+                     cluster_default: dict[str, str] | None = None) -> dict[str, TlsSettings]:
+        """The SSL listeners' settings in force: the static ones, with the dynamic key and
+        trust store keys over them (or those of candidate layers, to check a change)."""
+        broker = self.stored.broker if broker is None else broker
+        default = self.stored.cluster_default if cluster_default is None else cluster_default
+        result = {}
+        for name, static in self.config.listener_tls.items():
+            values, prefixed = dict(static.values), set(static.prefixed)
+            for suffix in TLS_DYNAMIC:
+                key = self.listener_key(name, suffix)
+                value = broker.get(key, default.get(key))
+                if value is not None:
+                    values[suffix] = value
+                    prefixed.add(suffix)
+            result[name] = TlsSettings(name, values, frozenset(prefixed))
+        return result
+
+    def check_tls(self, broker: dict[str, str], cluster_default: dict[str, str]) -> None:
+        """ConfigProblem unless every SSL listener's context builds with these layers."""
+        for settings in self.listener_tls(broker, cluster_default).values():
+            try:
+                server_context(settings)
+            except TlsConfigError as error:
+                raise ConfigProblem("invalid_config", str(error)) from None
+
     def limits(self) -> Limits:
         """The connection limits in force."""
         def number(key: str) -> int:
@@ -160,6 +195,10 @@ class DynamicConfig:
             for suffix in LISTENER_KEYS:
                 if key == self.listener_key(listener.name, suffix):
                     return LISTENER_DYNAMIC[suffix]
+            if listener.name in self.config.listener_tls:
+                for suffix, spec in TLS_DYNAMIC.items():
+                    if key == self.listener_key(listener.name, suffix):
+                        return spec
         raise ConfigProblem("invalid_request", f"Cannot update {key} dynamically: it is not a "
                                                "dynamic broker config of this broker")
 
@@ -176,6 +215,9 @@ class DynamicConfig:
             raise ConfigProblem("invalid_request", f"unknown config operation {operation}")
         if value is None:
             raise ConfigProblem("invalid_config", f"{key}: a value is required")
+        if spec.kind == "string":
+            layer[key] = value
+            return
         if spec.kind == "int":
             layer[key] = str(_checked_int(spec, value))
             return

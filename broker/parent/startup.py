@@ -97,6 +97,9 @@ class ParentServices:
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
         self._ticker: EventTicker | None = None
         self._metrics_server = None
+        # The SSL listeners' settings in force; when they differ from the Boot config's
+        # (dynamic key stores, a SIGHUP), every worker starting is told after its Boot.
+        self._tls = self._tls_at_start()
 
     def _create_pool(self) -> SharedPool | None:
         limit = self.config.props.queued_max_request_bytes
@@ -168,6 +171,15 @@ class ParentServices:
     def worker_started(self, worker: WorkerProcess) -> None:
         if self.router is not None:
             self.router.send_quotas(worker)
+        if self._tls != self.config.listener_tls:  # its Boot carries the static ones
+            self._send(worker, ipc.Tls(listener_tls=self._tls))
+
+    @staticmethod
+    def _send(worker: WorkerProcess, message) -> None:
+        try:
+            worker.channel.send(message)
+        except OSError:
+            pass  # a dead worker is told again when it is respawned
 
     def on_message(self, worker: WorkerProcess, message) -> bool:
         """Serve one message from a worker; False if it is not one of the services'."""
@@ -190,11 +202,13 @@ class ParentServices:
         self.ledger.worker_gone(worker)
 
     def config_changed(self) -> None:
-        """A dynamic change was persisted: apply connection limits, tell workers the quotas."""
+        """A dynamic change was persisted: apply connection limits, tell workers the quotas
+        and any new key store."""
         self.ledger.apply_limits()
         for worker in self.workers:
             if worker.channel is not None:
                 self.router.send_quotas(worker)
+        self._push_tls()
 
     def reload(self, fresh: BrokerConfig) -> None:
         """SIGHUP: the re-read file's connection limits apply; other keys need a restart."""
@@ -204,6 +218,38 @@ class ParentServices:
             self.dynamic.config, props=fresh.props, listener_props=fresh.listener_props)
         log.info("SIGHUP: config re-read; changed: %s", ", ".join(changed) or "nothing")
         self.ledger.apply_limits()
+        self._reload_tls(fresh)
+
+    def _reload_tls(self, fresh: BrokerConfig) -> None:
+        """Certificates re-read (SIGHUP): every worker's new handshakes use them; the
+        listeners and their protocols themselves need a restart."""
+        if fresh.listener_tls.keys() != self.config.listener_tls.keys():
+            log.error("SIGHUP: SSL listeners changed; that needs a restart")
+            return
+        self.dynamic.config = msgspec.structs.replace(self.dynamic.config,
+                                                      listener_tls=fresh.listener_tls)
+        self._push_tls(always=True)
+
+    def _tls_at_start(self):
+        """The static settings with the dynamic key stores over them, if those still load."""
+        try:
+            self.dynamic.check_tls(self.dynamic.stored.broker, self.dynamic.stored.cluster_default)
+        except ValueError as error:
+            log.error("dynamic SSL settings ignored until changed: %s", error)
+            return self.config.listener_tls
+        return self.dynamic.listener_tls()
+
+    def _push_tls(self, always: bool = False) -> None:
+        """Tell every worker the SSL settings in force if they changed (or `always`: a SIGHUP
+        re-reads the files even when their names are the same)."""
+        fresh = self.dynamic.listener_tls()
+        if not fresh or (fresh == self._tls and not always):
+            return
+        self._tls = fresh
+        for worker in self.workers:
+            if worker.channel is not None:
+                self._send(worker, ipc.Tls(listener_tls=fresh))
+        log.info("SSL listeners' key stores re-read: %s", ", ".join(sorted(fresh)))
 
     # --- /metrics -------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ from msgspec import Meta
 
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import parse_ip_overrides, syntax_only
+from broker.shared.tls import (TLS_KEYS, TLS_PROTOCOLS, PrincipalRules, TlsConfigError,
+                               TlsSettings, server_context)
 
 __all__ = [
     "BrokerConfig",
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
-SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL")
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
@@ -64,8 +66,42 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Listeners given to clients in Metadata; defaults to `listeners`. "
         "A port of 0 is replaced by the bound port of the listener with the same name.")] = ""
     listener_security_protocol_map: Annotated[str, _doc(
-        "Comma-separated LISTENER:PROTOCOL pairs. Only PLAINTEXT is supported yet.")] = (
+        "Comma-separated LISTENER:PROTOCOL pairs. PLAINTEXT and SSL are supported; "
+        "SASL_PLAINTEXT and SASL_SSL not yet.")] = (
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL")
+    ssl_keystore_type: Annotated[str, _doc(
+        "SSL listeners: PEM or PKCS12 (Kafka's default, JKS, is Java's own format and is not "
+        "supported). Also per listener: listener.name.<l>.ssl.*, as every ssl.* key.")] = "PEM"
+    ssl_keystore_location: Annotated[str, _doc(
+        "PEM: a file holding the private key and the certificate chain; PKCS12: the "
+        "key store file.")] = ""
+    ssl_keystore_password: Annotated[str, _doc("Password of a PKCS12 key store.")] = ""
+    ssl_keystore_key: Annotated[str, _doc(
+        "The PEM private key inline (with ssl.keystore.certificate.chain), instead of a "
+        "file.")] = ""
+    ssl_keystore_certificate_chain: Annotated[str, _doc(
+        "The PEM certificate chain inline, the server's certificate first.")] = ""
+    ssl_key_password: Annotated[str, _doc("Password of an encrypted PEM private key.")] = ""
+    ssl_truststore_type: Annotated[str, _doc("PEM (client certificates are checked against "
+                                             "it).")] = "PEM"
+    ssl_truststore_location: Annotated[str, _doc(
+        "A PEM file of the certificates trusted to sign client certificates.")] = ""
+    ssl_truststore_certificates: Annotated[str, _doc(
+        "The trusted PEM certificates inline, instead of a file.")] = ""
+    ssl_client_auth: Annotated[str, _doc(
+        "none, requested (a client certificate is checked if sent) or required.")] = "none"
+    ssl_enabled_protocols: Annotated[str, _doc(
+        "TLS versions accepted: TLSv1.2 and/or TLSv1.3.")] = "TLSv1.2,TLSv1.3"
+    ssl_cipher_suites: Annotated[str, _doc(
+        "TLSv1.2 cipher suites, IANA names as Kafka takes them (or OpenSSL names); empty: "
+        "OpenSSL's defaults. TLSv1.3 suites are always OpenSSL's.")] = ""
+    ssl_principal_mapping_rules: Annotated[str, _doc(
+        "How a client certificate's distinguished name becomes the user name: DEFAULT (the "
+        "whole name) and RULE:pattern/replacement/[LU] rules, the first match wins.")] = (
+        "DEFAULT")
+    pybroker_ssl_handshake_timeout_ms: Annotated[int, _doc(
+        "A TLS handshake not finished this long after the connection was handed to a worker "
+        "closes it (reason tls_handshake_timeout).", ge=100, le=600000)] = 10000
     inter_broker_listener_name: Annotated[str, _doc(
         "Listener for broker-to-broker traffic; defaults to the listener named PLAINTEXT, "
         "else the first listener.")] = ""
@@ -313,6 +349,7 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     log_dirs: tuple[str, ...]
     prometheus: tuple[str, int] | None
     event_log_dir: str | None = None  # None when the event log is off
+    listener_tls: dict[str, TlsSettings] = {}  # SSL listener name -> its ssl.* settings
 
     def listener_index(self, name: str) -> int:
         for index, listener in enumerate(self.listeners):
@@ -492,7 +529,7 @@ def _parse_listeners(key: str, value: str, protocols: dict[str, str]) -> tuple[L
                               "listener.security.protocol.map")
         if protocol not in SUPPORTED_PROTOCOLS:
             raise ConfigError(f"{key}: listener {name} uses {protocol}, which is not supported "
-                              "yet (only PLAINTEXT)")
+                              "yet (PLAINTEXT or SSL)")
         if any(existing.name == name for existing in listeners):
             raise ConfigError(f"{key}: listener name {name} appears more than once")
         listeners.append(Listener(name=name, host=host, port=port, protocol=protocol))
@@ -590,19 +627,51 @@ def _parse_host_port(key: str, value: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _split_listener_keys(raw: dict[str, str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    plain, per_listener = {}, {}
+def _split_listener_keys(raw: dict[str, str]):
+    """(broker-wide keys, per listener limits, per listener TLS keys)."""
+    plain, per_listener, tls = {}, {}, {}
     for key, value in raw.items():
         match = _LISTENER_KEY.fullmatch(key)
         if match is None:
             plain[key] = value
             continue
         name, suffix = match.group(1).upper(), match.group(2)
+        if suffix in TLS_KEYS:
+            tls.setdefault(name, {})[suffix] = value
+            continue
         if suffix not in LISTENER_KEYS:
             raise ConfigError(f"{key}: {suffix} cannot be set per listener "
-                              f"(only {', '.join(LISTENER_KEYS)})")
+                              f"(only {', '.join(LISTENER_KEYS)} and ssl.*)")
         per_listener.setdefault(name, {})[suffix] = value
-    return plain, per_listener
+    return plain, per_listener, tls
+
+
+def _tls_settings(props: ServerProperties, per_listener: dict[str, dict[str, str]],
+                  listeners) -> dict[str, TlsSettings]:
+    """Every TLS listener's settings, each checked by building its context once."""
+    names = {listener.name for listener in listeners}
+    for name in per_listener:
+        if name not in names:
+            raise ConfigError(f"listener.name.{name.lower()}.ssl.*: listener {name} is not in "
+                              "listeners")
+    result = {}
+    for listener in listeners:
+        if listener.protocol not in TLS_PROTOCOLS:
+            continue
+        values = {key: getattr(props, key.replace(".", "_")) for key in TLS_KEYS}
+        values = {key: value for key, value in values.items() if value}
+        own = per_listener.get(listener.name, {})
+        settings = TlsSettings(listener.name, {**values, **own}, frozenset(own))
+        try:
+            server_context(settings)
+            PrincipalRules(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
+        except TlsConfigError as error:
+            raise ConfigError(str(error)) from None
+        except ValueError as error:
+            raise ConfigError(f"{settings.name_of('ssl.principal.mapping.rules')}: "
+                              f"{error}") from None
+        result[listener.name] = settings
+    return result
 
 
 def _convert_listener_keys(per_listener: dict[str, dict[str, str]], listeners) -> dict:
@@ -671,7 +740,7 @@ def _parse_pool_reservations(props: ServerProperties, listeners,
 
 def load_config(raw: dict[str, str]) -> BrokerConfig:
     """Validate raw key/value pairs into a BrokerConfig, or raise ConfigError."""
-    raw, per_listener = _split_listener_keys(raw)
+    raw, per_listener, per_listener_tls = _split_listener_keys(raw)
     props = _convert(raw)
     _check_quota_settings(props)
     if props.group_min_session_timeout_ms > props.group_max_session_timeout_ms:
@@ -690,6 +759,7 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
     return BrokerConfig(
         props=props,
         listener_props=_convert_listener_keys(per_listener, listeners),
+        listener_tls=_tls_settings(props, per_listener_tls, listeners),
         pool_reserved=_parse_pool_reservations(props, listeners, control_plane),
         node_id=_resolve_node_id(props),
         listeners=listeners,

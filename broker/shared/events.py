@@ -13,7 +13,8 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
     connection_rejected  parent      refused by admission           listener, ip, reason
                                      (per_ip_limit, per_ip_rate, evicted)
     connection_closed    worker      a registered connection ended  listener, ip, conn_id, reason,
-                                                                    client_id, lifetime_ms,
+                                                                    client_id, principal,
+                                                                    lifetime_ms,
                                                                     bytes_in, bytes_out
     acceptor_blocked     parent      per second with blocking       listener, reason
                                                                     (handoff_full,
@@ -109,6 +110,7 @@ class ConnectionClosed(Event, tag="connection_closed", kw_only=True):
     conn_id: int
     reason: str
     client_id: str | None = None
+    principal: str = "User:ANONYMOUS"  # TLS: the client certificate's mapped name
     lifetime_ms: int
     bytes_in: int
     bytes_out: int

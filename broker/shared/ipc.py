@@ -7,7 +7,8 @@ take yet, so no message is ever truncated or dropped.  A `Handoff` carries the a
 sockets themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same order.
 
     parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
-                       Quotas (after Boot and after every client-quota change)
+                       Quotas (after Boot and after every client-quota change), Tls (after a
+                       SIGHUP changed the SSL listeners' certificates)
     worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
                        ids), EvictCandidates, AdminRequest
 """
@@ -22,6 +23,7 @@ import socket
 import msgspec
 
 from broker.shared.config import BrokerConfig
+from broker.shared.tls import TlsSettings
 
 MAX_FDS_PER_MESSAGE = 250  # Linux accepts at most 253 fds per SCM_RIGHTS message
 MAX_MESSAGE_BYTES = 1 << 16
@@ -84,6 +86,13 @@ class Quotas(msgspec.Struct, tag=True, frozen=True):
     entries: dict[str, dict[str, float]]
 
 
+class Tls(msgspec.Struct, tag=True, frozen=True):
+    """The SSL listeners' settings after a SIGHUP changed them: new handshakes use them, open
+    connections keep theirs (Kafka's dynamic key store update)."""
+
+    listener_tls: dict[str, TlsSettings]
+
+
 class AdminRequest(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     listener: int
@@ -98,7 +107,7 @@ class AdminResponse(msgspec.Struct, tag=True, frozen=True):
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
-           | AdminRequest | AdminResponse | Quotas)
+           | AdminRequest | AdminResponse | Quotas | Tls)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)
