@@ -60,10 +60,10 @@ STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
 MAX_API_KEY = 127
 CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted",
                  "receive_timeout", "pool_queue_full", "tls_handshake_failed",
-                 "tls_handshake_timeout")
+                 "tls_handshake_timeout", "authentication_failed")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
                    "unsupported_version", "malformed_header", "malformed_body", "produce_failed",
-                   "too_many_entries")
+                   "too_many_entries", "not_authenticated")
 # Request duration histogram upper bounds, seconds; the last cell is +Inf.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -96,11 +96,14 @@ WORKER_COUNTERS = (
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
     ("quota_last", ("quota_entity",)),  # the last window this worker counted for the entity
     ("quota_untracked", ()),  # requests of clients the full sensor table could not track
+    ("authentications", ("listener", "sasl_mechanism", "auth_result")),  # SASL outcomes
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
 WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns",
                            "idle_ppm", "quota_window", "quota_count", "quota_last"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+AUTH_RESULTS = ("success", "failure")
 QUOTA_ENTITIES = 4096  # default of pybroker.quota.max.sensors: sensors tracked at once
 QUOTA_WINDOWS = 32  # the most samples a quota may keep (quota.window.num)
 MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
@@ -151,6 +154,8 @@ def _dimension_sizes(listeners: int, quota_entities: int = QUOTA_ENTITIES,
         "quota_type": len(QUOTA_TYPES),
         "quota_entity": quota_entities,
         "quota_window": quota_windows,
+        "sasl_mechanism": len(SASL_MECHANISMS),
+        "auth_result": len(AUTH_RESULTS),
     }
 
 

@@ -61,9 +61,11 @@ def test_prometheus_can_be_disabled():
     ({"num.network.threads": "three"}, "num.network.threads: invalid value 'three'"),
     ({"socket.request.max.bytes": "-5"}, "socket.request.max.bytes: invalid value '-5'"),
     ({"listeners": "SASL_SSL://:9093"},
-     "listeners: listener SASL_SSL uses SASL_SSL, which is not supported yet"),
+     "ssl.keystore.location: required for SSL listener SASL_SSL"),
     ({"listeners": "SSL://:9093"}, "ssl.keystore.location: required for SSL listener SSL"),
-    ({"listeners": "SASL_PLAINTEXT://:9093"}, "not supported yet"),
+    ({"listeners": "SASL_PLAINTEXT://:9093"},
+     "sasl.enabled.mechanisms: GSSAPI for SASL listener SASL_PLAINTEXT (supported: PLAIN, "
+     "SCRAM-SHA-256, SCRAM-SHA-512)"),
     ({"listeners": "FOO://:9093"}, "listeners: no security protocol for listener FOO"),
     ({"listeners": "PLAINTEXT:9092"}, "listeners: invalid listener 'PLAINTEXT:9092'"),
     ({"listeners": "PLAINTEXT://:99999"}, "out of range"),

@@ -79,6 +79,9 @@ class FakeWorker:
     def principal_of(self, listener, transport):
         return "User:ANONYMOUS"
 
+    def authenticator(self, conn):
+        return None  # a PLAINTEXT listener
+
     def connection_closed(self, conn, reason):
         self.closed.append(reason)
 

@@ -6,9 +6,10 @@ import struct
 
 import pytest
 
-from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, HEADER_BYTES, INVALID_REASONS, LAYOUT_VERSION, MAGIC,
-                       MUTE_REASONS, QUOTA_ENTITIES, QUOTA_TYPES, QUOTA_WINDOWS,
-                       STATE_FREE, STATE_SERVING, WORKER_COUNTERS, SharedBlock, duration_bucket)
+from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BUCKETS, HEADER_BYTES, INVALID_REASONS,
+                       LAYOUT_VERSION, MAGIC, MUTE_REASONS, QUOTA_ENTITIES, QUOTA_TYPES,
+                       QUOTA_WINDOWS, SASL_MECHANISMS, STATE_FREE, STATE_SERVING, WORKER_COUNTERS,
+                       SharedBlock, duration_bucket)
 
 
 @pytest.fixture
@@ -51,7 +52,8 @@ def test_every_cell_has_its_own_word(block):
     sizes = {"listener": 2, "close_reason": len(CLOSE_REASONS), "api": 128,
              "bucket": len(DURATION_BUCKETS) + 1, "invalid_reason": len(INVALID_REASONS),
              "mute_reason": len(MUTE_REASONS), "quota_type": len(QUOTA_TYPES),
-             "quota_entity": QUOTA_ENTITIES, "quota_window": QUOTA_WINDOWS}
+             "quota_entity": QUOTA_ENTITIES, "quota_window": QUOTA_WINDOWS,
+             "sasl_mechanism": len(SASL_MECHANISMS), "auth_result": len(AUTH_RESULTS)}
     seen = set()
     for name, dims in WORKER_COUNTERS:
         for coords in itertools.product(*(range(sizes[dim]) for dim in dims)):

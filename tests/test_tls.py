@@ -330,8 +330,7 @@ def test_a_certificate_rotated_on_sighup_serves_new_handshakes_and_keeps_open_co
 @pytest.mark.system
 def test_a_key_store_altered_through_the_admin_api_is_used_checked_and_kept(pki, tmp_path):
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
-                                       ConfigResource)
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
     other_ca = trustme.CA()
     renewed_path = tmp_path / "renewed.pem"

@@ -19,6 +19,7 @@ workers.backpressure (the request queue, the memory pool's waiters) through the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import time
@@ -33,6 +34,7 @@ from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, Mute
 from workers.throttling import Throttled
 
 if TYPE_CHECKING:
+    from workers.authenticator import Authenticator
     from workers.backpressure import MemoryWaiters, RequestQueue
     from workers.events import WorkerEvents
     from workers.stats import WorkerStats
@@ -92,9 +94,12 @@ class ConnectionHost(Protocol):
 
     def invalid_request(self, reason: str) -> None: ...
 
-    def forward_admin(self, request, listener: int, peer: str) -> asyncio.Future: ...
+    def forward_admin(self, request, listener: int, peer: str,
+                      user: str = "ANONYMOUS") -> asyncio.Future: ...
 
     def principal_of(self, listener: int, transport) -> str: ...
+
+    def authenticator(self, conn: Connection) -> Authenticator | None: ...
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -139,6 +144,7 @@ class Connection(asyncio.BufferedProtocol):
         self.aggregate = None  # (table, api key, entry) of workers.events, the current one
         self.client_id: str | None = None
         self.principal = ANONYMOUS  # set once connected (TLS: from the client certificate)
+        self.user = "ANONYMOUS"  # the principal's name: the quota `user` entity
         self._need_client_id = host.events is not None
 
     # --- Protocol interface ---------------------------------------------------------------
@@ -148,6 +154,12 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         self.fd = sock.fileno() if sock is not None else -1
         self.principal = self.host.principal_of(self.listener_index, transport)
+        if self.principal != ANONYMOUS:  # a client certificate: quotas know the user
+            self.user = self.principal.partition(":")[2]
+            self._handle = functools.partial(self.host.router.handle, user=self.user)
+        authenticator = self.host.authenticator(self)
+        if authenticator is not None:  # a SASL listener: requests go there until authenticated
+            self._handle = authenticator.handle
         self.host.connection_registered(self)
 
     def connection_lost(self, exc) -> None:
@@ -282,7 +294,8 @@ class Connection(asyncio.BufferedProtocol):
         a Throttled answer.  Either the connection parks until the answer is ready (True), or
         the throttled answer joins `out` and the channel stays muted for the throttle."""
         if type(response) is ForwardRequest:  # the parent answers: wait for it, muted
-            response = self.host.forward_admin(response.frame, self.listener_index, self.peer)
+            response = self.host.forward_admin(response.frame, self.listener_index, self.peer,
+                                               self.user)
             # Queued for the parent, unless it waits there by design (a rebalance).
             self._park(response, api_key, queued=api_key not in WAITING_APIS)
             return True
@@ -415,6 +428,16 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.pause_reading()
 
     # --- Closing --------------------------------------------------------------------------
+
+    def authenticated(self, principal: str, handle) -> None:
+        """SASL authentication succeeded: the principal, and the router from now on."""
+        self.principal = principal
+        self.user = principal.partition(":")[2]
+        self._handle = handle
+
+    def close_later(self, delay: float, reason: str) -> None:
+        """Close `delay` seconds from now (a failed authentication), on a timer."""
+        self.host.loop.call_later(delay, self.close, reason)
 
     def close(self, reason: str) -> None:
         """Close after the responses already written; `reason` labels the metric."""

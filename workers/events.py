@@ -102,8 +102,14 @@ class WorkerEvents:
             conn_id=conn.conn_id, reason=reason, client_id=conn.client_id,
             principal=conn.principal, lifetime_ms=int(lifetime_s * 1000), bytes_in=conn.bytes_in, bytes_out=conn.bytes_out))
 
-    def throttled(self, quota: str, client_id: str | None, seconds: float) -> None:
-        self.log.emit(events.Throttle(client_id=client_id, quota=quota,
+    def authentication_failed(self, conn, mechanism: str, user: str | None) -> None:
+        self.log.emit(events.AuthenticationFailed(
+            listener=self.listeners[conn.listener_index], ip=conn.peer.rpartition(":")[0],
+            mechanism=mechanism, user=user))
+
+    def throttled(self, quota: str, client_id: str | None, seconds: float,
+                  user: str = "ANONYMOUS") -> None:
+        self.log.emit(events.Throttle(client_id=client_id, user=user, quota=quota,
                                       throttle_ms=int(seconds * 1000)))
 
     def memory_muted(self, change: int) -> None:

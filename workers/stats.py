@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from shm.block import (CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS, MUTE_REASONS,
-                       SharedBlock, duration_bucket)
+from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS,
+                       MUTE_REASONS, SASL_MECHANISMS, SharedBlock, duration_bucket)
 
 _BUCKETS = len(DURATION_BOUNDS_NS) + 1
 
@@ -51,6 +51,7 @@ class WorkerStats:
                        for n, reason in enumerate(MUTE_REASONS)}
         self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
         self._throttle_buckets = block.worker_cell(slot, "throttle_bucket", 0, 0)
+        self._block, self._slot = block, slot
 
     def registered(self, listener: int) -> None:
         self.words[self._registered[listener]] += 1
@@ -66,6 +67,11 @@ class WorkerStats:
 
     def queued_requests(self, count: int) -> None:
         self.words[self._queued_requests] = count
+
+    def authentication(self, listener: int, mechanism: str, ok: bool) -> None:
+        self.words[self._block.worker_cell(self._slot, "authentications", listener,
+                                           SASL_MECHANISMS.index(mechanism),
+                                           AUTH_RESULTS.index("success" if ok else "failure"))] += 1
 
     def quota_untracked(self) -> None:
         self.words[self._quota_untracked] += 1

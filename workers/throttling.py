@@ -15,7 +15,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from broker.shared.client_quotas import (ANONYMOUS, FETCH, PRODUCE, QUOTA_KEYS, REQUEST,
+from broker.shared.client_quotas import (FETCH, PRODUCE, QUOTA_KEYS, REQUEST,
                                          QuotaSensors, resolve)
 from broker.shared.config import ServerProperties
 from broker.shared.protocol.codec import response_header_is_flexible
@@ -82,20 +82,20 @@ class ClientQuotas:
     def active(self) -> bool:
         return bool(self.entries or self.static)
 
-    def _quota(self, quota: int, client_id: str | None) -> tuple[float, int] | None:
-        """(limit, sensor) of the client's quota; None if unlimited (or, the sensor table
-        being full, not tracked for now)."""
+    def _quota(self, quota: int, user: str, client_id: str | None) -> tuple[float, int] | None:
+        """(limit, sensor) of the user's and client's quota; None if unlimited (or, the sensor
+        table being full, not tracked for now)."""
         client = client_id or ""
-        found = self._resolved.get((quota, client), False)
+        found = self._resolved.get((quota, user, client), False)
         if found is False:
             found = None
             if client not in self.exempt:
-                match = resolve(self.entries, self.static, ANONYMOUS, client, QUOTA_KEYS[quota])
+                match = resolve(self.entries, self.static, user, client, QUOTA_KEYS[quota])
                 if match is not None:
                     found = (match[0] * UNITS[quota], match[1])
             if len(self._resolved) > 10000:
                 self._resolved.clear()
-            self._resolved[(quota, client)] = found
+            self._resolved[(quota, user, client)] = found
         if found is None:
             return None
         entity = self.sensors.entity(found[1])  # a sensor may be taken over after idling
@@ -112,21 +112,21 @@ class ClientQuotas:
             log.warning("every quota sensor (pybroker.quota.max.sensors) is in use: client-id=%s "
                         "is not held to its quota until one frees up", client_id)
 
-    def record(self, quota: int, client_id: str | None, amount: float) -> float:
-        """Count `amount` for the client; return the throttle (seconds) it has now earned."""
-        found = self._quota(quota, client_id)
+    def record(self, quota: int, user: str, client_id: str | None, amount: float) -> float:
+        """Count `amount` for the user and client; return the throttle (seconds) earned."""
+        found = self._quota(quota, user, client_id)
         if found is None:
             return 0.0
         limit, entity = found
         self.sensors.record(quota, entity, amount)
-        return self._throttle(quota, entity, limit, client_id)
+        return self._throttle(quota, entity, limit, user, client_id)
 
-    def current(self, quota: int, client_id: str | None) -> float:
+    def current(self, quota: int, user: str, client_id: str | None) -> float:
         """The throttle the client has already earned, recording nothing."""
-        found = self._quota(quota, client_id)
+        found = self._quota(quota, user, client_id)
         if found is None:
             return 0.0
-        return self._throttle(quota, found[1], found[0], client_id)
+        return self._throttle(quota, found[1], found[0], user, client_id)
 
     def timed(self, handle, ctx, body):
         """Run a handler and charge its time to the request_percentage quota (percent of one
@@ -135,31 +135,32 @@ class ClientQuotas:
         started = time.perf_counter()
         response = handle(ctx, body)
         busy = (time.perf_counter() - started) * 100 * UNITS[REQUEST]
-        seconds = self.record(REQUEST, ctx.header.client_id, busy)
+        seconds = self.record(REQUEST, ctx.user, ctx.header.client_id, busy)
         if seconds <= 0 or type(response) is not bytes:
             return response  # already throttled for bytes, parked, or no answer
         return Throttled(response, max(1, int(seconds * 1000)),
                          delay=not throttle_applies_client_side(ctx.api_key, ctx.version))
 
-    def _throttle(self, quota: int, entity: int, limit: float, client_id: str | None) -> float:
+    def _throttle(self, quota: int, entity: int, limit: float, user: str,
+                  client_id: str | None) -> float:
         seconds = min(self.sensors.throttle(quota, entity, limit), self.cap)
         if seconds > 0:
             self.stats.throttled(quota, seconds)
             if self.events is not None:
-                self.events.throttled(QUOTA_KEYS[quota], client_id, seconds)
-            self._tell(quota, client_id, seconds)
+                self.events.throttled(QUOTA_KEYS[quota], client_id, seconds, user)
+            self._tell(quota, user, client_id, seconds)
         return seconds
 
-    def _tell(self, quota: int, client_id: str | None, seconds: float) -> None:
+    def _tell(self, quota: int, user: str, client_id: str | None, seconds: float) -> None:
         """Who is being throttled: one log line per client and quota per second at most."""
-        key = f"{quota}/{client_id}"
+        key = f"{quota}/{user}/{client_id}"
         now = time.monotonic()
         if now - self._last_log.get(key, 0.0) >= LOG_EVERY_SECONDS:
             if len(self._last_log) > 10000:
                 self._last_log.clear()
             self._last_log[key] = now
-            log.info("throttled client-id=%s quota=%s throttle_ms=%d", client_id,
-                     QUOTA_KEYS[quota], seconds * 1000)
+            log.info("throttled client-id=%s quota=%s throttle_ms=%d user=%s", client_id,
+                     QUOTA_KEYS[quota], seconds * 1000, user)
 
 
 __all__ = ["ClientQuotas", "FETCH", "PRODUCE", "Throttled", "throttle_applies_client_side"]

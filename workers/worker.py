@@ -38,11 +38,13 @@ from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.pool import SharedPool, wake_address
 from broker.shared.protocol import guard
 from broker.shared.protocol.refusal import refuse_change
+from broker.shared.sasl import ScramCredential
 from broker.shared.tls import (ANONYMOUS, PrincipalRules, TlsConfigError, distinguished_name,
                                server_context)
 from shm.block import STATE_DRAINING, STATE_SERVING, SharedBlock
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
+from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
 from workers.connection import Connection, PooledConnection, client_id_of
 from workers.events import WorkerEvents
@@ -100,6 +102,9 @@ class Worker:
             self.memory = MemoryWaiters(pool, len(config.listeners), self.stats, self.events)
         self.queue = RequestQueue(self._queue_capacity(config, self.control_plane), self.stats)
         self.large_frame_bytes = LARGE_FRAME_BYTES
+        self._sasl = [config.listener_sasl.get(item.name) for item in config.listeners]
+        self._scram: dict[str, dict[str, ScramCredential]] = {}  # from the parent
+        self._failed_auth_delay = props.connection_failed_authentication_delay_ms / 1000
         self._principal_rules = [
             None if (settings := config.listener_tls.get(item.name)) is None
             else PrincipalRules(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
@@ -108,7 +113,8 @@ class Worker:
         self.connections: set[Connection] = set()
         self.by_id: dict[int, Connection] = {}
         self._admin_ids = 0
-        self._admin_waiting: dict[int, tuple] = {}  # id -> (future, api key, version, client)
+        # id -> (future, api key, version, client id, user) of requests the parent serves
+        self._admin_waiting: dict[int, tuple] = {}
         self._idle_seconds = props.connections_max_idle_ms / 1000
         self.receive_timeout = props.pybroker_request_receive_timeout_ms / 1000
         self.shutdown_seconds = props.pybroker_shutdown_timeout_ms / 1000
@@ -177,6 +183,29 @@ class Worker:
             return
         self.intake.use_tls(contexts)
         log.info("worker %s: new certificates for %s", self.name, ", ".join(sorted(listener_tls)))
+
+    def authenticator(self, conn: Connection) -> Authenticator | None:
+        """On a SASL listener, what serves the connection until it authenticated."""
+        settings = self._sasl[conn.listener_index]
+        if settings is None:
+            return None
+        return Authenticator(conn, settings, self._scram_credential, self.router.handle,
+                             self._authentication_result, self._failed_auth_delay)
+
+    def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        return self._scram.get(mechanism, {}).get(user)
+
+    def _authentication_result(self, conn: Connection, mechanism: str, user: str | None,
+                               ok: bool) -> None:
+        self.stats.authentication(conn.listener_index, mechanism, ok)
+        if ok:
+            conn.authenticated(f"User:{user}", functools.partial(self.router.handle, user=user))
+            return
+        log.info("connection %s from %s: %s authentication failed for user %r; closing in "
+                 "%d ms", conn.conn_id, conn.peer, mechanism, user,
+                 self._failed_auth_delay * 1000)
+        if self.events is not None:
+            self.events.authentication_failed(conn, mechanism, user)
 
     def principal_of(self, listener: int, transport) -> str:
         """The connection's principal: on a TLS listener with a verified client certificate,
@@ -300,6 +329,8 @@ class Worker:
             elif isinstance(message, ipc.Quotas):
                 if self.services.quotas is not None:
                     self.services.quotas.update(message.entries)
+            elif isinstance(message, ipc.Credentials):
+                self._scram = message.scram
             elif isinstance(message, ipc.Tls):
                 self._new_certificates(message.listener_tls)
             elif isinstance(message, ipc.Shutdown):
@@ -351,7 +382,8 @@ class Worker:
     def invalid_request(self, reason: str) -> None:
         self.stats.invalid(reason)
 
-    def forward_admin(self, request, listener: int, peer: str) -> asyncio.Future:
+    def forward_admin(self, request, listener: int, peer: str,
+                      user: str = "ANONYMOUS") -> asyncio.Future:
         """Send a config, quota or group request to the parent, which owns them."""
         future = self.loop.create_future()
         api_key = api_key_of(request)
@@ -360,7 +392,7 @@ class Worker:
             return future
         self._admin_ids += 1
         self._admin_waiting[self._admin_ids] = (future, api_key, api_version_of(request),
-                                                client_id_of(request))
+                                                client_id_of(request), user)
         try:
             self.channel.send(ipc.AdminRequest(
                 request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request)))
@@ -374,14 +406,14 @@ class Worker:
         waiting = self._admin_waiting.pop(message.request_id, None)
         if waiting is None or waiting[0].done():
             return
-        future, api_key, version, client_id = waiting
+        future, api_key, version, client_id, user = waiting
         if message.frame is None:
             future.set_exception(RuntimeError("the parent refused the request"))
             return
         quotas = self.services.quotas
         seconds = 0.0
         if quotas is not None and quotas.active():  # the parent's time, as if spent here
-            seconds = quotas.record(REQUEST, client_id,
+            seconds = quotas.record(REQUEST, user, client_id,
                                     message.busy_ns / 1e9 * 100 * UNITS[REQUEST])
         if seconds <= 0:
             future.set_result(message.frame)

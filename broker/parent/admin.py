@@ -24,6 +24,7 @@ import time
 
 from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
                                    DynamicConfig, alter_client_quota, ip_entity_key)
+from broker.parent.scram import ScramStore
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
 from broker.shared.apis import BY_NAME, GROUP_KEYS, api_key_of
@@ -33,10 +34,13 @@ from broker.shared.events import ConfigChanged, EventLog
 from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
-from broker.shared.protocol.refusal import refused_alter_configs, refused_alter_quotas
+from broker.shared.protocol.refusal import (refused_alter_configs, refused_alter_quotas,
+                                            refused_alter_scram)
+from broker.shared.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_TYPES, scram_credential
 from broker.shared.tls import SECRET_KEYS
 
 log = logging.getLogger("broker.parent.admin")
+SCRAM_IDS = {name: number for number, name in SCRAM_TYPES.items()}
 
 BROKER_RESOURCE = 4
 CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
@@ -49,8 +53,12 @@ MAX_QUOTA_ENTITIES = 10_000
 
 class AdminService:
     def __init__(self, node_id: int, dynamic: DynamicConfig, on_change, may_alter=None,
-                 events: EventLog | None = None):
+                 events: EventLog | None = None, scram: ScramStore | None = None):
         self.node_id = node_id
+        if scram is None and dynamic is not None:
+            scram = ScramStore(dynamic.config.log_dirs[0])
+            scram.load()
+        self.scram = scram  # SCRAM credentials (broker.parent.scram)
         self.dynamic = dynamic
         self.on_change = on_change  # called after a change was persisted
         self.may_alter = may_alter or (lambda _listener: True)
@@ -59,7 +67,9 @@ class AdminService:
             ("DescribeConfigs", self._describe_configs),
             ("IncrementalAlterConfigs", self._alter_configs),
             ("DescribeClientQuotas", self._describe_quotas),
-            ("AlterClientQuotas", self._alter_quotas))}
+            ("AlterClientQuotas", self._alter_quotas),
+            ("DescribeUserScramCredentials", self._describe_scram),
+            ("AlterUserScramCredentials", self._alter_scram))}
 
     def _record(self, listener: int, who: str, kind: str, changes: dict) -> None:
         if self.events is not None:
@@ -166,6 +176,79 @@ class AdminService:
         log.info("dynamic config %s changed by %s: %s", layer_name, who or "a client",
                  {item.name: item.value for item in resource.configs})
         return None
+
+    # --- SCRAM credentials ----------------------------------------------------------------
+
+    def _describe_scram(self, ctx: RequestContext, body, _who: str) -> bytes:
+        names = [user.name for user in body.users] if body.users else sorted(
+            {user for users in self.scram.users.values() for user in users})
+        results = []
+        for name in names:
+            infos = [{"mechanism": SCRAM_IDS[mechanism], "iterations": iterations}
+                     for mechanism, iterations in self.scram.mechanisms_of(name)]
+            code, message = None, None
+            if names.count(name) > 1:
+                code, message = "duplicate_resource", f"user {name} is named more than once"
+            elif not infos:
+                code, message = ("resource_not_found", "Attempt to describe a user credential "
+                                                       "that does not exist")
+            results.append({"user": name, "error_code": error_code(code), "error_message": message,
+                            "credential_infos": [] if code else infos})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+                            "error_message": None, "results": results})
+
+    def _alter_scram(self, ctx: RequestContext, body, who: str) -> bytes:
+        if not self.may_alter(ctx.listener_index):
+            return refused_alter_scram(ctx, body)
+        users = {mechanism: dict(entries) for mechanism, entries in self.scram.users.items()}
+        named = [item.name for item in (*body.deletions, *body.upsertions)]
+        results, changed = {}, False
+        for item in (*body.deletions, *body.upsertions):  # each user independently
+            problem = self._scram_problem(item, users, named)
+            if problem is None:
+                self._apply_scram(item, users)
+                changed = True
+            results[item.name] = problem or (None, None)
+        if changed:
+            self.scram.save({m: entries for m, entries in users.items() if entries})
+            log.info("SCRAM credentials changed by %s: %s", who or "a client",
+                     sorted(name for name, (code, _) in results.items() if code is None))
+            self.on_change()
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
+            {"user": name, "error_code": error_code(code), "error_message": message}
+            for name, (code, message) in results.items()]})
+
+    @staticmethod
+    def _scram_problem(item, users, named) -> tuple[str, str] | None:
+        if not item.name:
+            return "unacceptable_credential", "Username must not be empty"
+        if named.count(item.name) > 1:
+            return "duplicate_resource", "Cannot have more than one alteration per user"
+        mechanism = SCRAM_TYPES.get(item.mechanism)
+        if mechanism is None:
+            return "unsupported_sasl_mechanism", f"unknown SCRAM mechanism {item.mechanism}"
+        if not hasattr(item, "salted_password"):  # a deletion
+            if item.name not in users.get(mechanism, {}):
+                return ("resource_not_found", "Attempt to delete a user credential that does "
+                                              "not exist")
+            return None
+        if item.iterations < MIN_ITERATIONS:
+            return "unacceptable_credential", f"Too few iterations: {item.iterations}"
+        if item.iterations > MAX_ITERATIONS:
+            return "unacceptable_credential", f"Too many iterations: {item.iterations}"
+        if not item.salt or not item.salted_password:
+            return "unacceptable_credential", "salt and salted password are required"
+        return None
+
+    @staticmethod
+    def _apply_scram(item, users) -> None:
+        mechanism = SCRAM_TYPES[item.mechanism]
+        entries = users.setdefault(mechanism, {})
+        if not hasattr(item, "salted_password"):
+            entries.pop(item.name, None)
+            return
+        entries[item.name] = scram_credential(mechanism, bytes(item.salt),
+                                              bytes(item.salted_password), item.iterations)
 
     # --- quotas ---------------------------------------------------------------------------
 

@@ -25,8 +25,8 @@ from broker.shared.client_quotas import DEFAULT, QUOTA_KEYS, QuotaSensors
 from broker.shared.config import BrokerConfig
 from broker.shared.constants import INT_MAX
 from broker.shared.pool import SharedPool
-from shm.block import (CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, MUTE_REASONS, QUOTA_TYPES,
-                       REJECT_REASONS, STATE_SERVING, SharedBlock)
+from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, MUTE_REASONS,
+                       QUOTA_TYPES, REJECT_REASONS, SASL_MECHANISMS, STATE_SERVING, SharedBlock)
 
 log = logging.getLogger("broker.parent.metrics")
 
@@ -92,6 +92,19 @@ class BlockCollector:
             throttled.add_metric([name], block.words[block.parent_cell("accept_throttle_ns", index)] / 1e9)
         yield from (active, accepted, closed, blocked, rejected, throttled)
         yield from self._limits()
+        yield self._authentications()
+
+    def _authentications(self):
+        family = CounterMetricFamily("broker_authentication", "SASL authentications by outcome",
+                                     labels=["listener", "mechanism", "result"])
+        for index, name in enumerate(self.listeners):
+            for mechanism_index, mechanism in enumerate(SASL_MECHANISMS):
+                for result_index, result in enumerate(AUTH_RESULTS):
+                    count = self.block.worker_total("authentications", index, mechanism_index,
+                                                    result_index)
+                    if count:
+                        family.add_metric([name, mechanism, result], count)
+        return family
 
     def _limits(self):
         """Each configured limit beside its usage (absent limits are not exported)."""

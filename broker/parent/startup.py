@@ -27,6 +27,7 @@ from broker.parent.log_manager import LogManager
 from broker.parent.metrics import BlockCollector, serve_metrics
 from broker.parent.resolver import HostResolver
 from broker.parent.runtime import Runtime
+from broker.parent.scram import ScramStore
 from broker.parent.ticker import EventTicker
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
@@ -90,8 +91,10 @@ class ParentServices:
         self.dynamic = dynamic
         self.ledger = ConnectionLedger(loop, config, self.block, workers, dynamic,
                                        self.metrics_lock, self.events)
+        self.scram = ScramStore(config.log_dirs[0])
+        self.scram.load()
         self.admin = AdminService(config.node_id, dynamic, self.config_changed,
-                                  config.may_alter, self.events)
+                                  config.may_alter, self.events, self.scram)
         self.groups: GroupCoordinator | None = None
         self.router: AdminRouter | None = None
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
@@ -171,6 +174,8 @@ class ParentServices:
     def worker_started(self, worker: WorkerProcess) -> None:
         if self.router is not None:
             self.router.send_quotas(worker)
+        if self.config.listener_sasl:
+            self._send(worker, ipc.Credentials(scram=self.scram.users))
         if self._tls != self.config.listener_tls:  # its Boot carries the static ones
             self._send(worker, ipc.Tls(listener_tls=self._tls))
 
@@ -208,6 +213,8 @@ class ParentServices:
         for worker in self.workers:
             if worker.channel is not None:
                 self.router.send_quotas(worker)
+                if self.config.listener_sasl:
+                    self._send(worker, ipc.Credentials(scram=self.scram.users))
         self._push_tls()
 
     def reload(self, fresh: BrokerConfig) -> None:

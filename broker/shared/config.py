@@ -24,8 +24,9 @@ from msgspec import Meta
 
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import parse_ip_overrides, syntax_only
-from broker.shared.tls import (TLS_KEYS, TLS_PROTOCOLS, PrincipalRules, TlsConfigError,
-                               TlsSettings, server_context)
+from broker.shared.sasl import MECHANISMS, SASL_PROTOCOLS, SaslSettings, plain_users
+from broker.shared.tls import (TLS_KEYS, TLS_PROTOCOLS, PrincipalRules, TlsConfigError, TlsSettings,
+                               server_context)
 
 __all__ = [
     "BrokerConfig",
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
-SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL")
+SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
@@ -99,6 +100,14 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "How a client certificate's distinguished name becomes the user name: DEFAULT (the "
         "whole name) and RULE:pattern/replacement/[LU] rules, the first match wins.")] = (
         "DEFAULT")
+    sasl_enabled_mechanisms: Annotated[str, _doc(
+        "SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, GSSAPI, is not "
+        "supported). Also listener.name.<l>.sasl.enabled.mechanisms. PLAIN users come from "
+        "listener.name.<l>.plain.sasl.jaas.config (PlainLoginModule, user_<name>=\"<password>\"); "
+        "SCRAM users from AlterUserScramCredentials.")] = "GSSAPI"
+    connection_failed_authentication_delay_ms: Annotated[int, _doc(
+        "A failed authentication is answered at once and its connection closed this much "
+        "later (Kafka's defence against password guessing).", ge=0, le=INT_MAX)] = 100
     pybroker_ssl_handshake_timeout_ms: Annotated[int, _doc(
         "A TLS handshake not finished this long after the connection was handed to a worker "
         "closes it (reason tls_handshake_timeout).", ge=100, le=600000)] = 10000
@@ -350,6 +359,7 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     prometheus: tuple[str, int] | None
     event_log_dir: str | None = None  # None when the event log is off
     listener_tls: dict[str, TlsSettings] = {}  # SSL listener name -> its ssl.* settings
+    listener_sasl: dict[str, SaslSettings] = {}  # SASL listener name -> mechanisms, users
 
     def listener_index(self, name: str) -> int:
         for index, listener in enumerate(self.listeners):
@@ -529,7 +539,7 @@ def _parse_listeners(key: str, value: str, protocols: dict[str, str]) -> tuple[L
                               "listener.security.protocol.map")
         if protocol not in SUPPORTED_PROTOCOLS:
             raise ConfigError(f"{key}: listener {name} uses {protocol}, which is not supported "
-                              "yet (PLAINTEXT or SSL)")
+                              "yet")
         if any(existing.name == name for existing in listeners):
             raise ConfigError(f"{key}: listener name {name} appears more than once")
         listeners.append(Listener(name=name, host=host, port=port, protocol=protocol))
@@ -627,8 +637,39 @@ def _parse_host_port(key: str, value: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _sasl_settings(props: ServerProperties, per_listener: dict[str, dict[str, str]],
+                   listeners) -> dict[str, SaslSettings]:
+    """Every SASL listener's mechanisms and PLAIN users; a bad or missing key names itself."""
+    result = {}
+    for listener in listeners:
+        if listener.protocol not in SASL_PROTOCOLS:
+            continue
+        own = per_listener.get(listener.name, {})
+        prefix = f"listener.name.{listener.name.lower()}."
+        key = "sasl.enabled.mechanisms"
+        named = prefix + key if key in own else key
+        mechanisms = tuple(item.strip().upper()
+                           for item in own.get(key, props.sasl_enabled_mechanisms).split(",")
+                           if item.strip())
+        unknown = [item for item in mechanisms if item not in MECHANISMS]
+        if unknown or not mechanisms:
+            raise ConfigError(f"{named}: {', '.join(unknown) or 'nothing'} for SASL listener "
+                              f"{listener.name} (supported: {', '.join(MECHANISMS)})")
+        users = {}
+        if "PLAIN" in mechanisms:
+            jaas_key = prefix + "plain.sasl.jaas.config"
+            if "plain.sasl.jaas.config" not in own:
+                raise ConfigError(f"{jaas_key}: required for PLAIN on listener {listener.name}")
+            try:
+                users = plain_users(own["plain.sasl.jaas.config"])
+            except ValueError as error:
+                raise ConfigError(f"{jaas_key}: {error}") from None
+        result[listener.name] = SaslSettings(listener.name, mechanisms, users)
+    return result
+
+
 def _split_listener_keys(raw: dict[str, str]):
-    """(broker-wide keys, per listener limits, per listener TLS keys)."""
+    """(broker-wide keys, per listener limits, per listener TLS and SASL keys)."""
     plain, per_listener, tls = {}, {}, {}
     for key, value in raw.items():
         match = _LISTENER_KEY.fullmatch(key)
@@ -636,7 +677,8 @@ def _split_listener_keys(raw: dict[str, str]):
             plain[key] = value
             continue
         name, suffix = match.group(1).upper(), match.group(2)
-        if suffix in TLS_KEYS:
+        if suffix in TLS_KEYS or suffix == "sasl.enabled.mechanisms" or \
+                suffix.endswith(".sasl.jaas.config"):
             tls.setdefault(name, {})[suffix] = value
             continue
         if suffix not in LISTENER_KEYS:
@@ -660,7 +702,8 @@ def _tls_settings(props: ServerProperties, per_listener: dict[str, dict[str, str
             continue
         values = {key: getattr(props, key.replace(".", "_")) for key in TLS_KEYS}
         values = {key: value for key, value in values.items() if value}
-        own = per_listener.get(listener.name, {})
+        own = {key: value for key, value in per_listener.get(listener.name, {}).items()
+               if key in TLS_KEYS}
         settings = TlsSettings(listener.name, {**values, **own}, frozenset(own))
         try:
             server_context(settings)
@@ -760,6 +803,7 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         props=props,
         listener_props=_convert_listener_keys(per_listener, listeners),
         listener_tls=_tls_settings(props, per_listener_tls, listeners),
+        listener_sasl=_sasl_settings(props, per_listener_tls, listeners),
         pool_reserved=_parse_pool_reservations(props, listeners, control_plane),
         node_id=_resolve_node_id(props),
         listeners=listeners,

@@ -26,8 +26,11 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
                                                                     pool_used, pool_limit,
                                                                     pool_waiting, depleted_ms
     memory_mutes         worker      per second with any            muted, unmuted
-    throttle             worker      a client was throttled         client_id, quota, throttle_ms
+    throttle             worker      a client was throttled         client_id, user, quota,
+                                                                    throttle_ms
                                                                     (quotas are broker-wide)
+    authentication_      worker      a SASL authentication failed   listener, ip, mechanism, user
+      failed                                                        (the name tried, if any)
     config_changed       parent      a dynamic change was applied   listener, peer, kind (config,
                                                                     quota), changes {key: value}
     requests             worker      per second, per (listener,     second, listener, plane, api,
@@ -116,6 +119,13 @@ class ConnectionClosed(Event, tag="connection_closed", kw_only=True):
     bytes_out: int
 
 
+class AuthenticationFailed(Event, tag="authentication_failed", kw_only=True):
+    listener: str
+    ip: str
+    mechanism: str
+    user: str | None = None  # the name the client tried, if it got that far
+
+
 class AcceptorBlocked(Event, tag="acceptor_blocked", kw_only=True):
     listener: str
     reason: str
@@ -143,6 +153,7 @@ class MemoryMutes(Event, tag="memory_mutes", kw_only=True):
 
 class Throttle(Event, tag="throttle", kw_only=True):
     client_id: str | None = None
+    user: str = "ANONYMOUS"  # the principal's name (SASL, or a client certificate)
     quota: str
     throttle_ms: int
 
@@ -179,10 +190,10 @@ class SlowRequest(Event, tag="slow_request", kw_only=True):
 
 EVENT_TYPES = (WorkerStarted, WorkerExited, ConnectionAccepted, ConnectionRejected,
                ConnectionClosed, AcceptorBlocked, PoolDepleted, BrokerStats, MemoryMutes,
-               Throttle, ConfigChanged, Requests, SlowRequest)
+               Throttle, ConfigChanged, Requests, SlowRequest, AuthenticationFailed)
 AnyEvent = (WorkerStarted | WorkerExited | ConnectionAccepted | ConnectionRejected |
             ConnectionClosed | AcceptorBlocked | PoolDepleted | BrokerStats | MemoryMutes |
-            Throttle | ConfigChanged | Requests | SlowRequest)
+            Throttle | ConfigChanged | Requests | SlowRequest | AuthenticationFailed)
 
 
 def latency_bucket(microseconds: int) -> int:

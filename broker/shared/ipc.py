@@ -8,7 +8,8 @@ sockets themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same o
 
     parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
                        Quotas (after Boot and after every client-quota change), Tls (after a
-                       SIGHUP changed the SSL listeners' certificates)
+                       SIGHUP changed the SSL listeners' certificates), Credentials
+                       (after Boot and after every SCRAM credential change)
     worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
                        ids), EvictCandidates, AdminRequest
 """
@@ -23,6 +24,7 @@ import socket
 import msgspec
 
 from broker.shared.config import BrokerConfig
+from broker.shared.sasl import ScramCredential
 from broker.shared.tls import TlsSettings
 
 MAX_FDS_PER_MESSAGE = 250  # Linux accepts at most 253 fds per SCM_RIGHTS message
@@ -93,6 +95,12 @@ class Tls(msgspec.Struct, tag=True, frozen=True):
     listener_tls: dict[str, TlsSettings]
 
 
+class Credentials(msgspec.Struct, tag=True, frozen=True):
+    """The SCRAM credentials (mechanism -> user -> credential), after Boot and every change."""
+
+    scram: dict[str, dict[str, ScramCredential]]
+
+
 class AdminRequest(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     listener: int
@@ -107,7 +115,7 @@ class AdminResponse(msgspec.Struct, tag=True, frozen=True):
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
-           | AdminRequest | AdminResponse | Quotas | Tls)
+           | AdminRequest | AdminResponse | Quotas | Tls | Credentials)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -93,7 +93,7 @@ def _fuzz_worker():
             self.served, self.invalid, self.closed = [], [], []
             self.memory.waiters, self.forwarded, self.queue.waiting = [], [], 0
 
-        def forward_admin(self, request, listener, peer):
+        def forward_admin(self, request, listener, peer, user="ANONYMOUS"):
             future = self.loop.create_future()
             self.forwarded.append((future, bytes(request[4:8])))
             return future

@@ -1,6 +1,7 @@
 """The Kafka APIs a worker serves, one module per family.
 
 discovery  ApiVersions, Metadata, DescribeCluster, FindCoordinator
+sasl       SaslHandshake, SaslAuthenticate where no authentication is going on
 produce    Produce, InitProducerId
 fetch      Fetch (long poll), ListOffsets
 topics     CreateTopics, DeleteTopics
@@ -43,11 +44,12 @@ def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
     from workers.apis.fetch import Fetch, ListOffsets
     from workers.apis.forwarded import Forwarded
     from workers.apis.produce import InitProducerId, Produce
+    from workers.apis.sasl import SaslAuthenticate, SaslHandshake
     from workers.apis.topics import CreateTopics, DeleteTopics
 
     local = {cls.key: cls for cls in (Metadata, DescribeCluster, FindCoordinator, Produce,
                                       InitProducerId, Fetch, ListOffsets, CreateTopics,
-                                      DeleteTopics)}
+                                      DeleteTopics, SaslHandshake, SaslAuthenticate)}
     apis: list[Api] = []
     specs = [spec for spec in served(control_plane) if spec.key != ApiVersions.key]
     for spec in specs:

@@ -37,7 +37,7 @@ class Fetch(Api, api="Fetch"):
                                 "error_code": errors.ErrorCode.fetch_session_id_not_found})
         quotas = self.services.quotas
         if quotas is not None and quotas.active():
-            already = quotas.current(FETCH, ctx.header.client_id)
+            already = quotas.current(FETCH, ctx.user, ctx.header.client_id)
             if already > 0:  # over the consumer quota: answer empty, read nothing
                 return self._throttled(ctx, [], already)
         wanted = self._resolve(ctx.version, body)
@@ -53,7 +53,7 @@ class Fetch(Api, api="Fetch"):
         """Encode the answer; charge its bytes to the consumer quota (KIP-219 throttle)."""
         quotas = self.services.quotas
         if quotas is not None and quotas.active() and total:
-            seconds = quotas.record(FETCH, ctx.header.client_id, total)
+            seconds = quotas.record(FETCH, ctx.user, ctx.header.client_id, total)
             if seconds > 0:
                 return self._throttled(ctx, topics, seconds)
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,

@@ -92,7 +92,7 @@ class Produce(Api, api="Produce"):
             return 0.0
         size = sum(len(data.records or b"") for topic in body.topic_data
                    for data in topic.partition_data)
-        return quotas.record(PRODUCE, ctx.header.client_id, size)
+        return quotas.record(PRODUCE, ctx.user, ctx.header.client_id, size)
 
     @staticmethod
     def _refusal(ctx: RequestContext, data) -> str | None:

@@ -1,7 +1,7 @@
 """Changes refused on a data listener when a control plane exists (KIP-291).
 
-IncrementalAlterConfigs and AlterClientQuotas sent there get CLUSTER_AUTHORIZATION_FAILED for
-every resource or entry.  A worker answers them itself, so the parent's loop never queues a
+IncrementalAlterConfigs, AlterClientQuotas and AlterUserScramCredentials sent there get
+CLUSTER_AUTHORIZATION_FAILED for every resource, entry or user.  A worker answers them itself, so the parent's loop never queues a
 refused request; the parent's admin service answers the same way should one reach it.
 """
 
@@ -28,7 +28,14 @@ def refused_alter_quotas(ctx: RequestContext, body) -> bytes:
                     for e in entry.entity]} for entry in body.entries]})
 
 
-_REFUSALS = {44: refused_alter_configs, 49: refused_alter_quotas}
+def refused_alter_scram(ctx: RequestContext, body) -> bytes:
+    names = dict.fromkeys(item.name for item in (*body.deletions, *body.upsertions))
+    return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
+        {"user": name, "error_code": error_code(CODE), "error_message": MESSAGE}
+        for name in names]})
+
+
+_REFUSALS = {44: refused_alter_configs, 49: refused_alter_quotas, 51: refused_alter_scram}
 
 
 def refuse_change(request: bytes, listener: int) -> bytes:

@@ -1,0 +1,355 @@
+"""SASL listeners (issue 16, second part): PLAIN from JAAS, SCRAM credentials managed through
+the admin API, failed authentication answered then closed after the configured delay.
+
+Real clients: confluent-kafka (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), kafka-python and aiokafka
+(SCRAM-SHA-512 over SASL_SSL); raw frames for what clients never send on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import socket
+import struct
+import time
+
+import pytest
+import trustme
+
+from broker.shared.config import ConfigError, load_config
+from broker.shared.events import AuthenticationFailed, decode_line
+from broker.shared.sasl import parse_jaas, plain_users
+from tests.harness import BrokerProcess, wait_until
+from tests.wire import KafkaSocket, api_versions_request, metadata_request, peer_closed, raw_request
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="admin" password="admin-secret" user_admin="admin-secret" '
+        'user_alice="alice-secret";')
+SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE = 58, 34
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(directory / "server.pem"))
+    return {"ca": str(directory / "ca.pem"), "server": str(directory / "server.pem")}
+
+
+def sasl_broker(pki, **extra) -> dict[str, str]:
+    """PLAINTEXT for the admin client, SASL_PLAINTEXT and SASL_SSL for the tests."""
+    settings = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,"
+                     "SASL_SSL://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "ssl.keystore.location": pki["server"],
+    }
+    settings.update(extra)
+    return settings
+
+
+def add_scram_user(bootstrap: str, user: str, password: str, mechanism: str) -> None:
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    kind = getattr(ScramMechanism, mechanism.replace("-", "_"))
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(kind, 4096), password.encode())])
+    for future in futures.values():
+        future.result(timeout=20)
+
+
+def client_config(broker, listener: str, mechanism: str, user: str, password: str,
+                  pki=None) -> dict:
+    host, port = broker.listeners[listener]
+    config = {"bootstrap.servers": f"{host}:{port}", "security.protocol": listener,
+              "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    if pki is not None:
+        config["ssl.ca.location"] = pki["ca"]
+    return config
+
+
+def produce_and_consume(config: dict, topic: str, count: int = 100) -> set[bytes]:
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer(config)
+    for index in range(count):
+        producer.produce(topic, value=f"{topic}-{index}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer(dict(config, **{"group.id": topic, "auto.offset.reset": "earliest"}))
+    consumer.subscribe([topic])
+    seen, deadline = set(), time.monotonic() + 30
+    while len(seen) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.add(message.value())
+    consumer.close()
+    return seen
+
+
+def refused(config: dict) -> bool:
+    """True when the client cannot get Metadata: its authentication is refused."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(dict(config, **{"socket.timeout.ms": 3000}))
+    try:
+        admin.list_topics(timeout=4)
+    except Exception:  # noqa: BLE001 - KafkaException: the transport failed
+        return True
+    return False
+
+
+# --- unit --------------------------------------------------------------------------------------
+
+def test_jaas_plain_users_are_read_as_kafka_writes_them():
+    module, options = parse_jaas(JAAS)
+    assert module.endswith("PlainLoginModule") and options["username"] == "admin"
+    assert plain_users(JAAS) == {"admin": "admin-secret", "alice": "alice-secret"}
+    with pytest.raises(ValueError, match="no user_"):
+        plain_users('org.apache.kafka.common.security.plain.PlainLoginModule required a="b";')
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({}, "sasl.enabled.mechanisms: GSSAPI for SASL listener SASL_PLAINTEXT"),
+    ({"sasl.enabled.mechanisms": "PLAIN"},
+     "listener.name.sasl_plaintext.plain.sasl.jaas.config: required for PLAIN"),
+    ({"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+      "listener.name.sasl_plaintext.plain.sasl.jaas.config": "nonsense"},
+     "listener.name.sasl_plaintext.plain.sasl.jaas.config: expected"),
+])
+def test_bad_sasl_settings_name_the_key(tmp_path, extra, message):
+    raw = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path),
+           "inter.broker.listener.name": "SASL_PLAINTEXT", **extra}
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw)
+    assert message in str(caught.value)
+
+
+# --- real brokers, real clients ------------------------------------------------------------
+
+@pytest.mark.system
+def test_scram_users_created_through_the_admin_api_then_deleted(pki):
+    from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
+
+    with BrokerProcess(workers=2, overrides=sasl_broker(pki)) as broker:
+        add_scram_user(broker.bootstrap, "bob", "bob-secret", "SCRAM-SHA-256")
+        bob = client_config(broker, "SASL_PLAINTEXT", "SCRAM-SHA-256", "bob", "bob-secret")
+        assert produce_and_consume(bob, "scram256") == {f"scram256-{i}".encode()
+                                                        for i in range(100)}
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        described = admin.describe_user_scram_credentials(["bob"])["bob"].result(timeout=20)
+        assert [(info.mechanism, info.iterations)
+                for info in described.scram_credential_infos] == \
+            [(ScramMechanism.SCRAM_SHA_256, 4096)]
+        assert refused(dict(bob, **{"sasl.password": "wrong"}))
+        for future in admin.alter_user_scram_credentials([UserScramCredentialDeletion(
+                "bob", ScramMechanism.SCRAM_SHA_256)]).values():
+            future.result(timeout=20)
+        assert refused(bob)  # deleted: refused from then on, in every worker
+        assert broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
+                             mechanism="SCRAM-SHA-256", result="success") >= 1
+        assert broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
+                             mechanism="SCRAM-SHA-256", result="failure") >= 2
+        store = open(os.path.join(broker.data_dir, "logs", ".pybroker-scram.json")).read()
+        assert "bob-secret" not in store  # salted, never the password
+
+
+@pytest.mark.system
+def test_confluent_kafka_over_sasl_ssl_with_plain_and_scram_sha_512(pki):
+    with BrokerProcess(workers=1, overrides=sasl_broker(pki)) as broker:
+        alice = client_config(broker, "SASL_SSL", "PLAIN", "alice", "alice-secret", pki)
+        assert len(produce_and_consume(alice, "plain-ssl", 50)) == 50
+        add_scram_user(broker.bootstrap, "carol", "carol-secret", "SCRAM-SHA-512")
+        carol = client_config(broker, "SASL_SSL", "SCRAM-SHA-512", "carol", "carol-secret",
+                              pki)
+        assert len(produce_and_consume(carol, "scram-ssl", 50)) == 50
+
+
+@pytest.mark.system
+def test_kafka_python_and_aiokafka_over_sasl_ssl_with_scram(pki):
+    import ssl
+
+    from kafka import KafkaConsumer, KafkaProducer
+
+    with BrokerProcess(workers=2, overrides=sasl_broker(pki)) as broker:
+        add_scram_user(broker.bootstrap, "dave", "dave-secret", "SCRAM-SHA-512")
+        host, port = broker.listeners["SASL_SSL"]
+        common = dict(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_SSL",
+                      sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="dave",
+                      sasl_plain_password="dave-secret", ssl_cafile=pki["ca"])
+        producer = KafkaProducer(**common)
+        for index in range(20):
+            producer.send("kp", f"kp-{index}".encode())
+        producer.flush(30)
+        producer.close()
+        consumer = KafkaConsumer("kp", auto_offset_reset="earliest", consumer_timeout_ms=10000,
+                                 **common)
+        assert {message.value for message in consumer} == {f"kp-{i}".encode()
+                                                           for i in range(20)}
+        consumer.close()
+
+        async def with_aiokafka():
+            from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+            context = ssl.create_default_context(cafile=pki["ca"])
+            options = dict(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_SSL",
+                           sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="dave",
+                           sasl_plain_password="dave-secret", ssl_context=context)
+            producer = AIOKafkaProducer(**options)
+            await producer.start()
+            try:
+                for index in range(20):
+                    await producer.send_and_wait("aio", f"aio-{index}".encode())
+            finally:
+                await producer.stop()
+            consumer = AIOKafkaConsumer("aio", auto_offset_reset="earliest", **options)
+            await consumer.start()
+            seen = set()
+            try:
+                deadline = time.monotonic() + 20
+                while len(seen) < 20 and time.monotonic() < deadline:
+                    batch = await consumer.getmany(timeout_ms=500)
+                    seen |= {message.value for messages in batch.values()
+                             for message in messages}
+            finally:
+                await consumer.stop()
+            return seen
+
+        assert asyncio.run(with_aiokafka()) == {f"aio-{i}".encode() for i in range(20)}
+
+
+def _string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+def _authenticate(sock: KafkaSocket, token: bytes) -> tuple[int, bytes]:
+    """SaslAuthenticate v1: (error code, body after it)."""
+    sock.send(raw_request(36, 1, 3, struct.pack(">i", len(token)) + token))
+    body = sock.receive()
+    return struct.unpack_from(">h", body, 4)[0], body
+
+
+@pytest.mark.system
+def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
+    overrides = sasl_broker(pki, **{"connection.failed.authentication.delay.ms": "700"})
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
+            sock.send(api_versions_request(3))
+            sock.receive()
+            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            assert struct.unpack_from(">h", sock.receive(), 4)[0] == 0
+            code, body = _authenticate(sock, b"\x00alice\x00not-her-password")
+            answered = time.monotonic()
+            assert code == SASL_AUTHENTICATION_FAILED
+            assert b"invalid username or password" in body
+            assert peer_closed(sock.sock, wait=5)
+            assert time.monotonic() - answered >= 0.6  # the delay, then the close
+        wait_until(lambda: broker.metric("broker_connections_closed_total",
+                                         listener="SASL_PLAINTEXT",
+                                         reason="authentication_failed") == 1)
+        events_dir = os.path.join(broker.data_dir, "pybroker-events")
+
+        def failures():
+            found = []
+            for path in glob.glob(os.path.join(events_dir, "*.jsonl")):
+                with open(path, "rb") as handle:
+                    found += [event for event in map(decode_line, handle)
+                              if isinstance(event, AuthenticationFailed)]
+            return found
+
+        wait_until(lambda: failures(), timeout=10)
+        event = failures()[0]
+        assert (event.ip, event.mechanism, event.user) == ("127.0.0.1", "PLAIN", "alice")
+        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:  # the right one works
+            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            sock.receive()
+            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+            sock.send(metadata_request(12, correlation_id=9))
+            assert struct.unpack_from(">i", sock.receive())[0] == 9
+
+
+@pytest.mark.system
+def test_a_request_before_authentication_closes_the_connection(pki):
+    with BrokerProcess(workers=1, overrides=sasl_broker(pki)) as broker:
+        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
+            sock.send(metadata_request(12))
+            assert peer_closed(sock.sock, wait=5)
+        wait_until(lambda: broker.metric("broker_invalid_requests_total",
+                                         reason="not_authenticated") == 1)
+        with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:  # no SASL here: Kafka's answer
+            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            assert struct.unpack_from(">h", sock.receive(), 4)[0] == ILLEGAL_SASL_STATE
+        with socket.create_connection(broker.listeners["SASL_PLAINTEXT"], timeout=5) as raw:
+            raw.sendall(raw_request(17, 1, 2, _string("GSSAPI")))  # not enabled: the list
+            data = raw.recv(65536)
+            assert struct.unpack_from(">h", data, 8)[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+
+
+@pytest.mark.system
+def test_a_user_quota_throttles_only_that_user(pki):
+    from confluent_kafka import Producer
+
+    from broker.shared.events import Throttle
+    from tests.wire import alter_client_quota
+
+    overrides = sasl_broker(pki, **{"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        add_scram_user(broker.bootstrap, "bob", "bob-secret", "SCRAM-SHA-256")
+        assert alter_client_quota(broker.listeners["PLAINTEXT"], {"user": "alice"},
+                                  "producer_byte_rate", 20_000) == 0
+        for user, password, mechanism in (("alice", "alice-secret", "PLAIN"),
+                                          ("bob", "bob-secret", "SCRAM-SHA-256")):
+            config = client_config(broker, "SASL_PLAINTEXT", mechanism, user, password)
+            producer = Producer(dict(config, **{"client.id": "same-client", "linger.ms": 0}))
+            for _ in range(20):  # 200 KB each: ten times alice's rate
+                producer.produce("quota", value=b"x" * 10_000)
+                producer.flush(30)
+            producer.flush(30)
+        events_dir = os.path.join(broker.data_dir, "pybroker-events")
+
+        def throttled_users():
+            found = set()
+            for path in glob.glob(os.path.join(events_dir, "*.jsonl")):
+                with open(path, "rb") as handle:
+                    found |= {event.user for event in map(decode_line, handle)
+                              if isinstance(event, Throttle)}
+            return found
+
+        wait_until(lambda: "alice" in throttled_users(), timeout=10)
+        assert throttled_users() == {"alice"}  # bob shares the client id, not the quota
+
+
+@pytest.mark.system
+def test_the_control_plane_may_be_a_sasl_listener(pki):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource)
+
+    overrides = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL",
+        "control.plane.listener.name": "CONTROLLER",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": JAAS,
+        "ssl.keystore.location": pki["server"],
+    }
+
+    def alter(config: dict):
+        resource = ConfigResource("broker", "0", incremental_configs=[ConfigEntry(
+            "max.connections", "100", incremental_operation=AlterConfigOpType.SET)])
+        admin = AdminClient(config)  # held until the answer: a destroyed handle fails it
+        admin.incremental_alter_configs([resource])[resource].result(timeout=20)
+
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        alter(client_config(broker, "CONTROLLER", "PLAIN", "admin", "admin-secret", pki)
+              | {"security.protocol": "SASL_SSL"})
+        with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
+            alter({"bootstrap.servers": broker.bootstrap})  # data listener: still refused
+        assert broker.metric("broker_authentication_total", listener="CONTROLLER",
+                             mechanism="PLAIN", result="success") >= 1

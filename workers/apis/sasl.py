@@ -1,0 +1,26 @@
+"""SaslHandshake and SaslAuthenticate where no authentication is going on: on a listener
+without SASL, or after the connection authenticated (re-authentication, KIP-368, is not
+offered: the session lifetime answered is 0).  Kafka answers ILLEGAL_SASL_STATE; the exchange
+itself is workers.authenticator's."""
+
+from __future__ import annotations
+
+import datetime
+
+from broker.shared.protocol import errors
+from workers.handlers import Api, RequestContext
+
+_NO_REAUTH = datetime.timedelta(0)  # no session lifetime: re-authentication is not asked
+_ILLEGAL = errors.ErrorCode.illegal_sasl_state
+
+
+class SaslHandshake(Api, api="SaslHandshake"):
+    def handle(self, ctx: RequestContext, body) -> bytes:
+        return ctx.respond({"error_code": _ILLEGAL, "mechanisms": []})
+
+
+class SaslAuthenticate(Api, api="SaslAuthenticate"):
+    def handle(self, ctx: RequestContext, body) -> bytes:
+        return ctx.respond({"error_code": _ILLEGAL, "error_message":
+                            "no SASL authentication is in progress on this connection",
+                            "auth_bytes": b"", "session_lifetime": _NO_REAUTH})
