@@ -64,6 +64,7 @@ class FakeWorker:
         self.stats = self
         self.events = None  # no event log
         self.receive_timeout = 30.0
+        self.sasl_max_receive_bytes = 524288
         self.queue = RequestQueue(1 << 30, self.stats)  # never full here
         self.memory = None
 

@@ -282,6 +282,11 @@ def test_a_request_before_authentication_closes_the_connection(pki):
             assert peer_closed(sock.sock, wait=5)
         wait_until(lambda: broker.metric("broker_invalid_requests_total",
                                          reason="not_authenticated") == 1)
+        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:  # big before auth: no
+            sock.send(raw_request(36, 1, 3, struct.pack(">i", 600_000) + b"x" * 600_000))
+            assert peer_closed(sock.sock, wait=5)
+        broker.wait_for_line(r"larger than sasl.server.max.receive.size \(not authenticated "
+                             r"yet\) 524288")
         with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:  # no SASL here: Kafka's answer
             sock.send(raw_request(17, 1, 2, _string("PLAIN")))
             assert struct.unpack_from(">h", sock.receive(), 4)[0] == ILLEGAL_SASL_STATE

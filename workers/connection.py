@@ -84,6 +84,7 @@ class ConnectionHost(Protocol):
     loop: asyncio.AbstractEventLoop  # for throttles held back by the broker
     stats: WorkerStats  # its `muted("throttle", change)`
     receive_timeout: float  # pybroker.request.receive.timeout.ms, in seconds
+    sasl_max_receive_bytes: int  # sasl.server.max.receive.size: requests before authentication
 
     def connection_registered(self, conn: Connection) -> None: ...
 
@@ -159,7 +160,7 @@ class Connection(asyncio.BufferedProtocol):
             self._handle = functools.partial(self.host.router.handle, user=self.user)
         authenticator = self.host.authenticator(self)
         if authenticator is not None:  # a SASL listener: requests go there until authenticated
-            self._handle = authenticator.handle
+            self.authenticating(authenticator.handle, self.host.sasl_max_receive_bytes)
         self.host.connection_registered(self)
 
     def connection_lost(self, exc) -> None:
@@ -346,9 +347,10 @@ class Connection(asyncio.BufferedProtocol):
             hint = ""
             if size >> 16 == _TLS_HANDSHAKE_RECORD:  # 0x16 0x03: bytes of a TLS ClientHello
                 hint = "; this is a TLS handshake: the client speaks SSL to a plaintext listener"
-            raise InvalidRequest("size_too_large",
-                                 f"frame size {size} larger than socket.request.max.bytes "
-                                 f"{self._max_bytes}{hint}")
+            limit = "socket.request.max.bytes" if self._max_bytes == self.host.max_request_bytes \
+                else "sasl.server.max.receive.size (not authenticated yet)"
+            raise InvalidRequest("size_too_large", f"frame size {size} larger than {limit} "
+                                                   f"{self._max_bytes}{hint}")
 
     def _park(self, future, api_key: int, queued: bool) -> None:
         """A request whose answer waits: stay muted until the future is done.  Only `queued`
@@ -429,11 +431,18 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- Closing --------------------------------------------------------------------------
 
+    def authenticating(self, handle, max_bytes: int) -> None:
+        """A SASL listener: requests go to `handle` and may be at most `max_bytes` long until
+        the client authenticated (sasl.server.max.receive.size)."""
+        self._handle = handle
+        self._max_bytes = min(self._max_bytes, max_bytes)
+
     def authenticated(self, principal: str, handle) -> None:
         """SASL authentication succeeded: the principal, and the router from now on."""
         self.principal = principal
         self.user = principal.partition(":")[2]
         self._handle = handle
+        self._max_bytes = self.host.max_request_bytes
 
     def close_later(self, delay: float, reason: str) -> None:
         """Close `delay` seconds from now (a failed authentication), on a timer."""

@@ -105,6 +105,7 @@ class Worker:
         self._sasl = [config.listener_sasl.get(item.name) for item in config.listeners]
         self._scram: dict[str, dict[str, ScramCredential]] = {}  # from the parent
         self._failed_auth_delay = props.connection_failed_authentication_delay_ms / 1000
+        self.sasl_max_receive_bytes = props.sasl_server_max_receive_size
         self._principal_rules = [
             None if (settings := config.listener_tls.get(item.name)) is None
             else PrincipalRules(settings.get("ssl.principal.mapping.rules", "DEFAULT"))

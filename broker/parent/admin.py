@@ -46,6 +46,8 @@ BROKER_RESOURCE = 4
 CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
 
 
+# SCRAM users per mechanism: every worker holds them all and is sent them after each change.
+MAX_SCRAM_USERS = 10_000
 # Quota entities stored (ip, user, client-id and their defaults): each is kept in the parent,
 # persisted and sent to every worker after a change, so their number is bounded.
 MAX_QUOTA_ENTITIES = 10_000
@@ -238,6 +240,10 @@ class AdminService:
             return "unacceptable_credential", f"Too many iterations: {item.iterations}"
         if not item.salt or not item.salted_password:
             return "unacceptable_credential", "salt and salted password are required"
+        mechanism_users = users.get(mechanism, {})
+        if item.name not in mechanism_users and len(mechanism_users) >= MAX_SCRAM_USERS:
+            return "unacceptable_credential", (f"{MAX_SCRAM_USERS} {mechanism} users are stored "
+                                               "already (the most kept)")
         return None
 
     @staticmethod

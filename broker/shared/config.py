@@ -105,6 +105,10 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "supported). Also listener.name.<l>.sasl.enabled.mechanisms. PLAIN users come from "
         "listener.name.<l>.plain.sasl.jaas.config (PlainLoginModule, user_<name>=\"<password>\"); "
         "SCRAM users from AlterUserScramCredentials.")] = "GSSAPI"
+    sasl_server_max_receive_size: Annotated[int, _doc(
+        "Largest request a SASL listener reads before the client authenticated (larger ones "
+        "close the connection): strangers cannot make the broker hold big buffers.",
+        ge=64, le=INT_MAX)] = 524288
     connection_failed_authentication_delay_ms: Annotated[int, _doc(
         "A failed authentication is answered at once and its connection closed this much "
         "later (Kafka's defence against password guessing).", ge=0, le=INT_MAX)] = 100

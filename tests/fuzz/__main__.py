@@ -34,6 +34,29 @@ def captured() -> list[bytes]:
     return found
 
 
+def _sasl_seeds() -> list[bytes]:
+    """A PLAIN exchange (v1 and raw v0) and a SCRAM client-first, as clients send them."""
+    def request(api_key: int, version: int, body: bytes) -> bytes:
+        return struct.pack(">hhih", api_key, version, 1, 4) + b"fuzz" + body
+
+    def string(text: bytes) -> bytes:
+        return struct.pack(">h", len(text)) + text
+
+    def sized(frames: list[bytes]) -> bytes:
+        return b"".join(struct.pack(">I", len(f)) + f for f in frames)
+
+    plain = b"\x00alice\x00pw"
+    first = b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"
+    return [
+        b"\x00" + sized([request(17, 1, string(b"PLAIN")),
+                         request(36, 1, struct.pack(">i", len(plain)) + plain)]),
+        b"\x01" + sized([request(17, 0, string(b"PLAIN")), plain]),
+        b"\x02" + sized([request(17, 1, string(b"SCRAM-SHA-256")),
+                         request(36, 1, struct.pack(">i", len(first)) + first)]),
+        b"\x03" + sized([request(3, 12, b""), request(18, 3, b"")]),
+    ]
+
+
 def write_seeds(target: str, directory: str) -> int:
     """The seeds of one target, derived from the captured request frames."""
     from broker.shared import ipc
@@ -59,6 +82,8 @@ def write_seeds(target: str, directory: str) -> int:
         seeds = [batch for frame in frames for batch in _batches(frame)]
         seeds += [compressed(make_batch(5), codec, xerial) for codec, xerial in
                   ((1, False), (2, False), (2, True), (3, False), (4, False))]
+    elif target == "sasl":
+        seeds = _sasl_seeds()
     elif target == "ipc":
         config = load_config({})
         seeds = [ipc.encode(message) for message in (
@@ -111,6 +136,7 @@ def run_one(target: str, args: list[str]) -> None:
         import workers.apis.produce  # noqa: F401
         import workers.apis.topics  # noqa: F401
         import workers.connection  # noqa: F401
+        import workers.authenticator  # noqa: F401
         import workers.handlers  # noqa: F401
     from tests.fuzz.targets import TARGETS
 

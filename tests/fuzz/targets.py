@@ -268,8 +268,50 @@ def ipc(data: bytes) -> None:
         right.close()
 
 
+def sasl(data: bytes) -> None:
+    """`data`: a mechanism choice byte, then size-prefixed frames sent to one connection's
+    Authenticator (handshakes, tokens, raw v0 tokens, anything).  Every frame is answered,
+    refused with InvalidRequest, or ignored once the authentication failed; nothing raises."""
+    import hashlib
+
+    from broker.shared.sasl import SaslSettings, scram_credential
+    from workers.authenticator import Authenticator
+    from workers.handlers import InvalidRequest
+
+    if not data:
+        return
+    salt = b"fuzz-salt"
+    credential = scram_credential("SCRAM-SHA-256", salt,
+                                  hashlib.pbkdf2_hmac("sha256", b"pw", salt, 4096), 4096)
+
+    class Conn:
+        closed = None
+
+        def close_later(self, delay, reason):
+            self.closed = reason
+
+    conn = Conn()
+    settings = SaslSettings("SASL", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), {"alice": "pw"})
+    results = []
+    auth = Authenticator(conn, settings, lambda mechanism, user: credential if user == "alice"
+                         else None, lambda request, listener: b"routed",
+                         lambda *args: results.append(args[-1]), 0.1)
+    view = memoryview(data)[1:]
+    while len(view) >= 4:
+        size = min(struct.unpack_from(">I", view)[0] % 4096, len(view) - 4)
+        frame, view = view[4:4 + size].toreadonly(), view[4 + size:]
+        try:
+            answer = auth.handle(frame, 0)
+        except InvalidRequest:
+            return  # the connection would close: a refusal
+        if answer is not None and not isinstance(answer, bytes):
+            raise Finding(f"an answer of type {type(answer).__name__}")
+    if results.count(True) > 1 or (False in results and conn.closed != "authentication_failed"):
+        raise Finding(f"results {results}, closed {conn.closed}")
+
+
 TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
-           "ipc": ipc}
+           "ipc": ipc, "sasl": sasl}
 # Which committed seed directory each target starts from (corpus/<name>/).
 SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
-         "records": "batches", "ipc": "ipc"}
+         "records": "batches", "ipc": "ipc", "sasl": "sasl"}
