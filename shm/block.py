@@ -60,7 +60,7 @@ STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
 MAX_API_KEY = 127
 CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted",
                  "receive_timeout", "pool_queue_full", "tls_handshake_failed",
-                 "tls_handshake_timeout", "authentication_failed")
+                 "tls_handshake_timeout", "authentication_failed", "session_expired")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
                    "unsupported_version", "malformed_header", "malformed_body", "produce_failed",
                    "too_many_entries", "not_authenticated")

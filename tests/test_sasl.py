@@ -358,3 +358,47 @@ def test_the_control_plane_may_be_a_sasl_listener(pki):
             alter({"bootstrap.servers": broker.bootstrap})  # data listener: still refused
         assert broker.metric("broker_authentication_total", listener="CONTROLLER",
                              mechanism="PLAIN", result="success") >= 1
+
+
+@pytest.mark.system
+def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
+    """KIP-368: librdkafka re-authenticates within the lifetime it is told and keeps producing;
+    a client that does not is closed once its session expires; a re-authentication as another
+    user is refused."""
+    from confluent_kafka import Producer
+
+    overrides = sasl_broker(pki, **{"connections.max.reauth.ms": "2000"})
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        alice = client_config(broker, "SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret")
+        producer = Producer(dict(alice, **{"linger.ms": 0}))
+        errors, started = [], time.monotonic()
+        while time.monotonic() - started < 7:
+            producer.produce("reauth", value=b"x",
+                             on_delivery=lambda error, _m: errors.append(error) if error else 0)
+            producer.flush(10)
+        assert errors == []
+        successes = broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
+                                  mechanism="PLAIN", result="success")
+        assert successes >= 4  # the first of each connection, then again every 2 s
+        assert broker.metric("broker_connections_closed_total", listener="SASL_PLAINTEXT",
+                             reason="session_expired") == 0
+        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
+            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            sock.receive()
+            code, body = _authenticate(sock, b"\x00alice\x00alice-secret")
+            assert code == 0 and struct.unpack_from(">q", body, len(body) - 8)[0] == 2000
+            sock.send(raw_request(17, 1, 4, _string("PLAIN")))  # again, as admin: refused
+            sock.receive()
+            assert _authenticate(sock, b"\x00admin\x00admin-secret")[0] == \
+                SASL_AUTHENTICATION_FAILED
+        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
+            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            sock.receive()
+            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+            authenticated = time.monotonic()
+            assert peer_closed(sock.sock, wait=6)  # never re-authenticates
+            assert time.monotonic() - authenticated >= 1.9
+        wait_until(lambda: broker.metric("broker_connections_closed_total",
+                                         listener="SASL_PLAINTEXT",
+                                         reason="session_expired") == 1)
+        producer.flush(5)

@@ -5,7 +5,9 @@ router (workers.handlers): ApiVersions is answered, SaslHandshake picks a mechan
 SaslAuthenticate carries its tokens (PLAIN: one; SCRAM: two rounds through `scramp`), and any
 other request closes the connection, as Kafka does.  After SaslHandshake v0 the tokens come
 raw, without a Kafka header.  On success the connection's principal becomes `User:<name>` and
-its requests go to the router from then on.  On failure the answer goes out at once and the
+its requests go to the router from then on; with `connections.max.reauth.ms` (KIP-368) the
+session has that lifetime, a SaslHandshake on the connection starts a new exchange (the same
+principal only), and the worker closes sessions left to expire.  On failure the answer goes out at once and the
 connection is closed `connection.failed.authentication.delay.ms` later, on a timer: nothing
 waits, neither the acceptor nor the worker.
 """
@@ -37,13 +39,18 @@ class Authenticator:
 
     def __init__(self, conn, settings: SaslSettings,
                  credentials: Callable[[str, str], ScramCredential | None],
-                 router_handle, on_result, failure_delay: float):
+                 router_handle, on_result, failure_delay: float, reauth_ms: int = 0):
         self.conn = conn
         self.settings = settings
         self._credentials = credentials  # (mechanism, user) -> the stored SCRAM credential
         self._router_handle = router_handle
-        self._on_result = on_result  # (conn, mechanism, user, ok) -> None
+        self._on_result = on_result  # (authenticator, mechanism, user, ok) -> None
         self._failure_delay = failure_delay
+        # KIP-368: sessions last reauth_ms (connections.max.reauth.ms), then the client must
+        # authenticate again on the same connection, as the same principal; 0: for ever.
+        self.reauth_ms = reauth_ms
+        self._lifetime = datetime.timedelta(milliseconds=reauth_ms)
+        self._reauthenticating = False
         self.mechanism: str | None = None
         self._raw_tokens = False  # SaslHandshake v0: tokens follow without a Kafka header
         self._scram = None
@@ -51,8 +58,11 @@ class Authenticator:
         self.user: str | None = None
 
     def handle(self, request, listener: int):
-        if self.user is not None:  # authenticated in an earlier frame of this read
-            return self._router_handle(request, listener)
+        if self.user is not None and not self._reauthenticating:  # authenticated
+            if not (self.reauth_ms and len(request) >= 8
+                    and api_key_of(request) in (_SASL_HANDSHAKE, _SASL_AUTHENTICATE)):
+                return self._router_handle(request, listener, self.user)
+            self._begin_reauthentication()
         if self._failed:
             return None  # closing after the delay: nothing more is answered
         if self._raw_tokens:
@@ -61,14 +71,15 @@ class Authenticator:
             raise InvalidRequest("frame_too_small", f"request of {len(request)} bytes")
         api_key = api_key_of(request)
         if api_key == _API_VERSIONS:
-            return self._router_handle(request, listener)
+            return self._router_handle(request, listener, self.user or "ANONYMOUS")
         if api_key == _SASL_HANDSHAKE:
             return self._handshake(*self._decode(request, listener))
         if api_key == _SASL_AUTHENTICATE:
             ctx, body = self._decode(request, listener)
             token, code, message = self._token(bytes(body.auth_bytes))
+            lifetime = self._lifetime if code == errors.NONE and self.user else _NO_REAUTH
             return ctx.respond({"error_code": code, "error_message": message,
-                                "auth_bytes": token, "session_lifetime": _NO_REAUTH})
+                                "auth_bytes": token, "session_lifetime": lifetime})
         raise InvalidRequest("not_authenticated",
                              f"API key {api_key} before SASL authentication")
 
@@ -148,13 +159,21 @@ class Authenticator:
         return credential.salt, credential.stored_key, credential.server_key, \
             credential.iterations
 
+    def _begin_reauthentication(self) -> None:
+        """A SaslHandshake or SaslAuthenticate on an authenticated connection: a new exchange,
+        which must end with the same principal."""
+        self._reauthenticating = True
+        self.mechanism, self._raw_tokens, self._scram, self._scram_user = None, False, None, None
+
     def _succeed(self, user: str):
-        self.user = user
-        self._on_result(self.conn, self.mechanism, user, True)
+        if self._reauthenticating and user != self.user:
+            return self._fail(user, "re-authentication as another user is not allowed")
+        self.user, self._reauthenticating = user, False
+        self._on_result(self, self.mechanism, user, True)
         return b"", errors.NONE, None
 
     def _fail(self, user: str | None, message: str):
         self._failed = True
-        self._on_result(self.conn, self.mechanism, user, False)
+        self._on_result(self, self.mechanism, user, False)
         self.conn.close_later(self._failure_delay, "authentication_failed")
         return b"", errors.ErrorCode.sasl_authentication_failed, message

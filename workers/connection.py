@@ -146,6 +146,7 @@ class Connection(asyncio.BufferedProtocol):
         self.client_id: str | None = None
         self.principal = ANONYMOUS  # set once connected (TLS: from the client certificate)
         self.user = "ANONYMOUS"  # the principal's name: the quota `user` entity
+        self.session_expires = 0.0  # KIP-368: when the SASL session ends (monotonic); 0: never
         self._need_client_id = host.events is not None
 
     # --- Protocol interface ---------------------------------------------------------------

@@ -106,6 +106,7 @@ class Worker:
         self._scram: dict[str, dict[str, ScramCredential]] = {}  # from the parent
         self._failed_auth_delay = props.connection_failed_authentication_delay_ms / 1000
         self.sasl_max_receive_bytes = props.sasl_server_max_receive_size
+        self._reauth_ms = props.connections_max_reauth_ms
         self._principal_rules = [
             None if (settings := config.listener_tls.get(item.name)) is None
             else PrincipalRules(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
@@ -191,14 +192,20 @@ class Worker:
         if settings is None:
             return None
         return Authenticator(conn, settings, self._scram_credential, self.router.handle,
-                             self._authentication_result, self._failed_auth_delay)
+                             self._authentication_result, self._failed_auth_delay,
+                             self._reauth_ms)
 
     def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         return self._scram.get(mechanism, {}).get(user)
 
-    def _authentication_result(self, conn: Connection, mechanism: str, user: str | None,
-                               ok: bool) -> None:
+    def _authentication_result(self, authenticator: Authenticator, mechanism: str,
+                               user: str | None, ok: bool) -> None:
+        conn = authenticator.conn
         self.stats.authentication(conn.listener_index, mechanism, ok)
+        if ok and authenticator.reauth_ms:  # it keeps serving: it watches for re-authentication
+            conn.authenticated(f"User:{user}", authenticator.handle)
+            conn.session_expires = time.monotonic() + authenticator.reauth_ms / 1000
+            return
         if ok:
             conn.authenticated(f"User:{user}", functools.partial(self.router.handle, user=user))
             return
@@ -283,6 +290,10 @@ class Worker:
             for conn in [c for c in self.connections if c.last_active < cutoff and c.is_idle()]:
                 log.debug("closing idle connection %s from %s", conn.conn_id, conn.peer)
                 conn.close("idle")
+        for conn in [c for c in self.connections if c.session_expires and c.session_expires < now]:
+            log.info("connection %s from %s: SASL session expired without re-authentication "
+                     "(connections.max.reauth.ms); closing", conn.conn_id, conn.peer)
+            conn.close("session_expired")
         for conn in [c for c in self.connections if c.receive_overdue(now)]:
             log.info("connection %s from %s: a request still incomplete after %d ms; closing",
                      conn.conn_id, conn.peer, self.receive_timeout * 1000)

@@ -109,6 +109,10 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Largest request a SASL listener reads before the client authenticated (larger ones "
         "close the connection): strangers cannot make the broker hold big buffers.",
         ge=64, le=INT_MAX)] = 524288
+    connections_max_reauth_ms: Annotated[int, _doc(
+        "SASL sessions last this long (KIP-368): the lifetime is told in SaslAuthenticate, the "
+        "client re-authenticates on the same connection, and a session left to expire is "
+        "closed (reason session_expired). 0: sessions never expire.", ge=0, le=2**63 - 1)] = 0
     connection_failed_authentication_delay_ms: Annotated[int, _doc(
         "A failed authentication is answered at once and its connection closed this much "
         "later (Kafka's defence against password guessing).", ge=0, le=INT_MAX)] = 100

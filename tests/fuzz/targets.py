@@ -294,7 +294,7 @@ def sasl(data: bytes) -> None:
     settings = SaslSettings("SASL", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), {"alice": "pw"})
     results = []
     auth = Authenticator(conn, settings, lambda mechanism, user: credential if user == "alice"
-                         else None, lambda request, listener: b"routed",
+                         else None, lambda request, listener, *user: b"routed",
                          lambda *args: results.append(args[-1]), 0.1)
     view = memoryview(data)[1:]
     while len(view) >= 4:
