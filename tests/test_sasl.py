@@ -156,8 +156,9 @@ def test_scram_users_created_through_the_admin_api_then_deleted(pki):
                              mechanism="SCRAM-SHA-256", result="success") >= 1
         assert broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
                              mechanism="SCRAM-SHA-256", result="failure") >= 2
-        store = open(os.path.join(broker.data_dir, "logs", ".pybroker-scram.json")).read()
-        assert "bob-secret" not in store  # salted, never the password
+        path = os.path.join(broker.data_dir, "logs", ".pybroker-scram.json")
+        assert "bob-secret" not in open(path).read()  # salted, never the password
+        assert os.stat(path).st_mode & 0o077 == 0  # the broker's user only
 
 
 @pytest.mark.system

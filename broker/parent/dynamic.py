@@ -90,7 +90,8 @@ class DynamicConfig:
 
     def save(self) -> None:
         temporary = self.path + ".tmp"
-        with open(temporary, "wb") as handle:
+        # It may hold key store passwords (listener.name.<l>.ssl.*): the broker's user only.
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
             handle.write(msgspec.json.encode(self.stored))
             handle.flush()
             os.fsync(handle.fileno())

@@ -32,7 +32,9 @@ class ScramStore:
 
     def save(self, users: dict[str, dict[str, ScramCredential]]) -> None:
         temporary = self.path + ".tmp"
-        with open(temporary, "wb") as handle:
+        # Salted keys are not passwords, but a stolen StoredKey/ServerKey pair lets its holder
+        # pose as this broker to a client: readable by the broker's user only.
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
             handle.write(msgspec.json.encode(users))
             handle.flush()
             os.fsync(handle.fileno())
