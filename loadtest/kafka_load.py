@@ -1,6 +1,6 @@
 """Produce and consume load with confluent-kafka (librdkafka), for `make bench`.
 
-    python -m loadtest.kafka_load produce BOOTSTRAP TOPIC SECONDS RECORD_BYTES
+    python -m loadtest.kafka_load produce BOOTSTRAP TOPIC SECONDS RECORD_BYTES [CONFIG_JSON]
     python -m loadtest.kafka_load consume BOOTSTRAP TOPIC RECORDS
 
 Each prints one JSON line.  Produce uses acks=1 and no compression; consume reads the
@@ -14,12 +14,14 @@ import sys
 import time
 
 
-def produce(bootstrap: str, topic: str, seconds: float, size: int) -> dict:
+def produce(bootstrap: str, topic: str, seconds: float, size: int,
+            extra: dict | None = None) -> dict:
+    """`extra`: more client settings (security.protocol, ssl.ca.location, ...)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "compression.type": "none",
                          "linger.ms": 5, "batch.size": 1 << 20, "enable.idempotence": False,
-                         "queue.buffering.max.kbytes": 1 << 20})
+                         "queue.buffering.max.kbytes": 1 << 20, **(extra or {})})
     value = b"x" * size
     delivered, failed = [0], [0]
 
@@ -68,7 +70,8 @@ def consume(bootstrap: str, topic: str, records: int) -> dict:
 
 def main(argv: list[str]) -> int:
     if argv[0] == "produce":
-        print(json.dumps(produce(argv[1], argv[2], float(argv[3]), int(argv[4]))))
+        extra = json.loads(argv[5]) if len(argv) > 5 else None
+        print(json.dumps(produce(argv[1], argv[2], float(argv[3]), int(argv[4]), extra)))
     elif argv[0] == "consume":
         print(json.dumps(consume(argv[1], argv[2], int(argv[3]))))
     else:

@@ -10,7 +10,9 @@ a uvloop server serves on this 2-core machine).  One module per scenario:
   control   admin request latency on the control plane while the data plane is saturated (KIP-291);
   events    the cost of the event log, and (pipeline) the PySpark pipeline's throughput;
   groups    consumer-group join time and OffsetCommit round trips;
-  log       confluent-kafka produce and consume throughput and broker CPU per MB.
+  log       confluent-kafka produce and consume throughput and broker CPU per MB;
+  security  TLS and SASL costs: requests, produce and handshakes over SSL against PLAINTEXT,
+            SCRAM authentications per second (loadtest/secure_client.py, a uvloop client).
 
 common holds what they share (frames, server wrappers, CPU accounting, rrclient), report the
 goals and the printed table, and __main__ the runner (`python -m loadtest.bench`).

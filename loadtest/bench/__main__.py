@@ -20,6 +20,7 @@ from loadtest.bench.memory import memory_burst
 from loadtest.bench.pipeline import pipeline_throughput
 from loadtest.bench.report import summarize
 from loadtest.bench.requests import broker_rates, echo_rates
+from loadtest.bench.security import security_costs
 
 
 def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
@@ -34,6 +35,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures["burst pool on"] = memory_burst(pool=True)
     figures["burst pool off"] = memory_burst(pool=False)
     figures.update(raw_accept_close(seconds))
+    figures.update(security_costs(seconds))
     return figures
 
 

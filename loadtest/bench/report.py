@@ -29,7 +29,8 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     print(f"\n{'configuration':32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
     errors = 0
     for name in [n for n in passes[0] if "1KiB" not in n and not n.startswith(
-            ("p99", "burst", "control plane", "data listener", "group join", "offset commit"))]:
+            ("p99", "burst", "control plane", "data listener", "group join", "offset commit",
+             "security"))]:
         rates = [p[name].get("rps", p[name].get("rate")) for p in passes]
         ops = [p[name].get("responses", p[name].get("connections")) for p in passes]
         cost = statistics.median(p[name]["server_cpu"] / max(1, n) * 1e6
@@ -70,6 +71,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     missed, failed = _print_control_plane(passes)
     errors += failed
     errors += _print_groups(passes)
+    errors += _print_security(passes)
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
     for measured_names, baseline, target in TARGETS:
         best = 0.0
@@ -101,6 +103,31 @@ def _print_groups(passes) -> int:
         print(f"{'OffsetCommit round trip ' + key.replace('_', ' '):48} "
               f"{statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}")
     return sum(p["group join"]["errors"] + p["offset commit"]["errors"] for p in passes)
+
+
+def _print_security(passes) -> int:
+    """The TLS and SASL figures (issue 16) and their same-pass ratios; returns client errors."""
+    if "security scram" not in passes[0]:
+        return 0
+    print(f"\n{'TLS and SASL, 2 workers':32} {'per second, median (min-max)':>34} "
+          f"{'server us/op':>13} errors")
+    errors = 0
+    for name in [n for n in passes[0] if n.startswith("security")]:
+        rates = [p[name]["count"] / p[name]["seconds"] for p in passes]
+        cost = statistics.median(p[name]["server_cpu"] / max(1, p[name]["count"]) * 1e6
+                                 for p in passes)
+        failed = sum(p[name]["errors"] for p in passes)
+        errors += failed
+        unit = " (records)" if "produce" in name else ""
+        print(f"{name[9:] + unit:32} {statistics.median(rates):>16,.0f} "
+              f"({min(rates):,.0f}-{max(rates):,.0f}){'':>6} {cost:>13.2f} {failed}")
+    for kind in ("requests", "produce", "handshakes"):
+        ratios = [(p[f"security {kind} ssl"]["count"] / p[f"security {kind} ssl"]["seconds"]) /
+                  (p[f"security {kind} plaintext"]["count"] /
+                   p[f"security {kind} plaintext"]["seconds"]) for p in passes]
+        print(f"{kind + ' over SSL / over PLAINTEXT':58} {statistics.median(ratios):>6.2f} "
+              f"({min(ratios):.2f}-{max(ratios):.2f})  (no target)")
+    return errors
 
 
 def _print_control_plane(passes) -> tuple[int, int]:
