@@ -4,7 +4,8 @@ timeline    one row per second from the first event to the last: connections acc
             rejected (by reason), active connections, the worst acceptor's blocked ratio, pool
             used and depleted time, distinct throttled clients, and per plane the request rate
             with p50/p99 latency from the merged sketches
-top_n       the N biggest IPs and client ids by connections, rejections, bytes, throttle time
+top_n       the N biggest IPs, client ids, users and principals by connections, rejections,
+            bytes, throttle time and failed authentications
 incidents   runs of seconds where rejections, acceptor blocking or pool depletion pass their
             thresholds (quiet gaps up to `gap` seconds joined), with start, end, peaks and
             the IP and client id that drove them
@@ -133,6 +134,15 @@ def top_n(events: DataFrame, n: int = 10) -> DataFrame:
              F.sum(F.col("bytes_in") + F.col("bytes_out")), n),
         _top(_of(events, "throttle"), "client_id", "client_id", "throttle_ms",
              F.sum("throttle_ms"), n),
+        # Principals (issue 16): who, beyond an address and a client id, drove the load.
+        _top(_of(events, "throttle").where(F.col("user") != "ANONYMOUS"), "user", "user",
+             "throttle_ms", F.sum("throttle_ms"), n),
+        _top(_of(events, "connection_closed").where(F.col("principal") != "User:ANONYMOUS"),
+             "principal", "principal", "connections", count, n),
+        _top(_of(events, "authentication_failed"), "ip", "ip", "authentication_failures",
+             count, n),
+        _top(_of(events, "authentication_failed"), "user", "user", "authentication_failures",
+             count, n),
     ]
     table = parts[0]
     for part in parts[1:]:

@@ -120,6 +120,25 @@ def test_top_n_ranks_ips_and_clients(spark, tmp_path):
     assert all(row["rank"] == 1 for row in top)
 
 
+def test_top_n_names_users_principals_and_failed_authentications(spark, tmp_path):
+    directory = write(tmp_path, [
+        ev.Throttle(ts=at(0), client_id="app", user="alice", quota="producer_byte_rate",
+                    throttle_ms=300),
+        ev.Throttle(ts=at(0), client_id="app", quota="producer_byte_rate", throttle_ms=900),
+        ev.ConnectionClosed(ts=at(1), listener="SASL", ip="10.0.0.1", conn_id=1,
+                            reason="client", principal="User:bob", lifetime_ms=5, bytes_in=1,
+                            bytes_out=1),
+        *[ev.AuthenticationFailed(ts=at(2), listener="SASL", ip="10.6.6.6", mechanism="PLAIN",
+                                  user="root") for _ in range(3)],
+    ])
+    top = aggregate.top_n(load_events(spark, [directory]).events, n=1).collect()
+    found = {(row["dimension"], row["metric"]): (row["key"], row["value"]) for row in top}
+    assert found[("user", "throttle_ms")] == ("alice", 300)  # ANONYMOUS is not a name
+    assert found[("principal", "connections")] == ("User:bob", 1)
+    assert found[("ip", "authentication_failures")] == ("10.6.6.6", 3)
+    assert found[("user", "authentication_failures")] == ("root", 3)
+
+
 def test_incidents_join_close_seconds_and_name_who_drove_them(spark, tmp_path):
     storm = [rejected(s, ip="10.6.6.6") for s in (10, 11, 13) for _ in range(12)]
     directory = write(tmp_path, [
