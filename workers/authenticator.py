@@ -15,9 +15,12 @@ waits, neither the acceptor nor the worker.
 from __future__ import annotations
 
 import datetime
+import hmac
 import logging
 import struct
 from typing import Callable
+
+from scramp import ScramException, ScramMechanism
 
 from broker.shared.apis import api_key_of
 from broker.shared.protocol import errors
@@ -53,7 +56,8 @@ class Authenticator:
         self._reauthenticating = False
         self.mechanism: str | None = None
         self._raw_tokens = False  # SaslHandshake v0: tokens follow without a Kafka header
-        self._scram = None
+        self._scram = None  # scramp's server side of the exchange, once it began
+        self._scram_user: str | None = None  # the user name the SCRAM client gave
         self._failed = False
         self.user: str | None = None
 
@@ -126,13 +130,13 @@ class Authenticator:
             return self._fail(None, "malformed PLAIN token")
         authorization, user, password = (part.decode("utf-8", "replace") for part in parts)
         expected = self.settings.plain_users.get(user)
-        if expected is None or expected != password or authorization not in ("", user):
+        # compare_digest: the time taken does not tell how much of a guess was right
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()) \
+                or authorization not in ("", user):
             return self._fail(user, FAILED)
         return self._succeed(user)
 
     def _scram_step(self, token: bytes):
-        from scramp import ScramException, ScramMechanism
-
         try:
             if self._scram is None:
                 self._scram = ScramMechanism(self.mechanism).make_server(self._scram_auth_info)
@@ -143,18 +147,13 @@ class Authenticator:
         except (ScramException, UnicodeDecodeError, ValueError) as error:
             log.debug("SCRAM exchange failed: %s", error)
             return self._fail(self._scram_user, FAILED)
-        user = self._scram_user
-        reply, code, message = self._succeed(user)
+        _empty, code, message = self._succeed(self._scram_user)
         return final, code, message
-
-    _scram_user: str | None = None
 
     def _scram_auth_info(self, user: str):
         self._scram_user = user
         credential = self._credentials(self.mechanism, user)
         if credential is None:
-            from scramp import ScramException
-
             raise ScramException("unknown user")
         return credential.salt, credential.stored_key, credential.server_key, \
             credential.iterations
