@@ -139,6 +139,8 @@ def top_n(events: DataFrame, n: int = 10) -> DataFrame:
              "throttle_ms", F.sum("throttle_ms"), n),
         _top(_of(events, "connection_closed").where(F.col("principal") != "User:ANONYMOUS"),
              "principal", "principal", "connections", count, n),
+        _top(_of(events, "connection_rejected"), "principal", "principal", "rejections",
+             count, n),
         _top(_of(events, "authentication_failed"), "ip", "ip", "authentication_failures",
              count, n),
         _top(_of(events, "authentication_failed"), "user", "user", "authentication_failures",

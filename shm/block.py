@@ -60,7 +60,8 @@ STATE_FREE, STATE_BOOTING, STATE_SERVING, STATE_DRAINING = range(4)
 MAX_API_KEY = 127
 CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted",
                  "receive_timeout", "pool_queue_full", "tls_handshake_failed",
-                 "tls_handshake_timeout", "authentication_failed", "session_expired")
+                 "tls_handshake_timeout", "authentication_failed", "session_expired",
+                 "per_user_limit", "per_user_rate")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
                    "unsupported_version", "malformed_header", "malformed_body", "produce_failed",
                    "too_many_entries", "not_authenticated")
@@ -103,12 +104,12 @@ WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels
                            "idle_ppm", "quota_window", "quota_count", "quota_last"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-AUTH_RESULTS = ("success", "failure")
+AUTH_RESULTS = ("success", "failure", "refused")  # refused: over a per-user limit
 QUOTA_ENTITIES = 4096  # default of pybroker.quota.max.sensors: sensors tracked at once
 QUOTA_WINDOWS = 32  # the most samples a quota may keep (quota.window.num)
 MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
 POOL_RING = 4096  # default of pybroker.pool.max.waiters: memory waiters per listener
-REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
+REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted", "per_user_limit", "per_user_rate")
 PARENT_COUNTERS = (
     ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
     ("connections_accepted", ("listener",)),

@@ -130,6 +130,9 @@ def test_top_n_names_users_principals_and_failed_authentications(spark, tmp_path
                             bytes_out=1),
         *[ev.AuthenticationFailed(ts=at(2), listener="SASL", ip="10.6.6.6", mechanism="PLAIN",
                                   user="root") for _ in range(3)],
+        *[ev.ConnectionRejected(ts=at(3), listener="SASL", ip="10.0.0.9", reason="per_user_limit",
+                                principal="User:svc") for _ in range(2)],
+        ev.ConnectionRejected(ts=at(3), listener="SASL", ip="10.0.0.8", reason="per_ip_limit"),
     ])
     top = aggregate.top_n(load_events(spark, [directory]).events, n=1).collect()
     found = {(row["dimension"], row["metric"]): (row["key"], row["value"]) for row in top}
@@ -137,6 +140,7 @@ def test_top_n_names_users_principals_and_failed_authentications(spark, tmp_path
     assert found[("principal", "connections")] == ("User:bob", 1)
     assert found[("ip", "authentication_failures")] == ("10.6.6.6", 3)
     assert found[("user", "authentication_failures")] == ("root", 3)
+    assert found[("principal", "rejections")] == ("User:svc", 2)  # per-user limits
 
 
 def test_incidents_join_close_seconds_and_name_who_drove_them(spark, tmp_path):

@@ -126,9 +126,9 @@ def test_unlimited_by_default():
 def test_idle_ip_sensors_expire():
     q = quotas(ip_creation_rate_default=100)
     q.admit(0, "10.0.0.1", now=0.0)
-    q.expire_ip_sensors(now=10.0)
+    q.expire_rate_sensors(now=10.0)
     assert q.tracked_ips() == 1  # still in use
-    q.expire_ip_sensors(now=4000.0)
+    q.expire_rate_sensors(now=4000.0)
     assert q.tracked_ips() == 0
 
 
@@ -195,3 +195,80 @@ def test_quota_sensors_are_reused_after_idling_and_never_shared(tmp_path):
         assert second.measure(PRODUCE, again, now_ns=later)[0] == 0  # no stranger's bytes
     finally:
         block.close()
+
+
+# --- per-principal limits (issue 16, item 7) ---------------------------------------------------
+
+def _authenticated(q: ConnectionQuotas, conn_id: int, user: str, now: float = 0.0,
+                   listener: int = 0) -> Verdict:
+    q.opened(conn_id, listener, f"10.0.0.{conn_id}")
+    return q.claim_user(conn_id, user, now)
+
+
+def test_the_per_user_count_is_exact_and_released_on_close():
+    q = quotas(max_connections_per_user=2, user_overrides={"batch": 0, "svc": 3})
+    assert [_authenticated(q, i, "alice") for i in (1, 2, 3)] == \
+        [Verdict.ADMIT, Verdict.ADMIT, Verdict.REJECT_USER_LIMIT]
+    assert q.per_user == {"alice": 2}  # the refused one is not counted
+    assert _authenticated(q, 4, "bob") is Verdict.ADMIT  # each principal its own count
+    assert [_authenticated(q, i, "svc") for i in (5, 6, 7, 8)].count(Verdict.ADMIT) == 3
+    assert _authenticated(q, 9, "batch") is Verdict.REJECT_USER_LIMIT  # 0: never
+    q.closed(1)
+    q.closed(3)  # refused, then closed: nothing of alice's to release
+    assert q.per_user["alice"] == 1
+    assert _authenticated(q, 10, "alice") is Verdict.ADMIT
+    for conn_id in (2, 10, 4):
+        q.closed(conn_id)
+    assert "alice" not in q.per_user and "bob" not in q.per_user
+
+
+def test_the_per_user_rate_refuses_without_charging_the_refused():
+    q = quotas(user_creation_rate=2, user_rate_overrides={"fast": 100})
+    verdicts = [_authenticated(q, i, "alice", now=0.0) for i in range(1, 6)]
+    assert verdicts[:2] == [Verdict.ADMIT, Verdict.ADMIT]
+    assert set(verdicts[2:]) == {Verdict.THROTTLE_USER}
+    assert _authenticated(q, 6, "alice", now=1.5) is Verdict.ADMIT  # the window moved on
+    assert all(_authenticated(q, i, "fast") is Verdict.ADMIT for i in range(10, 20))
+    assert q.tracked_users() == 2
+    q.expire_rate_sensors(now=5000.0)
+    assert q.tracked_users() == 0
+
+
+def test_per_user_claims_outside_the_data_plane_or_repeated_are_not_counted():
+    q = ConnectionQuotas(2, protected=None, control_plane=1, window=1.0, samples=2,
+                         burst_windows=1, limits=Limits(max_connections_per_user=1))
+    assert _authenticated(q, 1, "alice", listener=1) is Verdict.ADMIT  # the control plane
+    assert _authenticated(q, 2, "alice") is Verdict.ADMIT
+    assert q.claim_user(2, "alice", 0.0) is Verdict.ADMIT  # asked twice: counted once
+    assert q.claim_user(99, "alice", 0.0) is Verdict.ADMIT  # gone already: nothing to count
+    assert q.per_user == {"alice": 1}
+    assert _authenticated(q, 3, "alice") is Verdict.REJECT_USER_LIMIT
+
+
+def test_per_user_limits_are_dynamic_keys_with_overrides(tmp_path):
+    from broker.parent.dynamic import ConfigProblem, DynamicConfig
+    from broker.shared.config import ConfigError, load_config
+
+    raw = {"listeners": "PLAINTEXT://:9092", "log.dirs": str(tmp_path),
+           "pybroker.max.connections.per.user": "5",
+           "pybroker.max.connections.per.user.overrides": "svc:50, batch:0"}
+    dynamic = DynamicConfig(load_config(raw))
+    limits = dynamic.limits()
+    assert (limits.per_user_limit("alice"), limits.per_user_limit("svc"),
+            limits.per_user_limit("batch"), limits.user_rate("alice")) == (5, 50, 0, INT_MAX)
+    layer: dict[str, str] = {}
+    dynamic.alter(layer, "pybroker.max.connection.creation.rate.per.user", 0, "3")
+    dynamic.alter(layer, "pybroker.max.connections.per.user.overrides", 2, "ops:1")  # APPEND
+    dynamic.alter(layer, "pybroker.max.connection.creation.rate.per.user.overrides", 0,
+                  "svc:reports:9")  # a name may hold ':' (the last one splits)
+    dynamic.stored.broker = layer
+    limits = dynamic.limits()
+    assert limits.per_user_limit("ops") == 1 and limits.per_user_limit("svc") == 50
+    assert limits.user_rate("alice") == 3 and limits.user_rate("svc:reports") == 9
+    with pytest.raises(ConfigProblem, match="invalid entry 'alice'"):
+        dynamic.alter(layer, "pybroker.max.connections.per.user.overrides", 0, "alice")
+    with pytest.raises(ConfigProblem, match="Not a number"):
+        dynamic.alter(layer, "pybroker.max.connections.per.user", 0, "many")
+    raw["pybroker.max.connections.per.user.overrides"] = "svc:-1"
+    with pytest.raises(ConfigError, match="^pybroker.max.connections.per.user.overrides: "):
+        load_config(raw)

@@ -403,3 +403,162 @@ def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
                                          listener="SASL_PLAINTEXT",
                                          reason="session_expired") == 1)
         producer.flush(5)
+
+
+def _plain_session(address, user: str, password: str) -> tuple[KafkaSocket, int, bytes]:
+    """A raw connection that authenticated (or tried to) with PLAIN: (socket, code, body)."""
+    sock = KafkaSocket(address)
+    sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+    sock.receive()
+    code, body = _authenticate(sock, f"\x00{user}\x00{password}".encode())
+    return sock, code, body
+
+
+@pytest.mark.system
+def test_connections_per_principal_are_limited_across_workers_and_changed_at_run_time(pki):
+    """pybroker.max.connections.per.user (alice: 2) counted across two workers, the creation
+    rate per user (carol: 1/s), confluent-kafka refused then admitted once the limit is raised
+    through IncrementalAlterConfigs."""
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource)
+
+    jaas = JAAS.replace(';', ' user_carol="carol-secret";')
+    overrides = sasl_broker(pki, **{
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+        "pybroker.max.connections.per.user.overrides": "alice:2",
+        "pybroker.max.connection.creation.rate.per.user.overrides": "carol:1",
+        "quota.window.num": "2",  # a fresh rate sensor lets exactly one connection through
+        "connection.failed.authentication.delay.ms": "400"})
+    with BrokerProcess(workers=2, overrides=overrides) as broker:
+        address = broker.listeners["SASL_PLAINTEXT"]
+        held = [_plain_session(address, "alice", "alice-secret") for _ in range(2)]
+        assert [code for _sock, code, _body in held] == [0, 0]
+        sock, code, body = _plain_session(address, "alice", "alice-secret")
+        answered = time.monotonic()
+        assert code == SASL_AUTHENTICATION_FAILED
+        assert b"Connection limit of user alice reached: 2" in body
+        assert peer_closed(sock.sock, wait=5) and time.monotonic() - answered >= 0.3
+        sock.close()
+        alice = client_config(broker, "SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret")
+        assert refused(alice)  # a real client is refused the same way
+        admin_user = client_config(broker, "SASL_PLAINTEXT", "PLAIN", "admin", "admin-secret")
+        assert not refused(admin_user)  # another principal, from the same address
+        held[0][0].close()  # one of alice's closes: her next connection gets its slot
+
+        def admitted_once_more() -> bool:
+            sock, code, _body = _plain_session(address, "alice", "alice-secret")
+            sock.close()
+            return code == 0
+
+        wait_until(admitted_once_more)
+
+        first = _plain_session(address, "carol", "carol-secret")
+        second = _plain_session(address, "carol", "carol-secret")
+        assert first[1] == 0 and second[1] == SASL_AUTHENTICATION_FAILED
+        assert b"Connection creation rate of user carol" in second[2]
+
+        resource = ConfigResource("broker", "0", incremental_configs=[ConfigEntry(
+            "pybroker.max.connections.per.user.overrides", "alice:10",
+            incremental_operation=AlterConfigOpType.SET)])
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.incremental_alter_configs([resource])[resource].result(timeout=20)
+        assert len(produce_and_consume(alice, "per-user", 20)) == 20
+
+        for reason in ("per_user_limit", "per_user_rate"):
+            assert broker.metric("broker_connections_rejected_total",
+                                 listener="SASL_PLAINTEXT", reason=reason) >= 1
+        wait_until(lambda: broker.metric("broker_connections_closed_total",
+                                         listener="SASL_PLAINTEXT",
+                                         reason="per_user_rate") == 1)
+        assert broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
+                             mechanism="PLAIN", result="refused") >= 3
+        for sock, *_ in held[1:] + [first]:
+            sock.close()
+
+
+# --- unit: the answer waits for the parent's verdict -------------------------------------------
+
+def _authenticator_with_claims(reauth_ms: int = 0):
+    from broker.shared.ipc import UserVerdict
+    from broker.shared.sasl import SaslSettings
+    from workers.authenticator import Authenticator
+
+    loop = asyncio.new_event_loop()
+    claims, results = [], []
+
+    class Conn:
+        closed = None
+
+        def close_later(self, delay, reason):
+            self.closed = reason
+
+    def claim(conn, user):
+        claims.append((user, loop.create_future()))
+        return claims[-1][1]
+
+    settings = SaslSettings("SASL", ("PLAIN",), {"alice": "pw"})
+    auth = Authenticator(Conn(), settings, lambda mechanism, user: None,
+                         lambda request, listener, *user: b"routed",
+                         lambda _auth, _mechanism, user, result: results.append((user, result)),
+                         0.1, reauth_ms, claim=claim)
+    return loop, auth, claims, results, UserVerdict
+
+
+def _code(answer: bytes) -> int:
+    """The error code of a framed v1 SASL answer: after the size and the correlation id."""
+    return struct.unpack_from(">h", answer, 8)[0]
+
+
+def _plain_exchange(auth, password: str = "pw"):
+    assert _code(auth.handle(raw_request(17, 1, 1, _string("PLAIN"))[4:], 0)) == 0
+    token = f"\x00alice\x00{password}".encode()
+    return auth.handle(raw_request(36, 1, 2, struct.pack(">i", len(token)) + token)[4:], 0)
+
+
+def test_a_successful_exchange_is_answered_only_once_the_parent_admits_the_user():
+    loop, auth, claims, results, verdict = _authenticator_with_claims()
+    try:
+        answer = _plain_exchange(auth)
+        assert isinstance(answer, asyncio.Future) and not answer.done()
+        assert [user for user, _ in claims] == ["alice"] and auth.user is None and results == []
+        claims[0][1].set_result(verdict(conn_id=1))
+        loop.run_until_complete(asyncio.sleep(0))
+        assert _code(answer.result()) == 0
+        assert auth.user == "alice" and results == [("alice", "success")]
+        assert auth.handle(raw_request(3, 12, 3)[4:], 0) == b"routed"
+    finally:
+        loop.close()
+
+
+def test_a_refused_user_gets_the_authentication_failure_naming_the_limit():
+    loop, auth, claims, results, verdict = _authenticator_with_claims()
+    try:
+        answer = _plain_exchange(auth)
+        claims[0][1].set_result(verdict(conn_id=1, refused="per_user_limit", limit=3))
+        loop.run_until_complete(asyncio.sleep(0))
+        body = answer.result()
+        assert _code(body) == SASL_AUTHENTICATION_FAILED
+        assert b"Connection limit of user alice reached: 3" in body
+        assert auth.user is None and results == [("alice", "per_user_limit")]
+        assert auth.handle(raw_request(3, 12, 3)[4:], 0) is None  # nothing more is answered
+        wrong = _authenticator_with_claims()
+        assert _code(_plain_exchange(wrong[1], "guess")) == \
+            SASL_AUTHENTICATION_FAILED  # a wrong password is not asked about: answered at once
+        assert wrong[2] == [] and wrong[1].conn.closed == "authentication_failed"
+        wrong[0].close()
+    finally:
+        loop.close()
+
+
+def test_a_reauthentication_keeps_its_count_and_is_not_asked_again():
+    loop, auth, claims, results, verdict = _authenticator_with_claims(reauth_ms=60_000)
+    try:
+        answer = _plain_exchange(auth)
+        claims[0][1].set_result(verdict(conn_id=1))
+        loop.run_until_complete(asyncio.sleep(0))
+        assert answer.done()
+        again = _plain_exchange(auth)  # KIP-368: the same principal, on the same connection
+        assert isinstance(again, bytes) and _code(again) == 0
+        assert len(claims) == 1 and results[-1] == ("alice", "success")
+    finally:
+        loop.close()

@@ -216,7 +216,9 @@ def test_mutual_tls_maps_the_client_certificate_to_its_principal(pki):
     overrides = tls_settings(pki, **{
         "listener.name.ssl.ssl.client.auth": "required",
         "ssl.truststore.location": pki["paths"]["ca"],
-        "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=.*$/$1/U,DEFAULT"})
+        "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=.*$/$1/U,DEFAULT",
+        "pybroker.max.connections.per.user.overrides": "ALICE:1",
+        "connection.failed.authentication.delay.ms": "500"})
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         address = broker.listeners["SSL"]
         assert tls_api_versions(address, client_context(pki, "alice")) == 7
@@ -234,7 +236,37 @@ def test_mutual_tls_maps_the_client_certificate_to_its_principal(pki):
             return found
 
         wait_until(lambda: "User:ALICE" in principals(), timeout=10)
+        # The per-principal limit (ALICE:1) holds for certificate principals too: a second
+        # connection as ALICE completes its handshake, is never read, and closes after the delay.
+        wait_until(lambda: broker.metric("broker_connections", listener="SSL") == 0)
+        with client_context(pki, "alice").wrap_socket(socket.create_connection(
+                address, timeout=5), server_hostname="127.0.0.1") as held:
+            held.sendall(api_versions_request(3, correlation_id=8))
+            assert len(held.recv(65536)) > 8  # admitted, served
+            with client_context(pki, "alice").wrap_socket(socket.create_connection(
+                    address, timeout=5), server_hostname="127.0.0.1") as second:
+                second.sendall(api_versions_request(3, correlation_id=9))
+                started = time.monotonic()
+                assert read_to_end(second, wait=5) == b""  # no answer, then closed
+                assert time.monotonic() - started >= 0.3
+            wait_until(lambda: closed_count(broker, "per_user_limit") == 1)
+            assert broker.metric("broker_connections_rejected_total", listener="SSL",
+                                 reason="per_user_limit") == 1
+            held.sendall(api_versions_request(3, correlation_id=10))
+            assert len(held.recv(65536)) > 8  # the one counted keeps being served
         assert broker.metric("broker_worker_restarts_total") == 0
+
+
+def read_to_end(sock, wait: float) -> bytes:
+    """Everything the peer sends until it closes (TLS: a reset or an EOF counts as closed)."""
+    sock.settimeout(wait)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+        pass
+    return data
 
 
 @pytest.mark.system

@@ -10,10 +10,17 @@ session has that lifetime, a SaslHandshake on the connection starts a new exchan
 principal only), and the worker closes sessions left to expire.  On failure the answer goes out at once and the
 connection is closed `connection.failed.authentication.delay.ms` later, on a timer: nothing
 waits, neither the acceptor nor the worker.
+
+A successful exchange is not answered at once: the parent, which counts connections per
+principal across all workers, must first admit the user (`claim`, the per-user count and
+creation rate).  Until its verdict the connection stays parked; refused, it gets the
+authentication failure and is closed after the same delay.  A re-authentication (same
+principal, same connection) is not asked again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hmac
 import logging
@@ -42,12 +49,16 @@ class Authenticator:
 
     def __init__(self, conn, settings: SaslSettings,
                  credentials: Callable[[str, str], ScramCredential | None],
-                 router_handle, on_result, failure_delay: float, reauth_ms: int = 0):
+                 router_handle, on_result, failure_delay: float, reauth_ms: int = 0,
+                 claim=None):
         self.conn = conn
         self.settings = settings
         self._credentials = credentials  # (mechanism, user) -> the stored SCRAM credential
         self._router_handle = router_handle
-        self._on_result = on_result  # (authenticator, mechanism, user, ok) -> None
+        self._on_result = on_result  # (authenticator, mechanism, user, result) -> None
+        # (conn, user) -> a Future of the parent's ipc.UserVerdict; None: admit at once
+        self._claim = claim
+        self._claimed: tuple[str, asyncio.Future] | None = None  # an admission being asked
         self._failure_delay = failure_delay
         # KIP-368: sessions last reauth_ms (connections.max.reauth.ms), then the client must
         # authenticate again on the same connection, as the same principal; 0: for ever.
@@ -81,6 +92,12 @@ class Authenticator:
         if api_key == _SASL_AUTHENTICATE:
             ctx, body = self._decode(request, listener)
             token, code, message = self._token(bytes(body.auth_bytes))
+            if self._claimed is not None:
+                return self._after_verdict(lambda refusal: ctx.respond(
+                    {"error_code": errors.ErrorCode.sasl_authentication_failed,
+                     "error_message": refusal, "auth_bytes": b"", "session_lifetime": _NO_REAUTH}
+                    if refusal else {"error_code": errors.NONE, "error_message": None,
+                                     "auth_bytes": token, "session_lifetime": self._lifetime}))
             lifetime = self._lifetime if code == errors.NONE and self.user else _NO_REAUTH
             return ctx.respond({"error_code": code, "error_message": message,
                                 "auth_bytes": token, "session_lifetime": lifetime})
@@ -110,11 +127,14 @@ class Authenticator:
             self._raw_tokens = ctx.version == 0
         return ctx.respond({"error_code": code, "mechanisms": enabled})
 
-    def _raw_token(self, token: bytes) -> bytes | None:
+    def _raw_token(self, token: bytes):
         reply, code, _message = self._token(token)
         if code != errors.NONE:
             return None  # v0 has no error frame: the connection closes after the delay
-        return _INT32.pack(len(reply)) + reply
+        framed = _INT32.pack(len(reply)) + reply
+        if self._claimed is not None:
+            return self._after_verdict(lambda refusal: None if refusal else framed)
+        return framed
 
     def _token(self, token: bytes):
         """(reply token, error code, error message) for one client token."""
@@ -167,12 +187,51 @@ class Authenticator:
     def _succeed(self, user: str):
         if self._reauthenticating and user != self.user:
             return self._fail(user, "re-authentication as another user is not allowed")
-        self.user, self._reauthenticating = user, False
-        self._on_result(self, self.mechanism, user, True)
+        if self._reauthenticating or self._claim is None:
+            self._admitted(user)
+        else:  # the answer waits for the parent's verdict on the user's limits
+            self._claimed = (user, self._claim(self.conn, user))
         return b"", errors.NONE, None
+
+    def _admitted(self, user: str) -> None:
+        self.user, self._reauthenticating = user, False
+        self._on_result(self, self.mechanism, user, "success")
+
+    def _after_verdict(self, respond) -> asyncio.Future:
+        """The answer to the last token, once the parent admitted or refused the user:
+        `respond(refusal)` makes it, refusal being "" or the client's error message."""
+        (user, verdict), self._claimed = self._claimed, None
+        answer = verdict.get_loop().create_future()
+
+        def decided(done: asyncio.Future) -> None:
+            if answer.done():  # the connection closed meanwhile
+                return
+            if done.exception() is not None:
+                answer.set_exception(done.exception())
+                return
+            refused = done.result().refused
+            if refused:
+                self._failed = True
+                self._on_result(self, self.mechanism, user, refused)  # closes it later
+                answer.set_result(respond(refusal_message(user, done.result())))
+                return
+            self._admitted(user)
+            answer.set_result(respond(""))
+
+        verdict.add_done_callback(decided)
+        return answer
 
     def _fail(self, user: str | None, message: str):
         self._failed = True
-        self._on_result(self, self.mechanism, user, False)
+        self._on_result(self, self.mechanism, user, "failure")
         self.conn.close_later(self._failure_delay, "authentication_failed")
         return b"", errors.ErrorCode.sasl_authentication_failed, message
+
+
+def refusal_message(user: str, verdict) -> str:
+    """What a client refused by the per-user limits is told (its ipc.UserVerdict)."""
+    if verdict.refused == "per_user_rate":
+        return (f"Connection creation rate of user {user} is over its limit of "
+                f"{verdict.limit}/s (pybroker.max.connection.creation.rate.per.user)")
+    return (f"Connection limit of user {user} reached: {verdict.limit} "
+            f"(pybroker.max.connections.per.user)")

@@ -102,6 +102,10 @@ class ConnectionHost(Protocol):
 
     def authenticator(self, conn: Connection) -> Authenticator | None: ...
 
+    def claim_user(self, conn: Connection, user: str) -> asyncio.Future: ...
+
+    def user_refused(self, conn: Connection, user: str, reason: str) -> None: ...
+
 
 class Connection(asyncio.BufferedProtocol):
     """A Kafka channel: size-prefixed request frames in, responses out in the same order."""
@@ -147,6 +151,7 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = ANONYMOUS  # set once connected (TLS: from the client certificate)
         self.user = "ANONYMOUS"  # the principal's name: the quota `user` entity
         self.session_expires = 0.0  # KIP-368: when the SASL session ends (monotonic); 0: never
+        self._claiming = False  # a certificate's user waits for the per-user limits' verdict
         self._need_client_id = host.events is not None
 
     # --- Protocol interface ---------------------------------------------------------------
@@ -162,7 +167,23 @@ class Connection(asyncio.BufferedProtocol):
         authenticator = self.host.authenticator(self)
         if authenticator is not None:  # a SASL listener: requests go there until authenticated
             self.authenticating(authenticator.handle, self.host.sasl_max_receive_bytes)
+        elif self.principal != ANONYMOUS:  # nothing is read until the user's limits admit it
+            self._claiming = True
+            self.host.claim_user(self, self.user).add_done_callback(self._claim_decided)
+            self._update_reading()
         self.host.connection_registered(self)
+
+    def _claim_decided(self, verdict: asyncio.Future) -> None:
+        """The parent's verdict on a client certificate's user: read requests, or close."""
+        if self.closing:
+            return
+        if verdict.exception() is not None:
+            self._fail(verdict.exception())
+        elif verdict.result().refused:
+            self.host.user_refused(self, self.user, verdict.result().refused)
+        else:
+            self._claiming = False
+            self._update_reading()
 
     def connection_lost(self, exc) -> None:
         if exc is not None and self._close_reason == "client" and not isinstance(
@@ -422,7 +443,7 @@ class Connection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         """Read only while not muted and the peer keeps up with our responses."""
         want = (self.state is _NOT_MUTED and not self._write_paused and not self.closing
-                and not self._queue_wait)
+                and not self._queue_wait and not self._claiming)
         if want != self._reading and self.transport is not None:
             self._reading = want
             if want:

@@ -68,10 +68,12 @@ class WorkerStats:
     def queued_requests(self, count: int) -> None:
         self.words[self._queued_requests] = count
 
-    def authentication(self, listener: int, mechanism: str, ok: bool) -> None:
+    def authentication(self, listener: int, mechanism: str, result: str) -> None:
+        """result: one of AUTH_RESULTS (refused: the credentials were right, the user's
+        connection limits were not)."""
         self.words[self._block.worker_cell(self._slot, "authentications", listener,
                                            SASL_MECHANISMS.index(mechanism),
-                                           AUTH_RESULTS.index("success" if ok else "failure"))] += 1
+                                           AUTH_RESULTS.index(result))] += 1
 
     def quota_untracked(self) -> None:
         self.words[self._quota_untracked] += 1

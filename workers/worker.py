@@ -117,6 +117,7 @@ class Worker:
         self._admin_ids = 0
         # id -> (future, api key, version, client id, user) of requests the parent serves
         self._admin_waiting: dict[int, tuple] = {}
+        self._claims: dict[int, asyncio.Future] = {}  # conn id -> the parent's UserVerdict
         self._idle_seconds = props.connections_max_idle_ms / 1000
         self.receive_timeout = props.pybroker_request_receive_timeout_ms / 1000
         self.shutdown_seconds = props.pybroker_shutdown_timeout_ms / 1000
@@ -193,27 +194,62 @@ class Worker:
             return None
         return Authenticator(conn, settings, self._scram_credential, self.router.handle,
                              self._authentication_result, self._failed_auth_delay,
-                             self._reauth_ms)
+                             self._reauth_ms, claim=self.claim_user)
 
     def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         return self._scram.get(mechanism, {}).get(user)
 
     def _authentication_result(self, authenticator: Authenticator, mechanism: str,
-                               user: str | None, ok: bool) -> None:
+                               user: str | None, result: str) -> None:
+        """result: success, failure, or the per-user limit that refused the user."""
         conn = authenticator.conn
-        self.stats.authentication(conn.listener_index, mechanism, ok)
-        if ok and authenticator.reauth_ms:  # it keeps serving: it watches for re-authentication
+        self.stats.authentication(conn.listener_index, mechanism,
+                                  result if result in ("success", "failure") else "refused")
+        if result == "success" and authenticator.reauth_ms:  # it watches for re-authentication
             conn.authenticated(f"User:{user}", authenticator.handle)
             conn.session_expires = time.monotonic() + authenticator.reauth_ms / 1000
             return
-        if ok:
+        if result == "success":
             conn.authenticated(f"User:{user}", functools.partial(self.router.handle, user=user))
+            return
+        if result != "failure":
+            self.user_refused(conn, user, result)
             return
         log.info("connection %s from %s: %s authentication failed for user %r; closing in "
                  "%d ms", conn.conn_id, conn.peer, mechanism, user,
                  self._failed_auth_delay * 1000)
         if self.events is not None:
             self.events.authentication_failed(conn, mechanism, user)
+
+    def claim_user(self, conn: Connection, user: str) -> asyncio.Future:
+        """Ask the parent whether `conn`, authenticated as `user`, may stay: the per-user
+        limits are counted there, across all workers.  A Future of the ipc.UserVerdict."""
+        future = self.loop.create_future()
+        if self.control_plane:  # outside the data plane's limits, as for per-IP ones
+            future.set_result(ipc.UserVerdict(conn_id=conn.conn_id))
+            return future
+        self._claims[conn.conn_id] = future
+        try:
+            self.channel.send(ipc.UserClaim(conn_id=conn.conn_id, user=user))
+        except OSError as error:
+            self._claims.pop(conn.conn_id, None)
+            if not future.done():  # _parent_gone may have failed it already
+                future.set_exception(error)
+        return future
+
+    def _user_verdict(self, verdict: ipc.UserVerdict) -> None:
+        future = self._claims.pop(verdict.conn_id, None)
+        if future is not None and not future.done():
+            future.set_result(verdict)
+
+    def user_refused(self, conn: Connection, user: str, reason: str) -> None:
+        """The parent refused an authenticated connection for its user's limits (`reason`
+        per_user_limit or per_user_rate): close it after the failed-authentication delay."""
+        log.info("connection %s from %s: user %r is over its %s; closing in %d ms",
+                 conn.conn_id, conn.peer, user,
+                 "connection limit" if reason == "per_user_limit" else "connection creation rate",
+                 self._failed_auth_delay * 1000)
+        conn.close_later(self._failed_auth_delay, reason)
 
     def principal_of(self, listener: int, transport) -> str:
         """The connection's principal: on a TLS listener with a verified client certificate,
@@ -338,6 +374,8 @@ class Worker:
                 self._answer_evict_query(message)
             elif isinstance(message, ipc.AdminResponse):
                 self._admin_answered(message)
+            elif isinstance(message, ipc.UserVerdict):
+                self._user_verdict(message)
             elif isinstance(message, ipc.Quotas):
                 if self.services.quotas is not None:
                     self.services.quotas.update(message.entries)
@@ -361,10 +399,12 @@ class Worker:
                     error or "closed")
         self.loop.remove_reader(self.channel.fileno())
         self.channel.close()
-        for future, *_ in self._admin_waiting.values():  # their clients must not wait forever
+        waiting = [future for future, *_ in self._admin_waiting.values()]
+        for future in waiting + list(self._claims.values()):  # no client may wait forever
             if not future.done():
                 future.set_exception(ConnectionError("the parent is gone"))
         self._admin_waiting.clear()
+        self._claims.clear()
         self.begin_shutdown(1.0)
 
     # --- called by connections (ConnectionHost) -------------------------------------------

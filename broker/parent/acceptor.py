@@ -153,11 +153,11 @@ class Acceptor:
             total += time.monotonic_ns() - self._blocked_since
         return total
 
-    def rejected(self, reason: str, ip: str = "") -> None:
+    def rejected(self, reason: str, ip: str = "", principal: str | None = None) -> None:
         self.block.words[self._rejected_cells[reason]] += 1
         if self.events is not None:
             self.events.emit(ConnectionRejected(listener=self.listener.name, ip=ip,
-                                                reason=reason))
+                                                reason=reason, principal=principal))
 
     def sync_active(self) -> None:
         self.block.words[self._active_cell] = self.quotas.per_listener[self.index]

@@ -13,6 +13,9 @@ decisions the acceptor acts on:
                         time the listener's acceptor must pause for the listener/broker rate
   excess()            connections over max.connections (to evict, after a protected listener
                       went over it or the limit was lowered)
+  claim_user(...)     once a connection authenticated (its worker asks before answering): the
+                      principal's count, then its rate: REJECT_USER_LIMIT (per_user_limit),
+                      THROTTLE_USER (per_user_rate) or ADMIT, counted from then on
 
 Unlike Kafka, a connection refused for its IP is not charged to the broker and listener
 rates, and per-IP count rejections happen before any rate is touched.  The protected
@@ -35,13 +38,15 @@ from broker.parent.rates import Rate
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import address_of
 
-IP_SENSOR_EXPIRY = 3600.0  # an unused per-IP rate sensor is dropped after an hour, as Kafka
+SENSOR_EXPIRY = 3600.0  # an unused per-IP or per-user rate sensor is dropped after an hour, as Kafka
 
 
 class Verdict(Enum):
     ADMIT = "admit"
     REJECT_IP_LIMIT = "per_ip_limit"
     THROTTLE_IP = "per_ip_rate"
+    REJECT_USER_LIMIT = "per_user_limit"
+    THROTTLE_USER = "per_user_rate"
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,10 @@ class Limits:
     listener_creation_rate: dict[int, int] = field(default_factory=dict)
     ip_creation_rate_default: int = INT_MAX
     ip_creation_rates: dict[str, int] = field(default_factory=dict)
+    max_connections_per_user: int = INT_MAX
+    user_overrides: dict[str, int] = field(default_factory=dict)
+    user_creation_rate: int = INT_MAX
+    user_rate_overrides: dict[str, int] = field(default_factory=dict)
 
     def listener_max(self, listener: int) -> int:
         return self.listener_max_connections.get(listener, INT_MAX)
@@ -78,6 +87,12 @@ class Limits:
 
     def ip_rate(self, ip: str) -> int:
         return self.ip_creation_rates.get(ip, self.ip_creation_rate_default)
+
+    def per_user_limit(self, user: str) -> int:
+        return self.user_overrides.get(user, self.max_connections_per_user)
+
+    def user_rate(self, user: str) -> int:
+        return self.user_rate_overrides.get(user, self.user_creation_rate)
 
 
 class ConnectionQuotas:
@@ -98,6 +113,9 @@ class ConnectionQuotas:
         self._broker_rate = self._sensor()
         self._listener_rates = [self._sensor() for _ in range(listeners)]
         self._ip_rates: dict[str, Rate] = {}
+        self.per_user: dict[str, int] = {}  # principal name -> authenticated connections
+        self._users: dict[int, str] = {}  # conn id -> the principal it was counted for
+        self._user_rates: dict[str, Rate] = {}
 
     def _sensor(self) -> Rate:
         return Rate(self._window, self._samples, self._burst)
@@ -122,17 +140,24 @@ class ConnectionQuotas:
             return Decision(Verdict.ADMIT, self._charge_rates(listener, now))
         if self.per_ip.get(ip, 0) >= self.limits.per_ip_limit(ip):
             return Decision(Verdict.REJECT_IP_LIMIT)
-        ip_limit = self.limits.ip_rate(ip)
-        if ip_limit < INT_MAX:
-            sensor = self._ip_rates.get(ip)
-            if sensor is None:
-                sensor = self._ip_rates[ip] = self._sensor()
-            sensor.record(1, now)
-            delay = sensor.throttle(ip_limit, now, cap=self._window)
-            if delay > 0:
-                sensor.record(-1, now)  # unrecord: a refused connection is not charged
-                return Decision(Verdict.THROTTLE_IP, delay)
+        delay = self._over_rate(self._ip_rates, ip, self.limits.ip_rate(ip), now)
+        if delay > 0:
+            return Decision(Verdict.THROTTLE_IP, delay)
         return Decision(Verdict.ADMIT, self._charge_rates(listener, now))
+
+    def _over_rate(self, sensors: dict[str, Rate], key: str, limit: int, now: float) -> float:
+        """Charge one connection to `key`'s sensor; if that puts it over `limit`, take the
+        charge back (a refused connection is not charged) and return the throttle delay."""
+        if limit >= INT_MAX:
+            return 0.0
+        sensor = sensors.get(key)
+        if sensor is None:
+            sensor = sensors[key] = self._sensor()
+        sensor.record(1, now)
+        delay = sensor.throttle(limit, now, cap=self._window)
+        if delay > 0:
+            sensor.record(-1, now)
+        return delay
 
     def _charge_rates(self, listener: int, now: float) -> float:
         delay = 0.0
@@ -162,15 +187,33 @@ class ConnectionQuotas:
             return None
         listener, ip = owner
         self.per_listener[listener] -= 1
+        if self._users:
+            self._release_user(conn_id)
         if listener == self.control_plane:
             return owner
         self.total -= 1
-        left = self.per_ip[ip] - 1
-        if left:
-            self.per_ip[ip] = left
-        else:
-            del self.per_ip[ip]
+        _decrement(self.per_ip, ip)
         return owner
+
+    def claim_user(self, conn_id: int, user: str, now: float) -> Verdict:
+        """A connection authenticated as `user`: may it stay?  On ADMIT it counts for the user
+        until `closed`.  A connection already gone, already counted, or on the control plane
+        (outside the data plane's limits) is admitted without counting."""
+        owner = self._owners.get(conn_id)
+        if owner is None or owner[0] == self.control_plane or conn_id in self._users:
+            return Verdict.ADMIT
+        if self.per_user.get(user, 0) >= self.limits.per_user_limit(user):
+            return Verdict.REJECT_USER_LIMIT
+        if self._over_rate(self._user_rates, user, self.limits.user_rate(user), now) > 0:
+            return Verdict.THROTTLE_USER
+        self._users[conn_id] = user
+        self.per_user[user] = self.per_user.get(user, 0) + 1
+        return Verdict.ADMIT
+
+    def _release_user(self, conn_id: int) -> None:
+        user = self._users.pop(conn_id, None)
+        if user is not None:
+            _decrement(self.per_user, user)
 
     def owner(self, conn_id: int) -> tuple[int, str] | None:
         return self._owners.get(conn_id)
@@ -187,6 +230,21 @@ class ConnectionQuotas:
         """How many per-IP rate sensors are kept."""
         return len(self._ip_rates)
 
-    def expire_ip_sensors(self, now: float) -> None:
-        for ip in [ip for ip, s in self._ip_rates.items() if s.idle_since(now) > IP_SENSOR_EXPIRY]:
-            del self._ip_rates[ip]
+    def tracked_users(self) -> int:
+        """How many per-user rate sensors are kept."""
+        return len(self._user_rates)
+
+    def expire_rate_sensors(self, now: float) -> None:
+        """Drop the per-IP and per-user rate sensors unused for an hour."""
+        for sensors in (self._ip_rates, self._user_rates):
+            for key in [key for key, s in sensors.items() if s.idle_since(now) > SENSOR_EXPIRY]:
+                del sensors[key]
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    """One fewer for `key`; a key at zero is dropped, so the dict holds only what is open."""
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

@@ -19,7 +19,8 @@ import msgspec
 from broker.parent.admission import Limits
 from broker.shared.config import LISTENER_KEYS, BrokerConfig, ServerProperties
 from broker.shared.constants import INT_MAX
-from broker.shared.overrides import override_hosts, parse_ip_overrides, syntax_only
+from broker.shared.overrides import (override_hosts, parse_ip_overrides, parse_user_overrides,
+                                     syntax_only)
 from broker.shared.tls import TlsConfigError, TlsSettings, server_context
 
 STORE_FILE = ".pybroker-dynamic.json"
@@ -41,7 +42,7 @@ CONTROL_PLANE_MAX_CONNECTIONS = 100  # unless listener.name.<cp>.max.connections
 @dataclass(frozen=True)
 class DynamicKey:
     name: str
-    kind: str  # "int" or "list"
+    kind: str  # "int", "string", "list" (host:N entries) or "users" (user:N entries)
     minimum: int = 0
     doc: str = ""
 
@@ -51,6 +52,13 @@ BROKER_KEYS = {key.name: key for key in (
     DynamicKey("max.connections.per.ip", "int", 0, "Connections one IP address may hold."),
     DynamicKey("max.connections.per.ip.overrides", "list", 0, "host:N, ip:N or cidr:N entries."),
     DynamicKey("max.connection.creation.rate", "int", 0, "New connections per second."),
+    DynamicKey("pybroker.max.connections.per.user", "int", 0,
+               "Connections one authenticated principal may hold."),
+    DynamicKey("pybroker.max.connections.per.user.overrides", "users", 0, "user:N entries."),
+    DynamicKey("pybroker.max.connection.creation.rate.per.user", "int", 0,
+               "Authenticated connections per second of one principal."),
+    DynamicKey("pybroker.max.connection.creation.rate.per.user.overrides", "users", 0,
+               "user:N entries."),
 )}
 # Per listener, a dynamic limit must be positive (Kafka's rule).
 LISTENER_DYNAMIC = {name: DynamicKey(name, "int", 1) for name in LISTENER_KEYS}
@@ -184,7 +192,15 @@ class DynamicConfig:
             ip_creation_rate_default=int(default_rate) if default_rate is not None
             else self.config.props.max_connection_creation_rate_per_ip,
             ip_creation_rates={ip: int(rate) for ip, rate in quotas.items() if ip != DEFAULT_ENTITY},
+            max_connections_per_user=number("pybroker.max.connections.per.user"),
+            user_overrides=self._user_overrides("pybroker.max.connections.per.user.overrides"),
+            user_creation_rate=number("pybroker.max.connection.creation.rate.per.user"),
+            user_rate_overrides=self._user_overrides(
+                "pybroker.max.connection.creation.rate.per.user.overrides"),
         )
+
+    def _user_overrides(self, key: str) -> dict[str, int]:
+        return parse_user_overrides(self.value(key)[0] or "", key)
 
     # --- changes --------------------------------------------------------------------------
 
@@ -209,7 +225,7 @@ class DynamicConfig:
         if operation == 1:  # DELETE
             layer.pop(key, None)
             return
-        if operation in (2, 3) and spec.kind != "list":  # APPEND, SUBTRACT
+        if operation in (2, 3) and spec.kind not in ("list", "users"):  # APPEND, SUBTRACT
             raise ConfigProblem("invalid_config", f"{key} is not a list: APPEND and SUBTRACT "
                                                   "do not apply")
         if operation not in (0, 2, 3):
@@ -232,7 +248,10 @@ class DynamicConfig:
             current = items
         joined = ",".join(current)
         try:  # the form only: names are resolved off the loop when the limits apply
-            parse_ip_overrides(joined, key, resolve=syntax_only)
+            if spec.kind == "users":
+                parse_user_overrides(joined, key)
+            else:
+                parse_ip_overrides(joined, key, resolve=syntax_only)
         except ValueError as error:
             raise ConfigProblem("invalid_config", str(error)) from None
         layer[key] = joined

@@ -4,6 +4,8 @@ Glue between the pieces that each do one thing: `ConnectionQuotas` (counts and r
 the `Acceptor`s (one per listener), the `Dispatcher` (bounded hand-off), and the workers'
 reports.  Workers report every connection that ends (IPC `Progress.closed`), and a dead
 worker's connections are all released at once, so the counts are exact within a loop turn.
+A connection that authenticated is counted for its principal when its worker asks
+(`UserClaim`, answered with `UserVerdict`) and released by the same reports.
 
 Eviction (KIP-402 inter-broker protection, or a lowered `max.connections`): when more
 connections are open than allowed, the parent asks every worker for its least recently
@@ -23,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from broker.parent.acceptor import Acceptor, DelayedCloser
-from broker.parent.admission import ConnectionQuotas
+from broker.parent.admission import ConnectionQuotas, Verdict
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.handoff import Dispatcher
 from broker.parent.worker_process import WorkerProcess
@@ -122,6 +124,24 @@ class ConnectionLedger:
             self.wake_acceptors()
             self.maybe_evict()
 
+    def claim_user(self, worker: WorkerProcess, message: ipc.UserClaim) -> None:
+        """A connection authenticated: count it for its principal, or refuse it (the worker
+        answers the client with an authentication failure and closes it after the delay)."""
+        verdict = self.quotas.claim_user(message.conn_id, message.user, time.monotonic())
+        refused, limit = "", 0
+        if verdict is not Verdict.ADMIT:
+            refused = verdict.value
+            limits = self.quotas.limits
+            limit = (limits.per_user_limit(message.user) if verdict is Verdict.REJECT_USER_LIMIT
+                     else limits.user_rate(message.user))
+            listener, ip = self.quotas.owner(message.conn_id)
+            self.acceptors[listener].rejected(refused, ip=ip, principal=f"User:{message.user}")
+        try:
+            worker.channel.send(ipc.UserVerdict(conn_id=message.conn_id, refused=refused,
+                                                limit=limit))
+        except (OSError, AttributeError):
+            pass  # a dead worker's connections are released by worker_gone
+
     def worker_gone(self, worker: WorkerProcess) -> None:
         """The dead worker's connections died with it: count them closed (reason worker_exit),
         fold its slot's counters into the archive, and release every slot they held."""
@@ -171,9 +191,11 @@ class ConnectionLedger:
             log.error("keeping the previous connection limits: %s", error)
             return
         self.quotas.limits = limits
-        log.info("connection limits now: max.connections=%d, per IP %d, rate %d/s",
-                 limits.max_connections, limits.max_connections_per_ip,
-                 limits.max_connection_creation_rate)
+        log.info("connection limits now: max.connections=%d, per IP %d, rate %d/s, per user %d "
+                 "(%d overrides), %d/s (%d overrides)", limits.max_connections,
+                 limits.max_connections_per_ip, limits.max_connection_creation_rate,
+                 limits.max_connections_per_user, len(limits.user_overrides),
+                 limits.user_creation_rate, len(limits.user_rate_overrides))
         self.wake_acceptors()
         self.maybe_evict()
 

@@ -194,6 +194,8 @@ class ParentServices:
             self.ledger.evict_candidates(worker, message)
         elif isinstance(message, ipc.AdminRequest):
             self.router.serve(worker, message)
+        elif isinstance(message, ipc.UserClaim):
+            self.ledger.claim_user(worker, message)
         else:
             return False
         return True

@@ -136,7 +136,7 @@ class Supervisor:
             self._reap()  # backstop for a missed pidfd wake-up
             self._check_heartbeats()
             # Per-IP rate sensors unused for an hour go, so many IPs cannot grow the parent.
-            self.services.ledger.quotas.expire_ip_sensors(time.monotonic())
+            self.services.ledger.quotas.expire_rate_sensors(time.monotonic())
 
     def handle_sigterm(self) -> None:
         """SIGTERM: graceful shutdown; a second one kills the workers at once."""

@@ -23,7 +23,7 @@ import msgspec
 from msgspec import Meta
 
 from broker.shared.constants import INT_MAX
-from broker.shared.overrides import parse_ip_overrides, syntax_only
+from broker.shared.overrides import parse_ip_overrides, parse_user_overrides, syntax_only
 from broker.shared.sasl import MECHANISMS, SASL_PROTOCOLS, SaslSettings, plain_users
 from broker.shared.tls import (TLS_KEYS, TLS_PROTOCOLS, PrincipalRules, TlsConfigError, TlsSettings,
                                server_context)
@@ -182,6 +182,22 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_connection_creation_rate_per_ip: Annotated[int, _doc(
         "Default connection_creation_rate quota of each IP (an `ip` entity quota wins); a "
         "socket over it is closed after the throttle delay, unread.", ge=0, le=INT_MAX)] = INT_MAX
+    pybroker_max_connections_per_user: Annotated[int, _doc(
+        "Connections one principal (a SASL user, or a client certificate's mapped name) may "
+        "hold on the data listeners, counted across all workers once it authenticated; "
+        "User:ANONYMOUS is not limited. Over it, the authentication fails and the connection "
+        "closes after connection.failed.authentication.delay.ms. Dynamic.",
+        ge=0, le=INT_MAX)] = INT_MAX
+    pybroker_max_connections_per_user_overrides: Annotated[str, _doc(
+        "Comma-separated user:N (a name may hold ':', not ',': shorten certificate names with "
+        "ssl.principal.mapping.rules), each user's own limit instead of "
+        "pybroker.max.connections.per.user. Dynamic.")] = ""
+    pybroker_max_connection_creation_rate_per_user: Annotated[int, _doc(
+        "Authenticated connections per second one principal may open on the data listeners; "
+        "over it, as for the count (reason per_user_rate). Dynamic.", ge=0, le=INT_MAX)] = INT_MAX
+    pybroker_max_connection_creation_rate_per_user_overrides: Annotated[str, _doc(
+        "Comma-separated user:N, each user's own rate instead of "
+        "pybroker.max.connection.creation.rate.per.user. Dynamic.")] = ""
     quota_window_num: Annotated[int, _doc(
         "Samples kept by every rate quota.", ge=1, le=32)] = 11
     quota_window_size_seconds: Annotated[int, _doc(
@@ -754,6 +770,12 @@ def _check_quota_settings(props: ServerProperties) -> None:
         parse_ip_overrides(props.max_connections_per_ip_overrides, resolve=syntax_only)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    for key in ("pybroker.max.connections.per.user.overrides",
+                "pybroker.max.connection.creation.rate.per.user.overrides"):
+        try:
+            parse_user_overrides(getattr(props, key.replace(".", "_")), key)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     if props.max_connections_per_ip == 0 and not props.max_connections_per_ip_overrides.strip():
         raise ConfigError("max.connections.per.ip: 0 is only allowed together with "
                           "max.connections.per.ip.overrides")

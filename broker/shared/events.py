@@ -11,7 +11,9 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
     worker_exited        parent      a worker was reaped            worker, pid, cause, lived_ms
     connection_accepted  parent      admitted and handed off        listener, ip, port, conn_id
     connection_rejected  parent      refused by admission           listener, ip, reason
-                                     (per_ip_limit, per_ip_rate, evicted)
+                                     (per_ip_limit, per_ip_rate,    (per_ip_limit, per_ip_rate,
+                                     evicted), or once              evicted, per_user_limit,
+                                     authenticated (per_user_*)     per_user_rate), principal
     connection_closed    worker      a registered connection ended  listener, ip, conn_id, reason,
                                                                     client_id, principal,
                                                                     lifetime_ms,
@@ -105,6 +107,7 @@ class ConnectionRejected(Event, tag="connection_rejected", kw_only=True):
     listener: str
     ip: str
     reason: str
+    principal: str | None = None  # per_user_limit, per_user_rate: who was over the limit
 
 
 class ConnectionClosed(Event, tag="connection_closed", kw_only=True):

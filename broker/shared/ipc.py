@@ -9,9 +9,10 @@ sockets themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same o
     parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
                        Quotas (after Boot and after every client-quota change), Tls (after a
                        SIGHUP changed the SSL listeners' certificates), Credentials
-                       (after Boot and after every SCRAM credential change)
+                       (after Boot and after every SCRAM credential change), UserVerdict
     worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
-                       ids), EvictCandidates, AdminRequest
+                       ids), EvictCandidates, AdminRequest, UserClaim (a connection
+                       authenticated: may it stay, under the per-user limits?)
 """
 
 from __future__ import annotations
@@ -101,6 +102,19 @@ class Credentials(msgspec.Struct, tag=True, frozen=True):
     scram: dict[str, dict[str, ScramCredential]]
 
 
+class UserClaim(msgspec.Struct, tag=True, frozen=True):
+    """A connection authenticated as `user`; its answer waits for the parent's UserVerdict."""
+
+    conn_id: int
+    user: str
+
+
+class UserVerdict(msgspec.Struct, tag=True, frozen=True):
+    conn_id: int
+    refused: str = ""  # "" (admitted, counted for the user), per_user_limit or per_user_rate
+    limit: int = 0  # the limit it is over, for the client's error message
+
+
 class AdminRequest(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     listener: int
@@ -115,7 +129,7 @@ class AdminResponse(msgspec.Struct, tag=True, frozen=True):
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
-           | AdminRequest | AdminResponse | Quotas | Tls | Credentials)
+           | AdminRequest | AdminResponse | Quotas | Tls | Credentials | UserClaim | UserVerdict)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -1,7 +1,11 @@
-"""`max.connections.per.ip.overrides`: the value's syntax, and the networks it names.
+"""Per-IP and per-user override lists: their syntax, and the networks the per-IP ones name.
 
-Read by the config check at start-up (form only), by the parent's dynamic config (host names
-through broker.parent.resolver, off the event loop) and by tests.  Shared: no process state.
+`max.connections.per.ip.overrides` is Kafka's (`host:N,ip:N,cidr:N`);
+`pybroker.max.connections.per.user.overrides` and
+`pybroker.max.connection.creation.rate.per.user.overrides` are ours (`user:N,...`, a user name
+being a principal's name: `alice` for `User:alice`).  Read by the config check at start-up
+(form only), by the parent's dynamic config (host names through broker.parent.resolver, off
+the event loop) and by tests.  Shared: no process state.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+
+from broker.shared.constants import INT_MAX
 
 
 def resolve_now(host: str) -> list:
@@ -87,3 +93,20 @@ def _networks(target: str, key: str, resolve):
         except OSError as error:
             raise ValueError(f"{key}: cannot resolve host {target!r} ({error})") from None
     return resolve(target) or []
+
+
+def parse_user_overrides(text: str, key: str) -> dict[str, int]:
+    """`user:N,user:N` -> {user: N}; a name may hold ':' (the last one splits) but not ','.
+    Raises ValueError naming the entry."""
+    limits: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        user, sep, count = item.rpartition(":")
+        user, count = user.strip(), count.strip()
+        if not sep or not user or not count.isdigit():
+            raise ValueError(f"{key}: invalid entry {item!r} (expected user:N, N >= 0)")
+        if int(count) > INT_MAX:
+            raise ValueError(f"{key}: {item!r} is more than {INT_MAX}")
+        limits[user] = int(count)
+    return limits

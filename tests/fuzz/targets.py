@@ -306,7 +306,8 @@ def sasl(data: bytes) -> None:
             return  # the connection would close: a refusal
         if answer is not None and not isinstance(answer, bytes):
             raise Finding(f"an answer of type {type(answer).__name__}")
-    if results.count(True) > 1 or (False in results and conn.closed != "authentication_failed"):
+    if results.count("success") > 1 or ("failure" in results
+                                        and conn.closed != "authentication_failed"):
         raise Finding(f"results {results}, closed {conn.closed}")
 
 
