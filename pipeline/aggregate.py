@@ -7,8 +7,11 @@ timeline    one row per second from the first event to the last: connections acc
 top_n       the N biggest IPs, client ids, users and principals by connections, rejections,
             bytes, throttle time and failed authentications
 incidents   runs of seconds where rejections, acceptor blocking or pool depletion pass their
-            thresholds (quiet gaps up to `gap` seconds joined), with start, end, peaks and
-            the IP and client id that drove them
+            thresholds (quiet gaps up to `gap` seconds joined), with start, end, peaks, the
+            IP and client id that drove them, and the requests the ACLs denied meanwhile
+            (how many, and the principal and resource denied most)
+denied      the requests the ACLs denied: per principal, API, resource and operation, how
+            many, from how many addresses, first and last second
 fairness    per window of `window` seconds, Jain's index over the clients' served requests:
             (sum x)^2 / (n * sum x^2), 1 when all got the same, 1/n when one got everything
 """
@@ -141,6 +144,8 @@ def top_n(events: DataFrame, n: int = 10) -> DataFrame:
              "principal", "principal", "connections", count, n),
         _top(_of(events, "connection_rejected"), "principal", "principal", "rejections",
              count, n),
+        _top(_of(events, "authorization_denied"), "principal", "principal", "denials",
+             F.sum("count"), n),
         _top(_of(events, "authentication_failed"), "ip", "ip", "authentication_failures",
              count, n),
         _top(_of(events, "authentication_failed"), "user", "user", "authentication_failures",
@@ -182,8 +187,27 @@ def incidents(events: DataFrame, per_second: DataFrame,
     throttled = events.where(F.col("type") == "throttle")
     by_throttle = _leader(summary, throttled, windowed, "client_id", F.sum("throttle_ms"),
                           "most_throttled_client_id")
+    denials = events.where(F.col("type") == "authorization_denied")
+    by_principal = _leader(summary, denials, windowed, "principal", F.sum("count"),
+                           "most_denied_principal")
+    by_resource = _leader(summary, denials, windowed, "resource", F.sum("count"),
+                          "most_denied_resource")
+    denied_count = (summary.alias("s").join(denials.alias("e"), windowed)
+                    .groupBy(F.col("s.incident").alias("incident"))
+                    .agg(F.sum("e.count").alias("denied_requests")))
     return (summary.join(by_ip, "incident", "left").join(by_client, "incident", "left")
-            .join(by_throttle, "incident", "left").orderBy("start"))
+            .join(by_throttle, "incident", "left").join(denied_count, "incident", "left")
+            .join(by_principal, "incident", "left").join(by_resource, "incident", "left")
+            .fillna(0, subset=["denied_requests"]).orderBy("start"))
+
+
+def denied(events: DataFrame) -> DataFrame:
+    """The "denied requests" table: who was refused what by the ACLs, most denied first."""
+    return (_of(events, "authorization_denied")
+            .groupBy("principal", "api", "resource_type", "resource", "operation")
+            .agg(F.sum("count").alias("denials"), F.countDistinct("ip").alias("ips"),
+                 F.min("second").alias("first_second"), F.max("second").alias("last_second"))
+            .orderBy(F.col("denials").desc(), "principal", "api", "resource"))
 
 
 def _leader(summary: DataFrame, events: DataFrame, windowed, key: str, value,

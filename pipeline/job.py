@@ -37,6 +37,7 @@ def run(locations: list[str], out: str, master: str | None = None, top: int = 10
         "top_n": aggregate.top_n(events, top),
         "incidents": aggregate.incidents(events, per_second, limits),
         "fairness": aggregate.fairness(events, window),
+        "denied": aggregate.denied(events),
         "latency_by_plane": aggregate.latency_percentiles(events, ["plane"]),
     }
     os.makedirs(out, exist_ok=True)
@@ -47,7 +48,7 @@ def run(locations: list[str], out: str, master: str | None = None, top: int = 10
     summary["job_seconds"] = round(time.monotonic() - started, 2)
     report = os.path.join(out, "report.html")
     write_html(report, summary, rows["timeline"], rows["incidents"], rows["top_n"],
-               rows["fairness"])
+               rows["fairness"], rows["denied"])
     summary["report"] = report
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2, default=str)

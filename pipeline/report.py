@@ -96,10 +96,12 @@ def _cell(value) -> str:
 
 
 def write_html(path: str, summary: dict, timeline: list, incidents: list, top: list,
-               fairness: list) -> None:
+               fairness: list, denied: list = ()) -> None:
     figures = plots(timeline, fairness)
     incident_rows = [dict(row.asDict(), start=_clock(row["start"]), end=_clock(row["end"]))
                      for row in incidents]
+    denied_rows = [dict(row.asDict(), first_second=_clock(row["first_second"]),
+                        last_second=_clock(row["last_second"])) for row in denied]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>Broker incident report</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
@@ -110,7 +112,11 @@ def write_html(path: str, summary: dict, timeline: list, incidents: list, top: l
         _table(incident_rows, ["incident", "start", "end", "seconds", "peak_rejected_per_s",
                                "peak_blocked_ratio", "peak_depleted_ms",
                                "peak_throttled_clients", "top_ip", "top_client_id",
-                               "most_throttled_client_id"]),
+                               "most_throttled_client_id", "denied_requests",
+                               "most_denied_principal", "most_denied_resource"]),
+        "<h2>Denied requests</h2>",
+        _table(denied_rows, ["principal", "api", "resource_type", "resource", "operation",
+                             "denials", "ips", "first_second", "last_second"]),
     ]
     for title, png in figures.items():
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
@@ -136,6 +142,10 @@ def terminal_summary(summary: dict, incidents: list, top: list) -> str:
                      f"{row['top_client_id']}, throttled {row['most_throttled_client_id']}")
     if not incidents:
         lines.append("no incidents")
+    denied = [row for row in top if row["metric"] == "denials" and row["rank"] == 1]
+    if denied:
+        lines.append(f"most denied principal: {denied[0]['key']} "
+                     f"({denied[0]['value']:,.0f} requests)")
     throttled = [row for row in top if row["metric"] == "throttle_ms" and row["rank"] == 1]
     if throttled:
         lines.append(f"most throttled client: {throttled[0]['key']} "

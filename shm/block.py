@@ -98,6 +98,7 @@ WORKER_COUNTERS = (
     ("quota_last", ("quota_entity",)),  # the last window this worker counted for the entity
     ("quota_untracked", ()),  # requests of clients the full sensor table could not track
     ("authentications", ("listener", "sasl_mechanism", "auth_result")),  # SASL outcomes
+    ("authorization_denied", ("api",)),  # requests (resources) the ACLs refused
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
 WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns",
@@ -117,6 +118,7 @@ PARENT_COUNTERS = (
     ("connections_rejected", ("listener", "reject_reason")),
     ("acceptor_blocked_ns", ("listener",)),
     ("accept_throttle_ns", ("listener",)),
+    ("authorization_denied", ("api",)),  # the parent's own: forwarded requests it refused
     ("worker_restarts", ()),
     ("worker_spawn_failures", ()),  # restarts that failed to spawn (retried with back-off)
     # Memory pool state (broker/shared/pool.py), changed under the pool lock by any process: two

@@ -143,10 +143,18 @@ def test_top_n_names_users_principals_and_failed_authentications(spark, tmp_path
     assert found[("principal", "rejections")] == ("User:svc", 2)  # per-user limits
 
 
+def denial(second, principal, resource, count, api="Produce", operation="WRITE", ip="10.0.0.5"):
+    return ev.AuthorizationDenied(ts=at(second), second=T0 + second, listener="SASL", ip=ip,
+                                  principal=principal, api=api, resource_type="TOPIC",
+                                  resource=resource, operation=operation, count=count)
+
+
 def test_incidents_join_close_seconds_and_name_who_drove_them(spark, tmp_path):
     storm = [rejected(s, ip="10.6.6.6") for s in (10, 11, 13) for _ in range(12)]
     directory = write(tmp_path, [
         accepted(0), *storm, rejected(11, ip="10.0.0.1"),
+        denial(11, "User:mallory", "payments", 40), denial(12, "User:alice", "orders", 3),
+        denial(50, "User:bob", "late", 9),  # outside every incident
         requests(11, "hog", 5, {1: 5}, bytes_in=10**6), requests(11, "mouse", 5, {1: 5}),
         ev.BrokerStats(ts=at(30), active={"CLIENT": 1}, depleted_ms=800.0),
         ev.Throttle(ts=at(30), client_id="hog", quota="producer_byte_rate", throttle_ms=700),
@@ -161,11 +169,27 @@ def test_incidents_join_close_seconds_and_name_who_drove_them(spark, tmp_path):
     assert storm_incident["peak_rejected_per_s"] == 13
     assert storm_incident["top_ip"] == "10.6.6.6"
     assert storm_incident["top_client_id"] == "hog"
+    assert (storm_incident["denied_requests"], storm_incident["most_denied_principal"],
+            storm_incident["most_denied_resource"]) == (43, "User:mallory", "payments")
+    assert depletion["denied_requests"] == 0 and depletion["most_denied_principal"] is None
     assert depletion["peak_depleted_ms"] == 800.0
     assert depletion["most_throttled_client_id"] == "hog"
     stricter = aggregate.incidents(events, per_second,
                                    aggregate.Thresholds(rejected_per_second=14)).collect()
     assert [row["start"] - T0 for row in stricter] == [30]
+
+
+def test_the_denied_requests_table_says_who_was_refused_what(spark, tmp_path):
+    directory = write(tmp_path, [
+        denial(1, "User:mallory", "payments", 40, ip="10.6.6.6"),
+        denial(2, "User:mallory", "payments", 2, ip="10.6.6.7"),
+        denial(2, "User:alice", "orders", 3, api="Fetch", operation="READ"),
+    ])
+    found = aggregate.denied(load_events(spark, [directory]).events).collect()
+    assert [(row["principal"], row["api"], row["resource"], row["operation"], row["denials"],
+             row["ips"], row["first_second"] - T0, row["last_second"] - T0) for row in found] == [
+        ("User:mallory", "Produce", "payments", "WRITE", 42, 2, 1, 2),
+        ("User:alice", "Fetch", "orders", "READ", 3, 1, 2, 2)]
 
 
 def test_jains_index_per_window(spark, tmp_path):
@@ -200,22 +224,26 @@ def test_the_job_writes_parquet_a_report_with_plots_and_a_summary(spark, tmp_pat
     directory = write(tmp_path / "events", [
         accepted(0), *[rejected(1) for _ in range(15)], requests(1, "a", 3, {5: 3}),
         ev.Throttle(ts=at(1), client_id="greedy", quota="producer_byte_rate", throttle_ms=90),
+        denial(1, "User:mallory", "payments", 7),
         b"{truncated",
     ])
     out = str(tmp_path / "out")
     summary = run([directory], out, spark=spark)
-    for table in ("timeline", "top_n", "incidents", "fairness", "latency_by_plane"):
+    for table in ("timeline", "top_n", "incidents", "fairness", "latency_by_plane", "denied"):
         assert os.path.exists(os.path.join(out, table, "_SUCCESS"))
     assert spark.read.parquet(os.path.join(out, "timeline")).count() == 2
-    assert (summary["events"], summary["bad_lines"], summary["incidents"]) == (18, 1, 1)
+    assert (summary["events"], summary["bad_lines"], summary["incidents"]) == (19, 1, 1)
     with open(os.path.join(out, "summary.json")) as handle:
-        assert json.load(handle)["events"] == 18
+        assert json.load(handle)["events"] == 19
     with open(summary["report"], encoding="utf-8") as handle:
         page = handle.read()
     assert page.count("src='data:image/png;base64,") == 4
     assert "greedy" in page
+    denied_section = page[page.index("<h2>Denied requests</h2>"):]
+    assert "User:mallory" in denied_section and "payments" in denied_section
     printed = capsys.readouterr().out
     assert "1 unreadable" in printed and "most throttled client: greedy" in printed
+    assert "most denied principal: User:mallory (7 requests)" in printed
 
 
 class SparkDaemon:

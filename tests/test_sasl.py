@@ -488,6 +488,7 @@ def _authenticator_with_claims(reauth_ms: int = 0):
 
     class Conn:
         closed = None
+        ip = "127.0.0.1"
 
         def close_later(self, delay, reason):
             self.closed = reason

@@ -76,7 +76,7 @@ class Authenticator:
         if self.user is not None and not self._reauthenticating:  # authenticated
             if not (self.reauth_ms and len(request) >= 8
                     and api_key_of(request) in (_SASL_HANDSHAKE, _SASL_AUTHENTICATE)):
-                return self._router_handle(request, listener, self.user)
+                return self._router_handle(request, listener, self.user, self.conn.ip)
             self._begin_reauthentication()
         if self._failed:
             return None  # closing after the delay: nothing more is answered
@@ -86,7 +86,8 @@ class Authenticator:
             raise InvalidRequest("frame_too_small", f"request of {len(request)} bytes")
         api_key = api_key_of(request)
         if api_key == _API_VERSIONS:
-            return self._router_handle(request, listener, self.user or "ANONYMOUS")
+            return self._router_handle(request, listener, self.user or "ANONYMOUS",
+                                           self.conn.ip)
         if api_key == _SASL_HANDSHAKE:
             return self._handshake(*self._decode(request, listener))
         if api_key == _SASL_AUTHENTICATE:

@@ -115,7 +115,8 @@ class Connection(asyncio.BufferedProtocol):
         self.host = host
         # Looked up once: these are used for every read and every request.
         self._scratch = host.scratch
-        self._handle = host.router.handle
+        self.ip = peer.rpartition(":")[0] or peer  # peer is "ip:port"; ACLs name the IP
+        self._handle = functools.partial(host.router.handle, host=self.ip)
         self._max_bytes = host.max_request_bytes
         self._large_bytes = host.large_frame_bytes
         self._queue = host.queue
@@ -163,7 +164,8 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = self.host.principal_of(self.listener_index, transport)
         if self.principal != ANONYMOUS:  # a client certificate: quotas know the user
             self.user = self.principal.partition(":")[2]
-            self._handle = functools.partial(self.host.router.handle, user=self.user)
+            self._handle = functools.partial(self.host.router.handle, user=self.user,
+                                             host=self.ip)
         authenticator = self.host.authenticator(self)
         if authenticator is not None:  # a SASL listener: requests go there until authenticated
             self.authenticating(authenticator.handle, self.host.sasl_max_receive_bytes)

@@ -103,9 +103,9 @@ class Router:
     def served(self) -> dict[int, tuple[int, int]]:
         return {key: api.versions for key, api in self.apis.items()}
 
-    def handle(self, request, listener_index: int, user: str = "ANONYMOUS"):
+    def handle(self, request, listener_index: int, user: str = "ANONYMOUS", host: str = ""):
         """Answer one request frame; raise InvalidRequest to close the connection.  `user`:
-        the connection's principal name (SASL or a client certificate)."""
+        the connection's principal name (SASL or a client certificate); `host`: its IP."""
         if len(request) < 8:
             raise InvalidRequest("frame_too_small", f"request of {len(request)} bytes has no header")
         route = self._routes.get(_ROUTE_KEY.unpack_from(request, 0)[0])
@@ -134,7 +134,8 @@ class Router:
                                  f"bad {api.name} v{api_version} body: {error!r}") from None
         if api.forwarded:  # decoded here first, so the parent only sees frames that decode
             return ForwardRequest(request)
-        ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header, user)
+        ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header, user,
+                             host)
         quotas = self.quotas
         if quotas is not None and quotas.active():
             return quotas.timed(api.handle, ctx, body)

@@ -53,6 +53,10 @@ class WorkerStats:
         self._throttle_buckets = block.worker_cell(slot, "throttle_bucket", 0, 0)
         self._block, self._slot = block, slot
 
+    def denied(self, api_key: int) -> None:
+        """A request (one resource of it) the ACLs refused."""
+        self.words[self._block.worker_cell(self._slot, "authorization_denied", api_key)] += 1
+
     def registered(self, listener: int) -> None:
         self.words[self._registered[listener]] += 1
 

@@ -29,6 +29,7 @@ import time
 import msgspec
 
 from broker.shared import ipc
+from broker.shared.access import Access
 from broker.shared.apis import API_NAMES, REFUSED_ON_DATA_LISTENERS, api_key_of, api_version_of
 from broker.shared.client_quotas import REQUEST, QuotaSensors
 from broker.shared.config import BrokerConfig
@@ -86,6 +87,10 @@ class Worker:
         self.services = Services(view=view, props=props, registry=self.registry,
                                  may_alter=config.may_alter)
         self.events = self._event_log(boot)
+        self.access = self.services.access = Access(
+            config.authorizing(), config.super_users, props.allow_everyone_if_no_acl_found,
+            self.stats.denied, self.events.log if self.events is not None else None,
+            tuple(item.name for item in config.listeners), API_NAMES)
         self.control_plane = boot.control_plane
         if not self.control_plane:  # the control plane is exempt from client quotas
             sensors = QuotaSensors(block, boot.slot, props.quota_window_size_seconds,
@@ -155,10 +160,15 @@ class Worker:
         self.channel.send(ipc.Ready(pid=os.getpid()))
         loop.call_later(TICK_SECONDS, self._tick)
         if self.events is not None:
-            self._ticker = SecondTicker(loop, self.events.tick)
+            self._ticker = SecondTicker(loop, self._second)
             self._ticker.start()
         log.info("worker %s serving (pid %d)", self.name, os.getpid())
         await self._stopped
+
+    def _second(self, second: int) -> None:
+        """Once a wall-clock second: the second's denials and requests to the event log."""
+        self.access.flush(second)
+        self.events.tick(second)
 
     def _intake(self, loop: asyncio.AbstractEventLoop) -> Intake:
         config = self.boot.config
@@ -210,7 +220,8 @@ class Worker:
             conn.session_expires = time.monotonic() + authenticator.reauth_ms / 1000
             return
         if result == "success":
-            conn.authenticated(f"User:{user}", functools.partial(self.router.handle, user=user))
+            conn.authenticated(f"User:{user}", functools.partial(self.router.handle, user=user,
+                                                                 host=conn.ip))
             return
         if result != "failure":
             self.user_refused(conn, user, result)
@@ -381,6 +392,8 @@ class Worker:
                     self.services.quotas.update(message.entries)
             elif isinstance(message, ipc.Credentials):
                 self._scram = message.scram
+            elif isinstance(message, ipc.Acls):
+                self.access.update(message.acls)
             elif isinstance(message, ipc.Tls):
                 self._new_certificates(message.listener_tls)
             elif isinstance(message, ipc.Shutdown):
@@ -447,7 +460,8 @@ class Worker:
                                                 client_id_of(request), user)
         try:
             self.channel.send(ipc.AdminRequest(
-                request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request)))
+                request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request),
+                user=user))
         except OSError as error:
             self._admin_waiting.pop(self._admin_ids, None)
             if not future.done():  # _parent_gone may have failed it already

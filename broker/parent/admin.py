@@ -5,7 +5,10 @@ names (broker.shared.apis): the group coordinator (broker.parent.groups) or `Adm
 below, and sends the answer back on the worker's channel, when it is ready (a JoinGroup waits
 for its rebalance).  It also tells workers the client quotas after every change.
 
-`AdminService` answers config and quota requests.
+`AdminService` answers config, quota, SCRAM and ACL requests (the last through
+broker.parent.acls), each authorized first as Kafka does (broker.shared.access): configs need
+DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (BROKER resources) or on the topic, quotas the
+same on the cluster, SCRAM credentials DESCRIBE / ALTER on the cluster.
 
 DescribeConfigs and IncrementalAlterConfigs on the BROKER resource (this node's id, or "" for
 the cluster default), DescribeClientQuotas and AlterClientQuotas for the `ip` entity's
@@ -24,7 +27,10 @@ import time
 
 from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
                                    DynamicConfig, alter_client_quota, ip_entity_key)
+from broker.parent.acls import AclService, AclStore
 from broker.parent.scram import ScramStore
+from broker.shared.access import Access
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
 from broker.shared.apis import BY_NAME, GROUP_KEYS, api_key_of
@@ -43,6 +49,9 @@ log = logging.getLogger("broker.parent.admin")
 SCRAM_IDS = {name: number for number, name in SCRAM_TYPES.items()}
 
 BROKER_RESOURCE = 4
+TOPIC_RESOURCE = 2
+# Kafka's AclApis: SCRAM credentials need DESCRIBE / ALTER on the cluster.
+SCRAM_DESCRIBE, SCRAM_ALTER = Operation.DESCRIBE, Operation.ALTER
 CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
 
 
@@ -55,8 +64,15 @@ MAX_QUOTA_ENTITIES = 10_000
 
 class AdminService:
     def __init__(self, node_id: int, dynamic: DynamicConfig, on_change, may_alter=None,
-                 events: EventLog | None = None, scram: ScramStore | None = None):
+                 events: EventLog | None = None, scram: ScramStore | None = None,
+                 access: Access | None = None, acls: AclService | None = None):
         self.node_id = node_id
+        self.access = access or Access(False)  # who may do what (broker.shared.access)
+        if acls is None and dynamic is not None:
+            store = AclStore(dynamic.config.log_dirs[0])
+            store.load()
+            acls = AclService(store, self.access)
+        self.acls = acls
         if scram is None and dynamic is not None:
             scram = ScramStore(dynamic.config.log_dirs[0])
             scram.load()
@@ -71,7 +87,9 @@ class AdminService:
             ("DescribeClientQuotas", self._describe_quotas),
             ("AlterClientQuotas", self._alter_quotas),
             ("DescribeUserScramCredentials", self._describe_scram),
-            ("AlterUserScramCredentials", self._alter_scram))}
+            ("AlterUserScramCredentials", self._alter_scram),
+            ("DescribeAcls", acls.describe), ("CreateAcls", acls.create),
+            ("DeleteAcls", acls.delete))}
 
     def _record(self, listener: int, who: str, kind: str, changes: dict) -> None:
         if self.events is not None:
@@ -80,13 +98,26 @@ class AdminService:
                 changes={key: None if value is None else str(value)
                          for key, value in changes.items()}))
 
-    def handle(self, request: bytes, listener: int, who: str) -> bytes:
+    def handle(self, request: bytes, listener: int, who: str, user: str = "ANONYMOUS") -> bytes:
+        """Answer one forwarded request; `who` is the client's "ip:port", `user` its
+        principal's name."""
         api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
         header_reader, body_reader = request_readers(api_key, version)
         header, offset = header_reader(request, 0)
         body, _ = body_reader(request, offset)
-        ctx = RequestContext(request[4:8], api_key, version, listener, header)
+        ctx = RequestContext(request[4:8], api_key, version, listener, header, user,
+                             who.rpartition(":")[0] or who)
         return self._handlers[api_key](ctx, body, who)
+
+    def _denied(self, ctx: RequestContext, operation: Operation, resource_type: int,
+                name: str) -> tuple[str, str] | None:
+        """A config resource the principal may not describe or alter: Kafka's refusal."""
+        if resource_type == TOPIC_RESOURCE:
+            if not self.access.check(ctx, operation, ResourceType.TOPIC, name):
+                return "topic_authorization_failed", f"{operation.name} on topic {name} denied"
+        elif not self.access.check(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            return "cluster_authorization_failed", f"{operation.name} on the cluster denied"
+        return None
 
     # --- configs --------------------------------------------------------------------------
 
@@ -100,7 +131,9 @@ class AdminService:
     def _describe_configs(self, ctx: RequestContext, body, _who: str) -> bytes:
         results = []
         for resource in body.resources:
-            problem = self._resource_problem(resource.resource_type, resource.resource_name)
+            problem = self._denied(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type,
+                                   resource.resource_name) or \
+                self._resource_problem(resource.resource_type, resource.resource_name)
             entry = {"resource_type": resource.resource_type,
                      "resource_name": resource.resource_name, "configs": []}
             if problem is not None:
@@ -145,7 +178,9 @@ class AdminService:
         for resource in body.resources:
             entry = {"resource_type": resource.resource_type,
                      "resource_name": resource.resource_name}
-            problem = self._resource_problem(resource.resource_type, resource.resource_name)
+            problem = self._denied(ctx, Operation.ALTER_CONFIGS, resource.resource_type,
+                                   resource.resource_name) or \
+                self._resource_problem(resource.resource_type, resource.resource_name)
             if problem is None:
                 problem = self._alter_resource(resource, body.validate_only, who)
                 changed |= problem is None and not body.validate_only
@@ -182,6 +217,10 @@ class AdminService:
     # --- SCRAM credentials ----------------------------------------------------------------
 
     def _describe_scram(self, ctx: RequestContext, body, _who: str) -> bytes:
+        denied = self._denied(ctx, SCRAM_DESCRIBE, BROKER_RESOURCE, CLUSTER_NAME)
+        if denied is not None:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": error_code(denied[0]),
+                                "error_message": denied[1], "results": []})
         names = [user.name for user in body.users] if body.users else sorted(
             {user for users in self.scram.users.values() for user in users})
         results = []
@@ -202,6 +241,12 @@ class AdminService:
     def _alter_scram(self, ctx: RequestContext, body, who: str) -> bytes:
         if not self.may_alter(ctx.listener_index):
             return refused_alter_scram(ctx, body)
+        denied = self._denied(ctx, SCRAM_ALTER, BROKER_RESOURCE, CLUSTER_NAME)
+        if denied is not None:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
+                {"user": name, "error_code": error_code(denied[0]), "error_message": denied[1]}
+                for name in dict.fromkeys(item.name for item in (*body.deletions,
+                                                                 *body.upsertions))]})
         users = {mechanism: dict(entries) for mechanism, entries in self.scram.users.items()}
         named = [item.name for item in (*body.deletions, *body.upsertions)]
         results, changed = {}, False
@@ -259,6 +304,10 @@ class AdminService:
     # --- quotas ---------------------------------------------------------------------------
 
     def _describe_quotas(self, ctx: RequestContext, body, _who: str) -> bytes:
+        denied = self._denied(ctx, Operation.DESCRIBE_CONFIGS, BROKER_RESOURCE, CLUSTER_NAME)
+        if denied is not None:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": error_code(denied[0]),
+                                "error_message": denied[1], "entries": []})
         entries = []
         for entity, values in self._all_quotas():
             if self._matches(body.components, body.strict, entity):
@@ -298,6 +347,12 @@ class AdminService:
     def _alter_quotas(self, ctx: RequestContext, body, who: str) -> bytes:
         if not self.may_alter(ctx.listener_index):
             return refused_alter_quotas(ctx, body)
+        denied = self._denied(ctx, Operation.ALTER_CONFIGS, BROKER_RESOURCE, CLUSTER_NAME)
+        if denied is not None:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "entries": [
+                {"error_code": error_code(denied[0]), "error_message": denied[1],
+                 "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name}
+                            for e in entry.entity]} for entry in body.entries]})
         results, changed = [], False
         ip_quotas = dict(self.dynamic.stored.ip_quotas)
         client_quotas = dict(self.dynamic.stored.client_quotas)
@@ -368,7 +423,7 @@ class AdminRouter:
         started = time.perf_counter_ns()
         try:
             service = self.groups if api_key_of(message.frame) in GROUP_KEYS else self.admin
-            answer = service.handle(message.frame, message.listener, message.peer)
+            answer = service.handle(message.frame, message.listener, message.peer, message.user)
         except Exception:  # a malformed forwarded request costs that connection only
             log.exception("admin request from %s failed", worker.name)
             answer = None

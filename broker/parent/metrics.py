@@ -93,6 +93,20 @@ class BlockCollector:
         yield from (active, accepted, closed, blocked, rejected, throttled)
         yield from self._limits()
         yield self._authentications()
+        yield self._denials()
+
+    def _denials(self):
+        """Requests (per resource) the ACLs refused, by API: the workers' and the parent's."""
+        family = CounterMetricFamily("broker_authorization_denied",
+                                     "Authorization denials (one per resource refused)",
+                                     labels=["api"])
+        block = self.block
+        for api_key, name in API_NAMES.items():
+            count = block.worker_total("authorization_denied", api_key) + \
+                block.words[block.parent_cell("authorization_denied", api_key)]
+            if count:
+                family.add_metric([name], count)
+        return family
 
     def _authentications(self):
         family = CounterMetricFamily("broker_authentication", "SASL authentications by outcome",

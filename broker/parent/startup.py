@@ -3,8 +3,8 @@
 `bind_listeners` opens the listening sockets.  `ParentServices` then builds, in order: the
 shared block (shm.block), the log manager (start-up recovery, retention, flush), the memory
 pool (KIP-72), the event log, the dynamic config with its host resolver, the connection
-ledger (admission, acceptors, hand-off), and the admin service and group coordinator behind
-the admin router.  Once every worker is ready, `start` opens the doors: acceptors, /metrics,
+ledger (admission, acceptors, hand-off), the ACLs and the parent's authorization, and the admin
+service and group coordinator behind the admin router.  Once every worker is ready, `start` opens the doors: acceptors, /metrics,
 log maintenance and the event ticker.  It never spawns, signals or reaps a process: that is the
 supervisor's job (broker.parent.supervisor), which calls in here.
 """
@@ -18,6 +18,7 @@ import threading
 import msgspec
 
 from broker.parent.acceptor import bind_listener
+from broker.parent.acls import AclService, AclStore
 from broker.parent.admin import AdminRouter, AdminService
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.groups.coordinator import GroupCoordinator
@@ -31,6 +32,8 @@ from broker.parent.scram import ScramStore
 from broker.parent.ticker import EventTicker
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
+from broker.shared.access import Access
+from broker.shared.apis import API_NAMES
 from broker.shared.client_quotas import QuotaSensors
 from broker.shared.config import BrokerConfig
 from broker.shared.events import EventLog
@@ -38,7 +41,7 @@ from broker.shared.log.topics import Epoch
 from broker.shared.overrides import override_hosts
 from broker.shared.pool import SharedPool, initialise_pool
 from broker.shared.protocol import guard
-from shm.block import SharedBlock
+from shm.block import MAX_API_KEY, SharedBlock
 
 log = logging.getLogger("broker.parent.startup")
 
@@ -93,8 +96,13 @@ class ParentServices:
                                        self.metrics_lock, self.events)
         self.scram = ScramStore(config.log_dirs[0])
         self.scram.load()
+        self.access = self._access()
+        self.acl_store = AclStore(config.log_dirs[0])
+        self.acl_store.load()
+        self.access.update(self.acl_store.acls)
+        acls = AclService(self.acl_store, self.access, on_change=self._push_acls)
         self.admin = AdminService(config.node_id, dynamic, self.config_changed,
-                                  config.may_alter, self.events, self.scram)
+                                  config.may_alter, self.events, self.scram, self.access, acls)
         self.groups: GroupCoordinator | None = None
         self.router: AdminRouter | None = None
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
@@ -103,6 +111,19 @@ class ParentServices:
         # The SSL listeners' settings in force; when they differ from the Boot config's
         # (dynamic key stores, a SIGHUP), every worker starting is told after its Boot.
         self._tls = self._tls_at_start()
+
+    def _access(self) -> Access:
+        """The parent's authorization of the requests it serves (admin, groups, ACLs)."""
+        config, block = self.config, self.block
+        cells = {key: block.parent_cell("authorization_denied", key)
+                 for key in range(MAX_API_KEY + 1)}
+
+        def count(api_key: int) -> None:
+            block.words[cells[api_key]] += 1
+
+        return Access(config.authorizing(), config.super_users,
+                      config.props.allow_everyone_if_no_acl_found, count, self.events,
+                      tuple(listener.name for listener in config.listeners), API_NAMES)
 
     def _create_pool(self) -> SharedPool | None:
         limit = self.config.props.queued_max_request_bytes
@@ -133,7 +154,7 @@ class ParentServices:
             info = topics.get(topic)
             return None if info is None else info.partitions
 
-        self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of)
+        self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access)
         self.router = AdminRouter(self.admin, self.groups, self.dynamic)
 
     def start(self, sockets: list[socket.socket]) -> None:
@@ -143,7 +164,7 @@ class ParentServices:
         self.logs.start_maintenance()
         if self.events is not None:
             self._ticker = EventTicker(self.loop, self.config, self.events, self.ledger,
-                                       self.pool)
+                                       self.pool, self.access)
             self._ticker.start()
 
     def stop_accepting(self) -> None:
@@ -178,6 +199,8 @@ class ParentServices:
             self._send(worker, ipc.Credentials(scram=self.scram.users))
         if self._tls != self.config.listener_tls:  # its Boot carries the static ones
             self._send(worker, ipc.Tls(listener_tls=self._tls))
+        if self.config.authorizing():
+            self._send(worker, ipc.Acls(acls=list(self.acl_store.acls)))
 
     @staticmethod
     def _send(worker: WorkerProcess, message) -> None:
@@ -218,6 +241,13 @@ class ParentServices:
                 if self.config.listener_sasl:
                     self._send(worker, ipc.Credentials(scram=self.scram.users))
         self._push_tls()
+
+    def _push_acls(self) -> None:
+        """The ACLs changed (and were persisted): every worker decides with them from now on."""
+        message = ipc.Acls(acls=list(self.acl_store.acls))
+        for worker in self.workers:
+            if worker.channel is not None:
+                self._send(worker, message)
 
     def reload(self, fresh: BrokerConfig) -> None:
         """SIGHUP: the re-read file's connection limits apply; other keys need a restart."""

@@ -12,14 +12,16 @@ import time
 from broker.parent.ledger import ConnectionLedger
 from broker.shared import events
 from broker.shared.config import BrokerConfig
+from broker.shared.access import Access
 from broker.shared.events import EventLog, SecondTicker
 from broker.shared.pool import SharedPool
 
 
 class EventTicker:
     def __init__(self, loop, config: BrokerConfig, log: EventLog, ledger: ConnectionLedger,
-                 pool: SharedPool | None):
+                 pool: SharedPool | None, access: Access | None = None):
         self.config = config
+        self.access = access  # its denials of the second are written out with the rest
         self.log = log
         self.ledger = ledger
         self.pool = pool
@@ -47,6 +49,8 @@ class EventTicker:
         if self.pool is not None:
             self._pool_figures(stats, time.time())
         emit(stats)
+        if self.access is not None:
+            self.access.flush(second)
         self.log.flush()
 
     def _pool_figures(self, stats: events.BrokerStats, now: float) -> None:

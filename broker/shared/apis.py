@@ -17,7 +17,7 @@ class Server(enum.Enum):
     """Who answers a request."""
 
     WORKER = "worker"  # the worker that read it
-    ADMIN = "admin"  # the parent's admin service (broker.parent.admin): configs and quotas
+    ADMIN = "admin"  # the parent's admin service (broker.parent.admin): configs, quotas, ACLs
     GROUPS = "groups"  # the parent's group coordinator (broker.parent.groups)
 
 
@@ -56,6 +56,9 @@ APIS: tuple[ApiSpec, ...] = (
     ApiSpec(19, "CreateTopics", (2, 7), _W, alters=True, control_plane=True),
     ApiSpec(20, "DeleteTopics", (1, 6), _W, alters=True, control_plane=True),
     ApiSpec(22, "InitProducerId", (0, 4), _W),
+    ApiSpec(29, "DescribeAcls", (1, 3), _A, control_plane=True),
+    ApiSpec(30, "CreateAcls", (1, 3), _A, alters=True, control_plane=True),
+    ApiSpec(31, "DeleteAcls", (1, 3), _A, alters=True, control_plane=True),
     ApiSpec(32, "DescribeConfigs", (1, 4), _A, control_plane=True),
     ApiSpec(36, "SaslAuthenticate", (0, 2), _W, control_plane=True),
     ApiSpec(42, "DeleteGroups", (0, 2), _G),

@@ -22,6 +22,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from broker.shared.acl import parse_super_users
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import parse_ip_overrides, parse_user_overrides, syntax_only
 from broker.shared.sasl import MECHANISMS, SASL_PROTOCOLS, SaslSettings, plain_users
@@ -182,6 +183,14 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_connection_creation_rate_per_ip: Annotated[int, _doc(
         "Default connection_creation_rate quota of each IP (an `ip` entity quota wins); a "
         "socket over it is closed after the throttle delay, unread.", ge=0, le=INT_MAX)] = INT_MAX
+    authorizer_class_name: Annotated[str, _doc(
+        "Turns ACL authorization on: org.apache.kafka.metadata.authorizer.StandardAuthorizer or "
+        "kafka.security.authorizer.AclAuthorizer (both mean the same here). Empty: every "
+        "request is allowed.")] = ""
+    super_users: Annotated[str, _doc(
+        "Principals allowed everything, whatever the ACLs: User:admin;User:ops.")] = ""
+    allow_everyone_if_no_acl_found: Annotated[bool, _doc(
+        "With the authorizer on, allow an operation on a resource that has no ACL at all.")] = False
     pybroker_max_connections_per_user: Annotated[int, _doc(
         "Connections one principal (a SASL user, or a client certificate's mapped name) may "
         "hold on the data listeners, counted across all workers once it authenticated; "
@@ -384,6 +393,11 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     event_log_dir: str | None = None  # None when the event log is off
     listener_tls: dict[str, TlsSettings] = {}  # SSL listener name -> its ssl.* settings
     listener_sasl: dict[str, SaslSettings] = {}  # SASL listener name -> mechanisms, users
+    super_users: frozenset[str] = frozenset()  # super.users, parsed
+
+    def authorizing(self) -> bool:
+        """Whether ACLs decide requests (authorizer.class.name is set)."""
+        return bool(self.props.authorizer_class_name)
 
     def listener_index(self, name: str) -> int:
         for index, listener in enumerate(self.listeners):
@@ -843,7 +857,22 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         log_dirs=log_dirs,
         prometheus=_parse_host_port("prometheus.listen", props.prometheus_listen),
         event_log_dir=_event_log_dir(props, log_dirs),
+        super_users=_check_authorizer(props),
     )
+
+
+AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+               "kafka.security.authorizer.AclAuthorizer")
+
+
+def _check_authorizer(props: ServerProperties) -> frozenset[str]:
+    name = props.authorizer_class_name
+    if name and name not in AUTHORIZERS:
+        raise ConfigError(f"authorizer.class.name: {name!r} is not one of {', '.join(AUTHORIZERS)}")
+    try:
+        return parse_super_users(props.super_users)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _event_log_dir(props: ServerProperties, log_dirs: tuple[str, ...]) -> str | None:

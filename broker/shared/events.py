@@ -33,6 +33,9 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
                                                                     (quotas are broker-wide)
     authentication_      worker      a SASL authentication failed   listener, ip, mechanism, user
       failed                                                        (the name tried, if any)
+    authorization_       both        per second with denials, per   second, listener, ip, principal,
+      denied                         (who, API, resource, op)       api, resource_type, resource,
+                                                                    operation, count
     config_changed       parent      a dynamic change was applied   listener, peer, kind (config,
                                                                     quota), changes {key: value}
     requests             worker      per second, per (listener,     second, listener, plane, api,
@@ -129,6 +132,18 @@ class AuthenticationFailed(Event, tag="authentication_failed", kw_only=True):
     user: str | None = None  # the name the client tried, if it got that far
 
 
+class AuthorizationDenied(Event, tag="authorization_denied", kw_only=True):
+    second: int  # epoch seconds the denials happened in
+    listener: str
+    ip: str
+    principal: str
+    api: str
+    resource_type: str  # TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID
+    resource: str
+    operation: str  # READ, WRITE, DESCRIBE, ...
+    count: int
+
+
 class AcceptorBlocked(Event, tag="acceptor_blocked", kw_only=True):
     listener: str
     reason: str
@@ -193,10 +208,12 @@ class SlowRequest(Event, tag="slow_request", kw_only=True):
 
 EVENT_TYPES = (WorkerStarted, WorkerExited, ConnectionAccepted, ConnectionRejected,
                ConnectionClosed, AcceptorBlocked, PoolDepleted, BrokerStats, MemoryMutes,
-               Throttle, ConfigChanged, Requests, SlowRequest, AuthenticationFailed)
+               Throttle, ConfigChanged, Requests, SlowRequest, AuthenticationFailed,
+               AuthorizationDenied)
 AnyEvent = (WorkerStarted | WorkerExited | ConnectionAccepted | ConnectionRejected |
             ConnectionClosed | AcceptorBlocked | PoolDepleted | BrokerStats | MemoryMutes |
-            Throttle | ConfigChanged | Requests | SlowRequest | AuthenticationFailed)
+            Throttle | ConfigChanged | Requests | SlowRequest | AuthenticationFailed |
+            AuthorizationDenied)
 
 
 def latency_bucket(microseconds: int) -> int:

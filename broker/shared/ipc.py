@@ -9,7 +9,8 @@ sockets themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same o
     parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
                        Quotas (after Boot and after every client-quota change), Tls (after a
                        SIGHUP changed the SSL listeners' certificates), Credentials
-                       (after Boot and after every SCRAM credential change), UserVerdict
+                       (after Boot and after every SCRAM credential change), UserVerdict,
+                       Acls (after Boot and after every ACL change, with an authorizer)
     worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
                        ids), EvictCandidates, AdminRequest, UserClaim (a connection
                        authenticated: may it stay, under the per-user limits?)
@@ -24,6 +25,7 @@ import socket
 
 import msgspec
 
+from broker.shared.acl import Acl
 from broker.shared.config import BrokerConfig
 from broker.shared.sasl import ScramCredential
 from broker.shared.tls import TlsSettings
@@ -96,6 +98,12 @@ class Tls(msgspec.Struct, tag=True, frozen=True):
     listener_tls: dict[str, TlsSettings]
 
 
+class Acls(msgspec.Struct, tag=True, frozen=True):
+    """The ACLs in force, after Boot and after every change (with an authorizer only)."""
+
+    acls: list[Acl]
+
+
 class Credentials(msgspec.Struct, tag=True, frozen=True):
     """The SCRAM credentials (mechanism -> user -> credential), after Boot and every change."""
 
@@ -120,6 +128,7 @@ class AdminRequest(msgspec.Struct, tag=True, frozen=True):
     listener: int
     peer: str
     frame: bytes  # the request frame, served by the parent (config and quota changes)
+    user: str = "ANONYMOUS"  # the connection's principal name, for the parent's authorization
 
 
 class AdminResponse(msgspec.Struct, tag=True, frozen=True):
@@ -129,7 +138,8 @@ class AdminResponse(msgspec.Struct, tag=True, frozen=True):
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
-           | AdminRequest | AdminResponse | Quotas | Tls | Credentials | UserClaim | UserVerdict)
+           | AdminRequest | AdminResponse | Quotas | Tls | Credentials | UserClaim | UserVerdict
+           | Acls)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -10,6 +10,7 @@ import tempfile
 import time
 
 from loadtest.bench.accepts import raw_accept_close
+from loadtest.bench.acls import authorization_costs, handler_costs
 from loadtest.bench.common import api_versions_frame, metadata_frame
 from loadtest.bench.control import control_plane_latency
 from loadtest.bench.events import event_log_off
@@ -36,6 +37,8 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures["burst pool off"] = memory_burst(pool=False)
     figures.update(raw_accept_close(seconds))
     figures.update(security_costs(seconds))
+    figures.update(authorization_costs(seconds))
+    figures.update(handler_costs())
     return figures
 
 

@@ -72,6 +72,9 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     errors += failed
     errors += _print_groups(passes)
     errors += _print_security(passes)
+    acl_missed, acl_errors = _print_authorization(passes)
+    errors += acl_errors
+    missed += acl_missed
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
     for measured_names, baseline, target in TARGETS:
         best = 0.0
@@ -105,29 +108,59 @@ def _print_groups(passes) -> int:
     return sum(p["group join"]["errors"] + p["offset commit"]["errors"] for p in passes)
 
 
-def _print_security(passes) -> int:
-    """The TLS and SASL figures (issue 16) and their same-pass ratios; returns client errors."""
-    if "security scram" not in passes[0]:
-        return 0
-    print(f"\n{'TLS and SASL, 2 workers':32} {'per second, median (min-max)':>34} "
-          f"{'server us/op':>13} errors")
+def _print_rows(passes, title: str, prefix: str) -> int:
+    """The figures named `prefix...`: rate per second and server CPU per operation; returns
+    the client errors."""
+    print(f"\n{title:32} {'per second, median (min-max)':>34} {'server us/op':>13} errors")
     errors = 0
-    for name in [n for n in passes[0] if n.startswith("security")]:
+    for name in [n for n in passes[0] if n.startswith(prefix)]:
         rates = [p[name]["count"] / p[name]["seconds"] for p in passes]
         cost = statistics.median(p[name]["server_cpu"] / max(1, p[name]["count"]) * 1e6
                                  for p in passes)
         failed = sum(p[name]["errors"] for p in passes)
         errors += failed
-        unit = " (records)" if "produce" in name else ""
-        print(f"{name[9:] + unit:32} {statistics.median(rates):>16,.0f} "
+        unit = " (records)" if "produce" in name and prefix != "handler " else ""
+        print(f"{name[len(prefix):] + unit:32} {statistics.median(rates):>16,.0f} "
               f"({min(rates):,.0f}-{max(rates):,.0f}){'':>6} {cost:>13.2f} {failed}")
+    return errors
+
+
+def _ratios(passes, measured: str, baseline: str) -> list[float]:
+    return [(p[measured]["count"] / p[measured]["seconds"]) /
+            (p[baseline]["count"] / p[baseline]["seconds"]) for p in passes]
+
+
+def _print_security(passes) -> int:
+    """The TLS and SASL figures (issue 16) and their same-pass ratios; returns client errors."""
+    if "security scram" not in passes[0]:
+        return 0
+    errors = _print_rows(passes, "TLS and SASL, 2 workers", "security ")
     for kind in ("requests", "produce", "handshakes"):
-        ratios = [(p[f"security {kind} ssl"]["count"] / p[f"security {kind} ssl"]["seconds"]) /
-                  (p[f"security {kind} plaintext"]["count"] /
-                   p[f"security {kind} plaintext"]["seconds"]) for p in passes]
+        ratios = _ratios(passes, f"security {kind} ssl", f"security {kind} plaintext")
         print(f"{kind + ' over SSL / over PLAINTEXT':58} {statistics.median(ratios):>6.2f} "
               f"({min(ratios):.2f}-{max(ratios):.2f})  (no target)")
     return errors
+
+
+ACL_TARGET = 0.95  # issue 17: authorizer on (1,000 ACLs) / off, produce MB/s and Fetch/s
+
+
+def _print_authorization(passes) -> tuple[int, int]:
+    """The authorizer's cost (issue 17); returns (goals missed, client errors)."""
+    if "acl fetch on" not in passes[0]:
+        return 0, 0
+    errors = _print_rows(passes, "ACLs, 2 workers, SASL_PLAINTEXT", "acl ")
+    _print_rows(passes, "ACLs, in one worker's router", "handler ")
+    missed = 0
+    for prefix, where in (("acl", "end to end"), ("handler", "in the router")):
+        for kind in ("produce", "fetch"):
+            ratios = _ratios(passes, f"{prefix} {kind} on", f"{prefix} {kind} off")
+            met = statistics.median(ratios) >= ACL_TARGET
+            missed += not met
+            print(f"{kind + ', authorizer on / off, ' + where:58} "
+                  f"{statistics.median(ratios):>6.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
+                  f">= {ACL_TARGET} {'met' if met else 'MISSED'}")
+    return missed, errors
 
 
 def _print_control_plane(passes) -> tuple[int, int]:

@@ -286,6 +286,7 @@ def sasl(data: bytes) -> None:
 
     class Conn:
         closed = None
+        ip = "127.0.0.1"
 
         def close_later(self, delay, reason):
             self.closed = reason

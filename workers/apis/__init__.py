@@ -9,13 +9,16 @@ forwarded  DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas 
            group APIs (JoinGroup, SyncGroup, ..., OffsetCommit/Fetch): sent to the parent
 
 Which APIs a plane serves, and their versions, come from the API table (broker.shared.apis).
+Each handler checks the ACLs where Kafka's KafkaApis does, through `Services.access`
+(broker.shared.access): with no authorizer configured that check allows everything.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from broker.shared.access import Access
 from broker.shared.apis import served
 from broker.shared.config import ServerProperties
 from broker.shared.log.topics import TopicRegistry
@@ -36,6 +39,7 @@ class Services:
     waits: FetchWaits | None = None  # set once the loop runs
     quotas: ClientQuotas | None = None  # None on the control plane
     may_alter: Callable[[int], bool] | None = None  # (listener index) -> changes served there?
+    access: Access = field(default_factory=lambda: Access(False))  # ACLs: who may do what
 
 
 def build_apis(services: Services, control_plane: bool = False) -> list[Api]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.log.topics import is_legal_name
 from broker.shared.protocol import errors
 from broker.shared.protocol.cache import BoundedCache
@@ -53,21 +54,31 @@ class Metadata(Api, api="Metadata"):
         self._cache_epoch = None
 
     def handle(self, ctx: RequestContext, body) -> bytes:
-        registry = self.services.registry
+        registry, access = self.services.registry, self.services.access
         requested = self._requested(ctx.version, body)
+        denied: set = self._undescribable(ctx, requested) if access.enabled and requested else set()
         later = set()
         if requested and self._may_create(ctx, body):
-            later = self._auto_create(requested)
-        if later:  # an answer that changes on the next request: not cached
-            return ctx.frame(encode_entity(self._response(ctx, requested, later)))
-        epoch = registry.epoch.get()
+            creatable = [item for item in requested if item not in denied]
+            if access.enabled:
+                denied |= self._may_not_create(ctx, creatable)
+                creatable = [item for item in creatable if item not in denied]
+            later = self._auto_create(creatable)
+        operations = (getattr(body, "include_topic_authorized_operations", False),
+                      getattr(body, "include_cluster_authorized_operations", False))
+        if later or denied:  # an answer that changes on the next request: not cached
+            return ctx.frame(encode_entity(self._response(ctx, requested, operations, later,
+                                                          denied)))
+        epoch = (registry.epoch.get(), access.authorizer)
         if epoch != self._cache_epoch:
             self._cache.clear()
             self._cache_epoch = epoch
-        key = (ctx.version, ctx.listener_index, requested)
+        key = (ctx.version, ctx.listener_index, requested, operations)
+        if access.enabled:  # what a principal sees is its own
+            key += (ctx.user, ctx.host)
         cached = self._cache.get(key)
         if cached is None:
-            cached = encode_entity(self._response(ctx, requested))
+            cached = encode_entity(self._response(ctx, requested, operations))
             key_bytes = 0 if requested is None else sum(len(str(item)) + 8 for item in requested)
             self._cache.put(key, cached, key_bytes, len(cached))
         return ctx.frame(cached)
@@ -88,6 +99,32 @@ class Metadata(Api, api="Metadata"):
             else:
                 requested[topic.topic_id or _ZERO_UUID] = None
         return tuple(requested)
+
+    def _undescribable(self, ctx: RequestContext, requested: tuple) -> set:
+        """The requested topics the principal may not DESCRIBE (TOPIC_AUTHORIZATION_FAILED);
+        an unknown topic id is not among them (UNKNOWN_TOPIC_ID comes first)."""
+        registry, access = self.services.registry, self.services.access
+        denied = set()
+        for item in requested:
+            if isinstance(item, uuid.UUID):
+                info = registry.by_id(item)
+                if info is not None and not access.check(ctx, Operation.DESCRIBE,
+                                                         ResourceType.TOPIC, info.name):
+                    denied.add(item)
+            elif not access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, item):
+                denied.add(item)
+        return denied
+
+    def _may_not_create(self, ctx: RequestContext, names: list) -> set:
+        """Unknown topics the principal may not auto-create: CREATE on the cluster or on
+        the topic is needed."""
+        registry, access = self.services.registry, self.services.access
+        missing = [name for name in names if isinstance(name, str) and registry.get(name) is None]
+        if not missing or access.allowed(ctx, Operation.CREATE, ResourceType.CLUSTER,
+                                         CLUSTER_NAME):
+            return set()
+        return {name for name in missing
+                if not access.check(ctx, Operation.CREATE, ResourceType.TOPIC, name)}
 
     def _may_create(self, ctx: RequestContext, body) -> bool:
         allowed = ctx.version < 4 or body.allow_auto_topic_creation
@@ -112,30 +149,44 @@ class Metadata(Api, api="Metadata"):
                 budget -= partitions
         return later
 
-    def _response(self, ctx: RequestContext, requested, later=frozenset()):
-        view, registry = self.services.view, self.services.registry
+    def _response(self, ctx: RequestContext, requested, operations: tuple[bool, bool],
+                  later=frozenset(), denied=frozenset()):
+        view, registry, access = self.services.view, self.services.registry, self.services.access
         endpoint = view.advertised[ctx.listener_index]
         brokers = [] if endpoint is None else [
             {"node_id": view.node_id, "host": endpoint[0], "port": endpoint[1], "rack": None}]
         topics = registry.topics()
-        if requested is None:
-            described = [self._topic(info) for info in topics.values()]
+        topic_operations, cluster_operations = operations
+        if requested is None:  # all topics: those the principal may not describe are left out
+            described = [self._topic(info, ctx, topic_operations) for info in topics.values()
+                         if access.allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                           info.name)]
         else:
-            described = [self._lookup(item, item in later) for item in requested]
+            described = [self._lookup(item, ctx, topic_operations, item in later, item in denied)
+                         for item in requested]
+        cluster = _NO_AUTHORIZED_OPERATIONS
+        if cluster_operations:
+            cluster = _cluster_operations(ctx, access)
         return build(response_class(self.key, ctx.version), {
             "throttle_time": NO_THROTTLE, "error_code": errors.NONE, "brokers": brokers,
             "cluster_id": view.cluster_id, "controller_id": view.node_id, "topics": described,
-            "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": cluster,
         })
 
-    def _lookup(self, item, being_created: bool = False) -> dict:
+    def _lookup(self, item, ctx: RequestContext, operations: bool, being_created: bool = False,
+                denied: bool = False) -> dict:
         registry = self.services.registry
+        if denied:
+            return {"error_code": errors.ErrorCode.topic_authorization_failed,
+                    "name": None if isinstance(item, uuid.UUID) else item,
+                    "topic_id": item if isinstance(item, uuid.UUID) else _ZERO_UUID,
+                    "is_internal": False, "partitions": []}
         if isinstance(item, uuid.UUID):
             info = registry.by_id(item)
             if info is None:
                 return {"error_code": errors.UNKNOWN_TOPIC_ID, "name": None, "topic_id": item,
                         "is_internal": False, "partitions": []}
-            return self._topic(info)
+            return self._topic(info, ctx, operations)
         info = registry.get(item)
         if info is None:
             code = errors.ErrorCode.invalid_topic_exception if not is_legal_name(item) \
@@ -143,9 +194,9 @@ class Metadata(Api, api="Metadata"):
                 else errors.UNKNOWN_TOPIC_OR_PARTITION
             return {"error_code": code, "name": item, "topic_id": _ZERO_UUID,
                     "is_internal": False, "partitions": []}
-        return self._topic(info)
+        return self._topic(info, ctx, operations)
 
-    def _topic(self, info) -> dict:
+    def _topic(self, info, ctx: RequestContext, operations: bool) -> dict:
         node = self.services.view.node_id
         partitions = [{"error_code": errors.NONE, "partition_index": index, "leader_id": node,
                        "leader_epoch": 0, "replica_nodes": (node,), "isr_nodes": (node,),
@@ -155,11 +206,20 @@ class Metadata(Api, api="Metadata"):
                                      leader_id=-1, isr_nodes=(), offline_replicas=(node,))
         return {"error_code": errors.NONE, "name": info.name, "topic_id": info.topic_id,
                 "is_internal": False, "partitions": partitions,
-                "topic_authorized_operations": _NO_AUTHORIZED_OPERATIONS}
+                "topic_authorized_operations": self.services.access.operations(
+                    ctx, ResourceType.TOPIC, info.name) if operations
+                else _NO_AUTHORIZED_OPERATIONS}
 
     def _offline(self, info) -> list[int]:
         registry = self.services.registry
         return [index for index in range(info.partitions) if registry.is_offline(info.name, index)]
+
+
+def _cluster_operations(ctx: RequestContext, access) -> int:
+    """cluster_authorized_operations asked for: DESCRIBE on the cluster shows them, else 0."""
+    if not access.check(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return access.operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 class DescribeCluster(Api, api="DescribeCluster"):
@@ -173,10 +233,13 @@ class DescribeCluster(Api, api="DescribeCluster"):
     def handle(self, ctx: RequestContext, body) -> bytes:
         view = self.services.view
         endpoint = view.advertised[ctx.listener_index]
+        cluster = _NO_AUTHORIZED_OPERATIONS
+        if body.include_cluster_authorized_operations:
+            cluster = _cluster_operations(ctx, self.services.access)
         answer = {"throttle_time": NO_THROTTLE, "error_code": errors.NONE, "error_message": None,
                   "endpoint_type": self._BROKERS, "cluster_id": view.cluster_id,
                   "controller_id": view.node_id, "brokers": [],
-                  "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS}
+                  "cluster_authorized_operations": cluster}
         if ctx.version >= 1 and body.endpoint_type != self._BROKERS:
             # A broker describes brokers; KRaft controllers answer type 2 (Kafka's rule).
             return ctx.respond(dict(answer, error_code=errors.ErrorCode.unsupported_endpoint_type,
@@ -204,7 +267,22 @@ class FindCoordinator(Api, api="FindCoordinator"):
             code, node, (host, port) = errors.NONE, view.node_id, endpoint
         answer = {"error_code": code, "error_message": None, "node_id": node, "host": host,
                   "port": port}
+        key_type = getattr(body, "key_type", 0)
         if ctx.version >= 4:
             return ctx.respond({"throttle_time": NO_THROTTLE, "coordinators": [
-                dict(answer, key=key) for key in body.coordinator_keys]})
-        return ctx.respond(dict(answer, throttle_time=NO_THROTTLE))
+                self._authorized(ctx, dict(answer, key=key), key_type, key)
+                for key in body.coordinator_keys]})
+        return ctx.respond(dict(self._authorized(ctx, answer, key_type, body.key),
+                                throttle_time=NO_THROTTLE))
+
+    _REFUSED = {0: (ResourceType.GROUP, errors.ErrorCode.group_authorization_failed),
+                1: (ResourceType.TRANSACTIONAL_ID,
+                    errors.ErrorCode.transactional_id_authorization_failed)}
+
+    def _authorized(self, ctx: RequestContext, answer: dict, key_type: int, key: str) -> dict:
+        """DESCRIBE on the group or transactional id the coordinator is asked for."""
+        resource_type, code = self._REFUSED.get(key_type, (None, None))
+        if resource_type is None or self.services.access.check(ctx, Operation.DESCRIBE,
+                                                               resource_type, key):
+            return answer
+        return dict(answer, error_code=code, error_message=None, node_id=-1, host="", port=-1)

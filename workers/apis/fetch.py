@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import logging
 
+from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import FETCH
 from broker.shared.protocol import errors
 from workers.handlers import NO_THROTTLE, Api, RequestContext
@@ -21,6 +22,7 @@ from workers.throttling import Throttled, throttle_applies_client_side
 log = logging.getLogger("workers.apis.fetch")
 
 POLL_SECONDS = 0.005
+DENIED = object()  # in place of a partition the principal may not READ
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 
 
@@ -40,7 +42,7 @@ class Fetch(Api, api="Fetch"):
             already = quotas.current(FETCH, ctx.user, ctx.header.client_id)
             if already > 0:  # over the consumer quota: answer empty, read nothing
                 return self._throttled(ctx, [], already)
-        wanted = self._resolve(ctx.version, body)
+        wanted = self._resolve(ctx, body)
         topics, total, failed = self._read(ctx, body, wanted)
         wait_seconds = min(body.max_wait.total_seconds(), self._max_wait_seconds)
         waits = self.services.waits
@@ -66,14 +68,14 @@ class Fetch(Api, api="Fetch"):
                              "error_code": errors.NONE, "session_id": 0, "responses": topics})
         return Throttled(frame, ms, delay=not throttle_applies_client_side(1, ctx.version))
 
-    def _resolve(self, version: int, body) -> list:
+    def _resolve(self, ctx: RequestContext, body) -> list:
         """[(topic name or None, topic id or None, info, [(request partition, Partition)])].
 
         A partition named twice is read once, with the last entry's offsets, and answered
         once, where it first appeared (Kafka keeps fetch data in an insertion-ordered map);
         so the work and the answer grow with distinct partitions, not with the request.
         """
-        registry = self.services.registry
+        registry, version = self.services.registry, ctx.version
         topics: dict = {}  # topic name or id -> (name, id, info, {partition index: request})
         for topic in body.topics:
             key = topic.topic_id if version >= 13 else topic.topic
@@ -85,9 +87,17 @@ class Fetch(Api, api="Fetch"):
             for part in topic.partitions:
                 parts[part.partition] = part
         return [(name, topic_id, info,
-                 [(part, registry.partition(info.name, index) if info else None)
-                  for index, part in parts.items()])
-                for name, topic_id, info, parts in topics.values()]
+                 [(part, DENIED if denied else registry.partition(info.name, index)
+                   if info else None) for index, part in parts.items()])
+                for name, topic_id, info, parts in topics.values()
+                for denied in (self._denied(ctx, name, info),)]
+
+    def _denied(self, ctx: RequestContext, name, info) -> bool:
+        """READ on the topic, as Kafka checks it: after an unknown topic id, before an unknown
+        topic name."""
+        if name is None or (info is None and ctx.version >= 13):
+            return False
+        return not self.services.access.check(ctx, Operation.READ, ResourceType.TOPIC, name)
 
     def _read(self, ctx: RequestContext, body, wanted) -> tuple[list, int, bool]:
         room, total, failed = body.max_bytes, 0, False
@@ -113,6 +123,8 @@ class Fetch(Api, api="Fetch"):
             unknown = errors.UNKNOWN_TOPIC_ID if version >= 13 and info is None \
                 else errors.UNKNOWN_TOPIC_OR_PARTITION
             return dict(answer, error_code=unknown), 0
+        if partition is DENIED:
+            return dict(answer, error_code=errors.ErrorCode.topic_authorization_failed), 0
         if partition.offline:
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error), 0
         high, start = partition.high_watermark, partition.log_start_offset
@@ -177,8 +189,8 @@ class _Waiter:
         self.read = read
         self.answer = answer
         self.min_bytes = min_bytes
-        self.partitions = list({id(p): p for _n, _i, _info, parts in wanted
-                                for _r, p in parts if p is not None}.values())
+        self.partitions = list({id(p): p for _n, _i, _info, parts in wanted for _r, p in parts
+                                if p is not None and p is not DENIED}.values())
         self.marks = [p.high_watermark for p in self.partitions]
         self.timer = None
 
@@ -234,9 +246,15 @@ class ListOffsets(Api, api="ListOffsets"):
             for part in topic.partitions:
                 key = (topic.name, part.partition_index)
                 seen[key] = seen.get(key, 0) + 1
-        topics = []
+        topics, access = [], self.services.access
         for topic in body.topics:
             answers = []
+            if not access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                topics.append({"name": topic.name, "partitions": [
+                    dict(self._duplicate(part),
+                         error_code=errors.ErrorCode.topic_authorization_failed)
+                    for part in topic.partitions]})
+                continue
             for part in topic.partitions:
                 if seen[(topic.name, part.partition_index)] > 1:  # Kafka: each one refused,
                     answers.append(self._duplicate(part))  # none looked up

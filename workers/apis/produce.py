@@ -8,6 +8,7 @@ import datetime
 import logging
 import secrets
 
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.client_quotas import PRODUCE
 from broker.shared.log import records
 from broker.shared.protocol import errors
@@ -38,8 +39,15 @@ class Produce(Api, api="Produce"):
             refusal = "invalid_required_acks"
         elif body.transactional_id is not None:
             refusal = "transactional_id_authorization_failed"  # transactions are not served
-        pending = [[self._prepare(topic.name, data, refusal or self._refusal(ctx, data))
-                    for data in topic.partition_data] for topic in body.topic_data]
+        access, pending = self.services.access, []
+        for topic in body.topic_data:
+            # ACLs: WRITE on the topic, checked before the topic's existence (as Kafka).
+            denied = None if refusal is not None or access.check(
+                ctx, Operation.WRITE, ResourceType.TOPIC, topic.name) \
+                else "topic_authorization_failed"
+            pending.append([self._prepare(topic.name, data,
+                                          refusal or denied or self._refusal(ctx, data))
+                            for data in topic.partition_data])
         checks = [item for items in pending for item in items if item.check is not None]
         if _walk(checks, SYNC_RECORDS):
             return self._finish(ctx, body, pending)
@@ -182,6 +190,13 @@ class InitProducerId(Api, api="InitProducerId"):
         if body.transactional_id is not None:
             return ctx.respond(dict(answer, error_code=error_code(
                 "transactional_id_authorization_failed")))
+        access = self.services.access
+        # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
+        if not access.allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                              CLUSTER_NAME) and not access.check_any(ctx, Operation.WRITE,
+                                                                     ResourceType.TOPIC):
+            return ctx.respond(dict(answer, error_code=error_code(
+                "cluster_authorization_failed")))
         producer_id = getattr(body, "producer_id", -1)
         epoch = getattr(body, "producer_epoch", -1)
         if producer_id >= 0 and epoch >= 0:  # KIP-360: bump the epoch of a known producer

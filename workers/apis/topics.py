@@ -3,7 +3,8 @@
 With a control plane (KIP-291), both are served only on its listener unless
 `pybroker.control.plane.alter.on.data.listeners` is set; elsewhere every topic gets
 CLUSTER_AUTHORIZATION_FAILED, the answer an authorizer gives to a principal without
-cluster-level alter rights.
+cluster-level alter rights.  With ACLs, creating needs CREATE on the cluster or on the topic,
+deleting DELETE on the cluster or DESCRIBE then DELETE on the topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import datetime
 import logging
 
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from workers.handlers import NO_THROTTLE, Api, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.topics")
@@ -32,11 +34,19 @@ _MESSAGES = {
     "invalid_config": "Topic-level configurations are not supported yet.",
     "cluster_authorization_failed": "Topics are created and deleted on the control-plane "
                                     "listener only.",
+    "topic_authorization_failed": "Authorization failed.",
 }
 
 
 def _refused(services, ctx: RequestContext) -> bool:
     return services.may_alter is not None and not services.may_alter(ctx.listener_index)
+
+
+def _may_create(access, ctx: RequestContext):
+    """(topic name) -> may the principal create it: CREATE on the cluster or on the topic."""
+    if access.allowed(ctx, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return lambda name: True
+    return lambda name: access.check(ctx, Operation.CREATE, ResourceType.TOPIC, name)
 
 
 class CreateTopics(Api, api="CreateTopics"):
@@ -54,8 +64,12 @@ class CreateTopics(Api, api="CreateTopics"):
         counts = self.services.registry.log_dir_counts()
         budget = self.services.props.pybroker_max_partitions_per_topic
         plans = []
+        may_create = _may_create(self.services.access, ctx)
         for topic in body.topics:
             if topic.name in duplicated:
+                continue
+            if not may_create(topic.name):
+                plans.append(_Plan(topic.name, -1, "topic_authorization_failed", None))
                 continue
             plan = self._plan(topic, body.validate_only, counts)
             if plan.staging is not None:  # the request's budget: the rest waits for a retry
@@ -203,14 +217,34 @@ class DeleteTopics(Api, api="DeleteTopics"):
                 info = registry.by_id(topic_id)
                 name = info.name if info is not None else None
             resolved.append((name, topic_id))
+        denied = self._denied(ctx, resolved)
         duplicated = _duplicates(name for name, _ in resolved if name is not None)
-        doomed = list(dict.fromkeys(name for name, _ in resolved
-                                    if name is not None and name not in duplicated))
+        doomed = list(dict.fromkeys(name for name, _ in resolved if name is not None
+                                    and name not in duplicated and name not in denied))
         problems = dict(zip(doomed, registry.delete_many(doomed)))  # one hold of the lock
         results = []
         for name, topic_id in resolved:
             problem = ("unknown_topic_id" if name is None else "invalid_request"
-                       if name in duplicated else problems[name])
+                       if name in duplicated else "topic_authorization_failed"
+                       if name in denied else problems[name])
+            if name in denied and denied[name] and topic_id is not None:
+                name = None  # asked by id, not even describable: its name is not told
             results.append({"name": name, "topic_id": topic_id, "error_code": error_code(problem),
                             "error_message": None})
         return ctx.respond({"throttle_time": NO_THROTTLE, "responses": results})
+
+    def _denied(self, ctx: RequestContext, resolved: list) -> dict[str, bool]:
+        """Names the principal may not delete -> whether it may not even DESCRIBE them.
+        DELETE on the cluster allows every topic; else DESCRIBE, then DELETE on the topic
+        (Kafka's order: an undescribable topic is refused whether it exists or not)."""
+        access = self.services.access
+        if access.allowed(ctx, Operation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return {}
+        denied = {}
+        for name in dict.fromkeys(name for name, _ in resolved if name is not None):
+            if not access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name):
+                denied[name] = True
+            elif self.services.registry.get(name) is not None and not access.check(
+                    ctx, Operation.DELETE, ResourceType.TOPIC, name):
+                denied[name] = False
+        return denied

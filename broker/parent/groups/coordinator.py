@@ -20,6 +20,13 @@ rejoining with the same instance id takes over the old member id's place without
 rebalance while the group is stable, and the old member id is fenced (FENCED_INSTANCE_ID on
 its join, sync, heartbeat, commit or leave), so two clients sharing an instance id cannot
 take the place from each other forever.
+
+Authorization (with an authorizer, broker.shared.access), as Kafka's KafkaApis: joining,
+syncing, heartbeating, leaving and committing need READ on the group (GROUP_AUTHORIZATION_FAILED),
+a commit also READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions); fetching
+offsets and describing need DESCRIBE on the group (a fetch of all topics leaves out those the
+principal may not DESCRIBE); deleting needs DELETE; ListGroups lists every group to a principal
+with DESCRIBE on the cluster, else the groups it may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import uuid
 
 from broker.parent.groups.offsets import OffsetStore, Record
 from broker.parent.groups.state import Group, GroupState, Member
+from broker.shared.access import Access
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, GROUP_KEYS
 from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
@@ -44,8 +53,9 @@ E = errors.ErrorCode
 
 class GroupCoordinator:
     def __init__(self, loop: asyncio.AbstractEventLoop, props, offsets: OffsetStore,
-                 partitions_of):
+                 partitions_of, access: Access | None = None):
         self.loop = loop
+        self.access = access or Access(False)
         self.props = props
         self.offsets = offsets
         self.partitions_of = partitions_of  # topic name -> partition count, or None
@@ -82,13 +92,17 @@ class GroupCoordinator:
                 group.timer.cancel()
         self.offsets.close()
 
-    def handle(self, request: bytes, listener: int, peer: str):
+    def handle(self, request: bytes, listener: int, peer: str, user: str = "ANONYMOUS"):
         api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
         header_reader, body_reader = request_readers(api_key, version)
         header, offset = header_reader(request, 0)
         body, _ = body_reader(request, offset)
-        ctx = RequestContext(request[4:8], api_key, version, listener, header)
-        return self._handlers[api_key](ctx, body, peer.rpartition(":")[0] or peer)
+        host = peer.rpartition(":")[0] or peer
+        ctx = RequestContext(request[4:8], api_key, version, listener, header, user, host)
+        return self._handlers[api_key](ctx, body, host)
+
+    def _may(self, ctx: RequestContext, operation: Operation, group_id: str) -> bool:
+        return self.access.check(ctx, operation, ResourceType.GROUP, group_id)
 
     # --- JoinGroup ------------------------------------------------------------------------
 
@@ -101,6 +115,8 @@ class GroupCoordinator:
                 values["protocol_name"] = ""  # nullable from v7 only
             return ctx.respond(values)
 
+        if not self._may(ctx, Operation.READ, body.group_id):
+            return answer(E.group_authorization_failed)
         props = self.props
         session = body.session_timeout.total_seconds()
         rebalance = (body.rebalance_timeout.total_seconds() if ctx.version >= 1 else session)
@@ -372,6 +388,8 @@ class GroupCoordinator:
                                 "assignment": assignment})
 
         group = self.groups.get(body.group_id)
+        if not self._may(ctx, Operation.READ, body.group_id):
+            return answer(E.group_authorization_failed)
         problem = self._member_problem(group, body.member_id, body.generation_id,
                                        getattr(body, "group_instance_id", None))
         if problem is not None:
@@ -410,6 +428,9 @@ class GroupCoordinator:
         return future
 
     def _heartbeat(self, ctx: RequestContext, body, _host: str) -> bytes:
+        if not self._may(ctx, Operation.READ, body.group_id):
+            return ctx.respond({"throttle_time": NO_THROTTLE,
+                                "error_code": E.group_authorization_failed})
         group = self.groups.get(body.group_id)
         problem = self._member_problem(group, body.member_id, body.generation_id,
                                        getattr(body, "group_instance_id", None))
@@ -421,6 +442,9 @@ class GroupCoordinator:
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": problem or E.none})
 
     def _leave(self, ctx: RequestContext, body, _host: str) -> bytes:
+        if not self._may(ctx, Operation.READ, body.group_id):
+            return ctx.respond({"throttle_time": NO_THROTTLE,
+                                "error_code": E.group_authorization_failed, "members": []})
         group = self.groups.get(body.group_id)
         if ctx.version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
@@ -454,7 +478,9 @@ class GroupCoordinator:
         group = self.groups.get(body.group_id)
         generation = body.generation_id_or_member_epoch
         problem = None
-        if not body.group_id:
+        if not self._may(ctx, Operation.READ, body.group_id):
+            problem = E.group_authorization_failed
+        elif not body.group_id:
             problem = E.invalid_group_id
         elif group is not None and group.state is GroupState.COMPLETING:
             problem = E.rebalance_in_progress
@@ -467,8 +493,12 @@ class GroupCoordinator:
         for topic in body.topics:
             partitions = self.partitions_of(topic.name)
             answers = []
+            topic_problem = problem
+            if problem is None and not self.access.check(ctx, Operation.READ,
+                                                         ResourceType.TOPIC, topic.name):
+                topic_problem = E.topic_authorization_failed
             for part in topic.partitions:
-                code = problem
+                code = topic_problem
                 metadata = part.committed_metadata
                 if code is None and (partitions is None or not 0 <= part.partition_index < partitions):
                     code = E.unknown_topic_or_partition
@@ -495,20 +525,25 @@ class GroupCoordinator:
             self.groups[body.group_id] = Group(body.group_id, empty_since_ms=now)
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
 
-    def _fetched(self, group_id: str, topics) -> list[dict]:
+    def _fetched(self, ctx: RequestContext, group_id: str, topics) -> list[dict]:
         committed = self.offsets.get(group_id)
-        if topics is None:
+        denied: set[str] = set()
+        if topics is None:  # all of them: those the principal may not see are left out
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(committed):
-                wanted.setdefault(topic, []).append(partition)
+                if self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
+                    wanted.setdefault(topic, []).append(partition)
         else:
             wanted = {t.name: list(t.partition_indexes) for t in topics}
+            denied = {name for name in wanted if not self.access.check(
+                ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)}
         found = []
         for topic, partitions in wanted.items():
             rows = []
             for partition in partitions:
-                entry = committed.get((topic, partition))
-                rows.append({"partition_index": partition, "error_code": E.none,
+                entry = None if topic in denied else committed.get((topic, partition))
+                rows.append({"partition_index": partition, "error_code":
+                             E.topic_authorization_failed if topic in denied else E.none,
                              "committed_offset": entry.offset if entry else -1,
                              "committed_leader_epoch": entry.leader_epoch if entry else -1,
                              "metadata": (entry.metadata if entry else "") or ""})
@@ -517,11 +552,20 @@ class GroupCoordinator:
 
     def _offset_fetch(self, ctx: RequestContext, body, _host: str) -> bytes:
         if ctx.version >= 8:
-            groups = [{"group_id": g.group_id, "topics": self._fetched(g.group_id, g.topics),
-                       "error_code": E.none} for g in body.groups]
+            groups = []
+            for group in body.groups:
+                if not self._may(ctx, Operation.DESCRIBE, group.group_id):
+                    groups.append({"group_id": group.group_id, "topics": [],
+                                   "error_code": E.group_authorization_failed})
+                    continue
+                groups.append({"group_id": group.group_id, "error_code": E.none,
+                               "topics": self._fetched(ctx, group.group_id, group.topics)})
             return ctx.respond({"throttle_time": NO_THROTTLE, "groups": groups})
+        if not self._may(ctx, Operation.DESCRIBE, body.group_id):
+            return ctx.respond({"throttle_time": NO_THROTTLE,
+                                "error_code": E.group_authorization_failed, "topics": []})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
-                            "topics": self._fetched(body.group_id, body.topics)})
+                            "topics": self._fetched(ctx, body.group_id, body.topics)})
 
     def expire_offsets(self) -> int:
         """Drop the offsets of groups empty for longer than offsets.retention.minutes."""
@@ -553,16 +597,23 @@ class GroupCoordinator:
         found = []
         for group_id in body.groups:
             group = self.groups.get(group_id)
+            if not self._may(ctx, Operation.DESCRIBE, group_id):
+                found.append({"error_code": E.group_authorization_failed, "group_id": group_id,
+                              "group_state": "", "protocol_type": "", "protocol_data": "",
+                              "members": [], "authorized_operations": -2147483648})
+                continue
+            operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
+                if getattr(body, "include_authorized_operations", False) else -2147483648
             if group is None:
                 found.append({"error_code": E.none, "group_id": group_id,
                               "group_state": "Dead", "protocol_type": "", "protocol_data": "",
-                              "members": [], "authorized_operations": -2147483648})
+                              "members": [], "authorized_operations": operations})
                 continue
             stable = group.state is GroupState.STABLE
             found.append({
                 "error_code": E.none, "group_id": group_id, "group_state": group.state.value,
                 "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
-                "authorized_operations": -2147483648,
+                "authorized_operations": operations,
                 "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
                              "client_id": m.client_id, "client_host": m.client_host,
                              "member_metadata": m.metadata(group.protocol) if group.protocol
@@ -575,8 +626,13 @@ class GroupCoordinator:
         states = set(getattr(body, "states_filter", ()) or ())
         types = set(getattr(body, "types_filter", ()) or ())
         listed = []
+        everything = self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.CLUSTER,
+                                         CLUSTER_NAME)
         for group in self.groups.values():
             if states and group.state.value not in states:
+                continue
+            if not everything and not self.access.allowed(ctx, Operation.DESCRIBE,
+                                                          ResourceType.GROUP, group.group_id):
                 continue
             if types and "classic" not in types:
                 continue
@@ -589,7 +645,9 @@ class GroupCoordinator:
         results = []
         for group_id in body.groups_names:
             group = self.groups.get(group_id)
-            if group is None and not self.offsets.get(group_id):
+            if not self._may(ctx, Operation.DELETE, group_id):
+                code = E.group_authorization_failed
+            elif group is None and not self.offsets.get(group_id):
                 code = E.group_id_not_found
             elif group is not None and group.members:
                 code = E.non_empty_group

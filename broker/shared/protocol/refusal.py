@@ -1,7 +1,8 @@
 """Changes refused on a data listener when a control plane exists (KIP-291).
 
-IncrementalAlterConfigs, AlterClientQuotas and AlterUserScramCredentials sent there get
-CLUSTER_AUTHORIZATION_FAILED for every resource, entry or user.  A worker answers them itself, so the parent's loop never queues a
+IncrementalAlterConfigs, AlterClientQuotas, AlterUserScramCredentials, CreateAcls and
+DeleteAcls sent there get CLUSTER_AUTHORIZATION_FAILED for every resource, entry, user,
+creation or filter, whatever the ACLs say.  A worker answers them itself, so the parent's loop never queues a
 refused request; the parent's admin service answers the same way should one reach it.
 """
 
@@ -35,7 +36,19 @@ def refused_alter_scram(ctx: RequestContext, body) -> bytes:
         for name in names]})
 
 
-_REFUSALS = {44: refused_alter_configs, 49: refused_alter_quotas, 51: refused_alter_scram}
+def refused_create_acls(ctx: RequestContext, body) -> bytes:
+    return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
+        {"error_code": error_code(CODE), "error_message": MESSAGE} for _ in body.creations]})
+
+
+def refused_delete_acls(ctx: RequestContext, body) -> bytes:
+    return ctx.respond({"throttle_time": NO_THROTTLE, "filter_results": [
+        {"error_code": error_code(CODE), "error_message": MESSAGE, "matching_acls": []}
+        for _ in body.filters]})
+
+
+_REFUSALS = {44: refused_alter_configs, 49: refused_alter_quotas, 51: refused_alter_scram,
+             30: refused_create_acls, 31: refused_delete_acls}
 
 
 def refuse_change(request: bytes, listener: int) -> bytes:

@@ -1,0 +1,170 @@
+"""The ACLs' owner: CreateAcls, DescribeAcls and DeleteAcls, and where the ACLs are kept.
+
+`AclStore` keeps them in `<first log dir>/.pybroker-acls.json`, written atomically (a
+temporary file, fsync, rename) before a change is acknowledged, and read back at start-up.
+The parent is its only writer.  After every change `on_change` sends them to every worker
+(IPC `Acls`), which decides requests with them from then on: within one loop turn of the
+parent, well inside Kafka's usual "eventually".
+
+`AclService` answers the three APIs as Kafka's AclApis does: without an authorizer, each
+gets SECURITY_DISABLED; DescribeAcls needs DESCRIBE on the cluster, CreateAcls and DeleteAcls
+ALTER (else CLUSTER_AUTHORIZATION_FAILED); each creation is validated on its own
+(INVALID_REQUEST naming what is wrong); a DeleteAcls filter removes every ACL it matches and
+lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import msgspec
+
+from broker.shared.access import Access
+from broker.shared.acl import (CLUSTER_NAME, MAX_ACLS, Acl, AclFilter, Operation, ResourceType,
+                               creation_problem)
+from broker.shared.protocol import errors
+from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
+
+log = logging.getLogger("broker.parent.acls")
+
+STORE_FILE = ".pybroker-acls.json"
+_DISABLED = "No Authorizer is configured on the broker"
+
+
+class AclStore:
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, STORE_FILE)
+        self.acls: tuple[Acl, ...] = ()
+
+    def load(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                self.acls = tuple(msgspec.json.decode(handle.read(), type=list[Acl]))
+        except FileNotFoundError:
+            self.acls = ()
+
+    def save(self, acls: tuple[Acl, ...]) -> None:
+        temporary = self.path + ".tmp"
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+            handle.write(msgspec.json.encode(list(acls)))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+        self.acls = acls
+
+
+class AclService:
+    def __init__(self, store: AclStore, access: Access, on_change=lambda: None):
+        self.store = store
+        self.access = access  # the parent's: checks the asker, and holds the ACLs in force
+        self.on_change = on_change  # after a change was persisted: tell the workers
+
+    # --- DescribeAcls ---------------------------------------------------------------------
+
+    def describe(self, ctx: RequestContext, body, _who: str) -> bytes:
+        answer = {"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+                  "error_message": None, "resources": []}
+        refusal = self._refusal(ctx, Operation.DESCRIBE)
+        wanted = _filter(body, body.resource_type_filter, body.resource_name_filter,
+                         body.pattern_type_filter)
+        problem = refusal or (None if wanted.problem() is None
+                              else ("invalid_request", wanted.problem()))
+        if problem is not None:
+            return ctx.respond(dict(answer, error_code=error_code(problem[0]),
+                                    error_message=problem[1]))
+        resources: dict[tuple, list] = {}
+        for acl in self.store.acls:
+            if wanted.matches(acl):
+                resources.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type),
+                                     []).append({"principal": acl.principal, "host": acl.host,
+                                                 "operation": acl.operation,
+                                                 "permission_type": acl.permission})
+        answer["resources"] = [{"resource_type": kind, "resource_name": name,
+                                "pattern_type": pattern, "acls": acls}
+                               for (kind, name, pattern), acls in resources.items()]
+        return ctx.respond(answer)
+
+    # --- CreateAcls -----------------------------------------------------------------------
+
+    def create(self, ctx: RequestContext, body, who: str) -> bytes:
+        refusal = self._refusal(ctx, Operation.ALTER)
+        if refusal is not None:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
+                {"error_code": error_code(refusal[0]), "error_message": refusal[1]}
+                for _ in body.creations]})
+        acls, known = list(self.store.acls), set(self.store.acls)
+        results = []
+        for creation in body.creations:
+            acl = Acl(creation.resource_type, creation.resource_name,
+                      creation.resource_pattern_type, creation.principal, creation.host,
+                      creation.operation, creation.permission_type)
+            problem = creation_problem(acl)
+            if problem is None and acl not in known and len(acls) >= MAX_ACLS:
+                problem = f"{MAX_ACLS} ACLs are stored already (the most kept)"
+            if problem is not None:
+                results.append({"error_code": errors.ErrorCode.invalid_request,
+                                "error_message": problem})
+                continue
+            if acl not in known:  # creating an ACL that exists is a success that changes nothing
+                known.add(acl)
+                acls.append(acl)
+            results.append({"error_code": errors.NONE, "error_message": None})
+        self._commit(tuple(acls), who, "created")
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+
+    # --- DeleteAcls -----------------------------------------------------------------------
+
+    def delete(self, ctx: RequestContext, body, who: str) -> bytes:
+        refusal = self._refusal(ctx, Operation.ALTER)
+        if refusal is not None:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "filter_results": [
+                {"error_code": error_code(refusal[0]), "error_message": refusal[1],
+                 "matching_acls": []} for _ in body.filters]})
+        remaining = list(self.store.acls)
+        results = []
+        for item in body.filters:
+            wanted = _filter(item, item.resource_type_filter, item.resource_name_filter,
+                             item.pattern_type_filter)
+            if wanted.problem() is not None:
+                results.append({"error_code": errors.ErrorCode.invalid_request,
+                                "error_message": wanted.problem(), "matching_acls": []})
+                continue
+            matching = [acl for acl in remaining if wanted.matches(acl)]
+            remaining = [acl for acl in remaining if not wanted.matches(acl)]
+            results.append({"error_code": errors.NONE, "error_message": None,
+                            "matching_acls": [_matching(acl) for acl in matching]})
+        self._commit(tuple(remaining), who, "deleted")
+        return ctx.respond({"throttle_time": NO_THROTTLE, "filter_results": results})
+
+    # --- shared ---------------------------------------------------------------------------
+
+    def _refusal(self, ctx: RequestContext, operation: Operation) -> tuple[str, str] | None:
+        if not self.access.enabled:
+            return "security_disabled", _DISABLED
+        if not self.access.check(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            return "cluster_authorization_failed", \
+                f"{operation.name} on the cluster is required to manage ACLs"
+        return None
+
+    def _commit(self, acls: tuple[Acl, ...], who: str, verb: str) -> None:
+        if acls == self.store.acls:
+            return
+        before = len(self.store.acls)
+        self.store.save(acls)
+        self.access.update(acls)
+        log.info("ACLs %s by %s: %d now (%+d)", verb, who or "a client", len(acls),
+                 len(acls) - before)
+        self.on_change()
+
+
+def _filter(item, resource_type: int, resource_name, pattern_type: int) -> AclFilter:
+    return AclFilter(resource_type, resource_name, pattern_type, item.principal_filter,
+                     item.host_filter, item.operation, item.permission_type)
+
+
+def _matching(acl: Acl) -> dict:
+    return {"error_code": errors.NONE, "error_message": None,
+            "resource_type": acl.resource_type, "resource_name": acl.resource_name,
+            "pattern_type": acl.pattern_type, "principal": acl.principal, "host": acl.host,
+            "operation": acl.operation, "permission_type": acl.permission}

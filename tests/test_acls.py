@@ -1,0 +1,453 @@
+"""ACL authorization (issue 17): Kafka's decision, its filters and validation, the audit, and
+real clients over SASL against a broker with `authorizer.class.name` set.
+
+Real clients: confluent-kafka (AdminClient create/describe/delete_acls, producer, consumer),
+kafka-python (KafkaAdminClient ACLs, a refused producer) and aiokafka (a refused consumer group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import signal
+import time
+
+import pytest
+
+from broker.shared.access import Access
+from broker.shared.acl import (Acl, AclFilter, Authorizer, Operation, PatternType, Permission,
+                               ResourceType, creation_problem)
+from broker.shared.events import AuthorizationDenied, decode_line
+from broker.shared.protocol.context import RequestContext
+from tests.batches import make_batch
+from tests.harness import BrokerProcess, wait_until
+from tests.test_sasl import _plain_session
+from tests.wire import produce_errors, produce_request
+
+T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
+ALLOW, DENY = Permission.ALLOW, Permission.DENY
+STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="admin" password="admin-secret" user_admin="admin-secret" '
+        'user_alice="alice-secret" user_bob="bob-secret" user_ops="ops-secret";')
+
+
+def acl(kind, name, pattern, principal, operation, permission=ALLOW, host="*") -> Acl:
+    return Acl(kind, name, pattern, principal, host, operation, permission)
+
+
+# --- unit: the decision ------------------------------------------------------------------------
+
+def test_deny_wins_and_describe_is_implied_by_read_write_delete_alter():
+    auth = Authorizer([acl(T, "orders-", PRE, "User:alice", Operation.WRITE),
+                       acl(T, "orders-secret", LIT, "User:alice", Operation.WRITE, DENY),
+                       acl(T, "audit", LIT, "User:alice", Operation.ALTER_CONFIGS)])
+    assert auth.allows("alice", "10.0.0.1", Operation.WRITE, T, "orders-1")
+    assert not auth.allows("alice", "10.0.0.1", Operation.WRITE, T, "orders-secret")
+    assert auth.allows("alice", "10.0.0.1", Operation.DESCRIBE, T, "orders-secret")  # not denied
+    assert not auth.allows("alice", "10.0.0.1", Operation.READ, T, "orders-1")
+    assert not auth.allows("bob", "10.0.0.1", Operation.WRITE, T, "orders-1")
+    assert not auth.allows("alice", "10.0.0.1", Operation.WRITE, T, "order")  # not the prefix
+    assert auth.allows("alice", "10.0.0.1", Operation.DESCRIBE_CONFIGS, T, "audit")
+    assert not auth.allows("alice", "10.0.0.1", Operation.WRITE, G, "orders-1")  # another type
+
+
+def test_wildcards_hosts_super_users_and_the_no_acl_rule():
+    auth = Authorizer([acl(T, "*", LIT, "User:*", Operation.READ),
+                       acl(T, "logs", LIT, "User:bob", Operation.ALL, host="10.0.0.9"),
+                       acl(T, "logs", LIT, "User:mallory", Operation.ALL, DENY)],
+                      super_users=frozenset({"User:root"}), allow_if_no_acl=True)
+    assert auth.allows("anyone", "1.2.3.4", Operation.READ, T, "whatever")
+    assert auth.allows("bob", "10.0.0.9", Operation.WRITE, T, "logs")  # ALL, from its host
+    assert not auth.allows("bob", "10.0.0.8", Operation.WRITE, T, "logs")  # another host
+    assert not auth.allows("mallory", "10.0.0.9", Operation.READ, T, "logs")  # DENY ALL wins
+    assert auth.allows("root", "1.2.3.4", Operation.DELETE, T, "logs")  # super user
+    assert auth.allows("anyone", "1.2.3.4", Operation.ALTER, G, "free")  # no ACL on it at all
+    assert not auth.allows("anyone", "1.2.3.4", Operation.WRITE, T, "free")  # `*` is an ACL
+    strict = Authorizer([], allow_if_no_acl=False)
+    assert not strict.allows("anyone", "1.2.3.4", Operation.READ, G, "free")
+
+
+def test_any_topic_grants_as_kafkas_authorize_by_resource_type():
+    """InitProducerId without IDEMPOTENT_WRITE: WRITE on some topic that no DENY covers."""
+    def may(*acls):
+        return Authorizer(list(acls)).allows_any("alice", "h", Operation.WRITE, T)
+
+    assert not may()
+    assert may(acl(T, "a-", PRE, "User:alice", Operation.WRITE))
+    assert not may(acl(T, "a-", PRE, "User:alice", Operation.WRITE),
+                   acl(T, "a", PRE, "User:alice", Operation.WRITE, DENY))
+    assert may(acl(T, "x", LIT, "User:alice", Operation.WRITE),
+               acl(T, "y", LIT, "User:alice", Operation.WRITE, DENY))
+    assert not may(acl(T, "x", LIT, "User:alice", Operation.WRITE),
+                   acl(T, "*", LIT, "User:*", Operation.ALL, DENY))
+    assert not may(acl(T, "x", LIT, "User:alice", Operation.READ))  # nothing implied
+
+
+def test_authorized_operations_are_kafkas_bit_fields():
+    auth = Authorizer([acl(T, "t", LIT, "User:alice", Operation.READ)])
+    bits = auth.authorized_operations("alice", "h", T, "t")
+    assert bits == (1 << Operation.READ) | (1 << Operation.DESCRIBE)
+    everything = Authorizer([], super_users=frozenset({"User:root"}))
+    assert everything.authorized_operations("root", "h", C, "kafka-cluster") == 8096
+
+
+def test_filters_select_as_kafkas_any_and_match():
+    prefixed = acl(T, "orders-", PRE, "User:alice", Operation.WRITE)
+    literal = acl(T, "orders-1", LIT, "User:bob", Operation.READ)
+    star = acl(T, "*", LIT, "User:*", Operation.DESCRIBE)
+    everything = [prefixed, literal, star]
+
+    def select(**fields):
+        base = dict(resource_type=ResourceType.ANY, resource_name=None,
+                    pattern_type=PatternType.ANY, principal=None, host=None,
+                    operation=Operation.ANY, permission=Permission.ANY)
+        return [item for item in everything if AclFilter(**dict(base, **fields)).matches(item)]
+
+    assert select() == everything
+    assert select(resource_name="orders-1") == [literal]  # ANY: the exact name only
+    assert select(resource_name="orders-1", pattern_type=PatternType.MATCH) == everything
+    assert select(pattern_type=PRE) == [prefixed]
+    assert select(principal="User:bob") == [literal]
+    assert select(operation=Operation.WRITE, permission=ALLOW) == [prefixed]
+    assert AclFilter(0, None, 1, None, None, 1, 1).problem() is not None  # UNKNOWN type
+
+
+@pytest.mark.parametrize("bad, message", [
+    (acl(C, "cluster", LIT, "User:a", Operation.ALTER), "only valid name for the CLUSTER"),
+    (acl(T, "", LIT, "User:a", Operation.READ), "Invalid empty resource name"),
+    (acl(ResourceType.ANY, "t", LIT, "User:a", Operation.READ), "Invalid resourceType ANY"),
+    (acl(T, "t", PatternType.MATCH, "User:a", Operation.READ), "Invalid patternType MATCH"),
+    (acl(T, "t", LIT, "User:a", Operation.ANY), "Invalid operation ANY"),
+    (acl(T, "t", LIT, "User:a", Operation.READ, Permission.ANY), "Invalid permissionType ANY"),
+    (acl(T, "t", LIT, "alice", Operation.READ), "Could not parse principal from `alice`"),
+])
+def test_creations_kafka_refuses_are_named(bad, message):
+    assert message in creation_problem(bad)
+    assert creation_problem(acl(T, "t", PRE, "User:a", Operation.READ, host="10.0.0.1")) is None
+
+
+def test_denials_are_counted_at_once_and_written_once_a_second():
+    class Log:
+        def __init__(self):
+            self.emitted = []
+
+        def emit(self, event):
+            self.emitted.append(event)
+
+    counted, log = [], Log()
+    access = Access(True, count=counted.append, log=log, listeners=("SASL",),
+                    api_names={0: "Produce"})
+    access.update([acl(T, "ok", LIT, "User:alice", Operation.WRITE)])
+    ctx = RequestContext(b"\0\0\0\1", 0, 9, 0, None, "alice", "10.0.0.7")
+    assert access.check(ctx, Operation.WRITE, T, "ok")
+    for _ in range(1000):  # a client retrying the same denied request
+        assert not access.check(ctx, Operation.WRITE, T, "nope")
+    assert counted == [0] * 1000 and log.emitted == []
+    access.flush(1_800_000_000)
+    [event] = log.emitted
+    assert (event.principal, event.ip, event.api, event.resource_type, event.resource,
+            event.operation, event.count) == ("User:alice", "10.0.0.7", "Produce", "TOPIC",
+                                              "nope", "WRITE", 1000)
+    assert Access(False).check(ctx, Operation.WRITE, T, "nope")  # no authorizer: all allowed
+
+
+# --- real brokers, real clients ------------------------------------------------------------------
+
+def acl_broker(**extra) -> dict[str, str]:
+    settings = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                "inter.broker.listener.name": "SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                "authorizer.class.name": STANDARD, "super.users": "User:admin"}
+    settings.update(extra)
+    return settings
+
+
+def client(broker, user: str, listener: str = "SASL_PLAINTEXT", **extra) -> dict:
+    host, port = broker.listeners[listener]
+    return {"bootstrap.servers": f"{host}:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": f"{user}-secret",
+            **extra}
+
+
+def create_topics(config: dict, *names: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(config)
+    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
+        future.result(timeout=20)
+
+
+def create_acls(config: dict, *bindings) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(config)
+    for future in admin.create_acls(list(bindings)).values():
+        future.result(timeout=20)
+
+
+def binding(kind: str, name: str, pattern: str, principal: str, operation: str,
+            permission: str = "ALLOW"):
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+
+    return AclBinding(ResourceType[kind], name, ResourcePatternType[pattern], principal, "*",
+                      AclOperation[operation], AclPermissionType[permission])
+
+
+def produce_error(config: dict, topic: str, count: int = 1):
+    """None if every record was acknowledged, else the first error's name."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(dict(config, **{"message.timeout.ms": 10000}))
+    errors = []
+    try:
+        for index in range(count):
+            producer.produce(topic, value=f"{topic}-{index}".encode(),
+                             on_delivery=lambda error, _m: errors.append(error) if error else 0)
+        producer.flush(20)
+    except KafkaException as error:  # refused from the metadata already
+        return error.args[0].name()
+    return errors[0].name() if errors else None
+
+
+def consume_error(config: dict, topic: str, group: str, expect: int = 0):
+    """(records read, the first error's name) of a subscribing consumer."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(dict(config, **{"group.id": group, "auto.offset.reset": "earliest"}))
+    consumer.subscribe([topic])
+    read, error, deadline = 0, None, time.monotonic() + 20
+    while time.monotonic() < deadline and error is None and (expect == 0 or read < expect):
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error() is not None:
+            error = message.error().name()
+        else:
+            read += 1
+    consumer.close()
+    return read, error
+
+
+TOPIC_DENIED = 29  # TOPIC_AUTHORIZATION_FAILED
+
+
+def raw_produce(sock, topic: str = "orders-1") -> int:
+    """One Produce on an authenticated raw connection: its partition's error code."""
+    sock.send(produce_request(topic, make_batch(1)))
+    return produce_errors(sock.receive())[0][0]
+
+
+def denials(broker) -> list[AuthorizationDenied]:
+    found = []
+    for path in glob.glob(os.path.join(broker.data_dir, "pybroker-events", "*.jsonl")):
+        with open(path, "rb") as handle:
+            found += [event for event in map(decode_line, handle)
+                      if isinstance(event, AuthorizationDenied)]
+    return found
+
+
+@pytest.mark.system
+def test_a_user_without_acls_is_refused_with_kafkas_codes_by_every_client():
+    from confluent_kafka.admin import AdminClient
+
+    with BrokerProcess(workers=2, overrides=acl_broker()) as broker:
+        admin = client(broker, "admin")
+        create_topics(admin, "orders")
+        alice = client(broker, "alice")
+        assert produce_error(alice, "orders") == "TOPIC_AUTHORIZATION_FAILED"
+        create_acls(admin, binding("TOPIC", "orders", "LITERAL", "User:alice", "READ"))
+        assert consume_error(alice, "orders", "alice-group")[1] == "GROUP_AUTHORIZATION_FAILED"
+        with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED"):
+            create_topics(alice, "mine")
+        assert set(AdminClient(alice).list_topics(timeout=10).topics) == {"orders"}  # READ
+        assert set(AdminClient(client(broker, "bob")).list_topics(timeout=10).topics) == set()
+
+        from kafka import KafkaProducer
+        from kafka.errors import TopicAuthorizationFailedError
+
+        host, port = broker.listeners["SASL_PLAINTEXT"]
+        common = dict(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_PLAINTEXT",
+                      sasl_mechanism="PLAIN", sasl_plain_username="bob",
+                      sasl_plain_password="bob-secret")
+        producer = KafkaProducer(max_block_ms=5000, **common)
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send("orders", b"x").get(timeout=10)
+        producer.close()
+
+        async def aiokafka_group():
+            from aiokafka import AIOKafkaConsumer
+            from aiokafka.errors import GroupAuthorizationFailedError
+
+            consumer = AIOKafkaConsumer("orders", group_id="alice-group", sasl_mechanism="PLAIN",
+                                        bootstrap_servers=f"{host}:{port}",
+                                        security_protocol="SASL_PLAINTEXT",
+                                        sasl_plain_username="alice",
+                                        sasl_plain_password="alice-secret")
+            try:
+                with pytest.raises(GroupAuthorizationFailedError):
+                    await consumer.start()  # it joins the group on start
+                    await asyncio.wait_for(consumer.getmany(timeout_ms=5000), 15)
+            finally:
+                await consumer.stop()
+
+        asyncio.run(aiokafka_group())
+        wait_until(lambda: {(d.principal, d.api, d.resource, d.operation) for d in denials(broker)}
+                   >= {("User:alice", "Metadata", "orders", "DESCRIBE"),
+                       ("User:alice", "FindCoordinator", "alice-group", "DESCRIBE"),
+                       ("User:alice", "CreateTopics", "mine", "CREATE")},
+                   timeout=10)
+        assert all(d.ip == "127.0.0.1" and d.count >= 1 for d in denials(broker))
+        assert broker.metric("broker_authorization_denied_total", api="FindCoordinator") >= 1
+        assert broker.metric("broker_authorization_denied_total", api="CreateTopics") == 1
+
+
+@pytest.mark.system
+def test_acls_from_the_admin_client_grant_exactly_what_they_say():
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
+                                       AdminClient, ResourcePatternType, ResourceType)
+
+    with BrokerProcess(workers=2, overrides=acl_broker()) as broker:
+        admin_config = client(broker, "admin")
+        create_topics(admin_config, "orders-1", "orders-secret", "other", "public")
+        create_acls(admin_config,
+                    binding("TOPIC", "orders-", "PREFIXED", "User:alice", "WRITE"),
+                    binding("TOPIC", "orders-", "PREFIXED", "User:alice", "READ"),
+                    binding("TOPIC", "orders-secret", "LITERAL", "User:alice", "WRITE", "DENY"),
+                    binding("GROUP", "alice-", "PREFIXED", "User:alice", "READ"),
+                    binding("GROUP", "described", "LITERAL", "User:alice", "DESCRIBE"),
+                    binding("TOPIC", "public", "LITERAL", "User:*", "DESCRIBE"))
+        alice = client(broker, "alice")
+        assert produce_error(alice, "orders-1", 20) is None
+        assert produce_error(alice, "orders-secret") == "TOPIC_AUTHORIZATION_FAILED"  # DENY wins
+        assert produce_error(alice, "other") == "TOPIC_AUTHORIZATION_FAILED"
+        assert consume_error(alice, "orders-1", "alice-group", expect=20) == (20, None)
+        # DESCRIBE on the group finds the coordinator; joining needs READ (in the parent).
+        assert consume_error(alice, "orders-1", "described")[1] == "GROUP_AUTHORIZATION_FAILED"
+        # Metadata shows what the principal may describe (READ and WRITE imply DESCRIBE).
+        assert set(AdminClient(alice).list_topics(timeout=10).topics) == {
+            "orders-1", "orders-secret", "public"}
+
+        admin = AdminClient(admin_config)
+        everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None,
+                                      None, AclOperation.ANY, AclPermissionType.ANY)
+        assert len(admin.describe_acls(everything).result(timeout=20)) == 6
+        of_alice = AclBindingFilter(ResourceType.TOPIC, "orders-secret",
+                                    ResourcePatternType.MATCH, "User:alice", None,
+                                    AclOperation.ANY, AclPermissionType.ANY)
+        assert sorted((b.name, b.operation.name, b.permission_type.name) for b in
+                      admin.describe_acls(of_alice).result(timeout=20)) == [
+            ("orders-", "READ", "ALLOW"), ("orders-", "WRITE", "ALLOW"),
+            ("orders-secret", "WRITE", "DENY")]
+        prefixed_writes = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.PREFIXED,
+                                           None, None, AclOperation.WRITE, AclPermissionType.ANY)
+        # Four authenticated connections, so both workers serve some: each may produce now.
+        sessions = [_plain_session(broker.listeners["SASL_PLAINTEXT"], "alice",
+                                   "alice-secret")[0] for _ in range(4)]
+        assert {raw_produce(sock) for sock in sessions} == {0}
+        [deleted] = [future.result(timeout=20) for future in
+                     admin.delete_acls([prefixed_writes]).values()]
+        answered = time.monotonic()
+        assert [(b.name, b.operation.name) for b in deleted] == [("orders-", "WRITE")]
+        wait_until(lambda: {raw_produce(sock) for sock in sessions} == {TOPIC_DENIED},
+                   timeout=1.0)  # every worker applies the change within a second
+        assert time.monotonic() - answered < 1.0
+        for sock in sessions:
+            sock.close()
+        assert produce_error(alice, "orders-1") == "TOPIC_AUTHORIZATION_FAILED"
+        with pytest.raises(KafkaException, match="INVALID_REQUEST"):
+            create_acls(admin_config, binding("BROKER", "not-the-cluster", "LITERAL",
+                                              "User:alice", "ALTER"))
+        with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
+            create_acls(alice, binding("TOPIC", "anything", "LITERAL", "User:alice", "ALL"))
+        # DescribeAcls without DESCRIBE on the cluster: CLUSTER_AUTHORIZATION_FAILED at the top
+        # of the answer, which librdkafka reports as an empty list (kafka-python raises it,
+        # see the restart test): nothing is shown either way.
+        alice_admin = AdminClient(alice)  # held until the answer: a dropped handle fails it
+        assert alice_admin.describe_acls(everything).result(timeout=20) == []
+        assert broker.metric("broker_authorization_denied_total", api="DescribeAcls") == 1
+
+
+@pytest.mark.system
+def test_super_users_no_acl_rule_and_the_control_plane_rule():
+    from confluent_kafka import KafkaException
+
+    overrides = acl_broker(**{
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                          "CONTROLLER:SASL_PLAINTEXT",
+        "control.plane.listener.name": "CONTROLLER",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": JAAS,
+        "pybroker.control.plane.alter.on.data.listeners": "true",  # topics made below
+        "super.users": "User:admin;User:ops",
+        "allow.everyone.if.no.acl.found": "true"})
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        create_topics(client(broker, "admin"), "free", "guarded")
+        create_acls(client(broker, "admin", "CONTROLLER"),
+                    binding("TOPIC", "guarded", "LITERAL", "User:bob", "WRITE"),
+                    binding("TOPIC", "guarded", "LITERAL", "User:*", "ALL", "DENY"))
+        alice, ops = client(broker, "alice"), client(broker, "ops")
+        assert produce_error(alice, "free") is None  # no ACL on it at all: allowed
+        assert produce_error(alice, "guarded") == "TOPIC_AUTHORIZATION_FAILED"
+        assert produce_error(client(broker, "bob"), "guarded") == "TOPIC_AUTHORIZATION_FAILED"
+        assert produce_error(ops, "guarded") is None  # a super user, whatever the DENY says
+    overrides["pybroker.control.plane.alter.on.data.listeners"] = "false"
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
+            create_acls(client(broker, "admin"),  # a super user, on a data listener
+                        binding("TOPIC", "x", "LITERAL", "User:bob", "READ"))
+        create_acls(client(broker, "admin", "CONTROLLER"),
+                    binding("TOPIC", "x", "LITERAL", "User:bob", "READ"))
+
+
+@pytest.mark.system
+def test_acls_survive_a_worker_kill_and_a_restart_and_kafka_python_manages_them(tmp_path):
+    from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType,
+                             ACLResourcePatternType, KafkaAdminClient, ResourcePattern,
+                             ResourcePatternFilter, ResourceType)
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    def admin_client(broker, user: str) -> KafkaAdminClient:
+        host, port = broker.listeners["SASL_PLAINTEXT"]
+        return KafkaAdminClient(bootstrap_servers=f"{host}:{port}", sasl_mechanism="PLAIN",
+                                security_protocol="SASL_PLAINTEXT", sasl_plain_username=user,
+                                sasl_plain_password=f"{user}-secret")
+
+    everything = ACLFilter(principal=None, host="*", operation=ACLOperation.ANY,
+                           permission_type=ACLPermissionType.ANY,
+                           resource_pattern=ResourcePatternFilter(
+                               ResourceType.ANY, None, ACLResourcePatternType.ANY))
+    data_dir = str(tmp_path)
+    with BrokerProcess(workers=2, overrides=acl_broker(), data_dir=data_dir) as broker:
+        create_topics(client(broker, "admin"), "kept")
+        admin = admin_client(broker, "admin")
+        result = admin.create_acls([ACL("User:alice", "*", ACLOperation.WRITE,
+                                        ACLPermissionType.ALLOW,
+                                        ResourcePattern(ResourceType.TOPIC, "kept"))])
+        assert result["failed"] == [] and len(result["succeeded"]) == 1
+        admin.close()
+        victim = broker.worker_pids["data-0"]
+        os.kill(victim, signal.SIGKILL)
+        broker.wait_for_line(rf"pid {victim}\) was killed by SIGKILL")
+        wait_until(lambda: broker.metric("broker_worker_up", worker="data-0") == 1)
+        alice = client(broker, "alice")
+        for _ in range(4):  # new connections reach both workers, the new one included
+            assert produce_error(alice, "kept") is None
+    with BrokerProcess(workers=2, overrides=acl_broker(), data_dir=data_dir) as broker:
+        admin = admin_client(broker, "admin")
+        acls, error = admin.describe_acls(everything)
+        assert [(a.principal, a.operation, a.resource_pattern.resource_name) for a in acls] == \
+            [("User:alice", ACLOperation.WRITE, "kept")]
+        admin.close()
+        assert produce_error(client(broker, "alice"), "kept") is None
+        assert produce_error(client(broker, "bob"), "kept") == "TOPIC_AUTHORIZATION_FAILED"
+        bob = admin_client(broker, "bob")
+        with pytest.raises(ClusterAuthorizationFailedError):
+            bob.describe_acls(everything)
+        bob.close()
