@@ -451,3 +451,119 @@ def test_acls_survive_a_worker_kill_and_a_restart_and_kafka_python_manages_them(
         with pytest.raises(ClusterAuthorizationFailedError):
             bob.describe_acls(everything)
         bob.close()
+
+
+# --- authorized operations (issue 18, 9a: found by librdkafka's own suite) ------------------
+
+def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
+    """Metadata v10 (topic and cluster), Metadata v13 (topic), DescribeCluster and
+    DescribeGroups v5 fill in authorized operations when asked: all the resource type knows
+    (topic 8 operations, cluster 7, group 3), as Kafka does without an authorizer."""
+    from tests.test_connection import make_router
+    from tests.test_group_coordinator import Harness, request
+    from tests.wire import decode_response
+
+    router = make_router(str(tmp_path / "logs"))
+    router.apis[19].services.registry.create("t", 1)
+
+    def ask(api_key: int, version: int, values: dict):
+        answer = router.handle(request(api_key, version, values), 0)
+        return decode_response(api_key, version, answer[4:])[1]
+
+    for version in (10, 13):
+        values = {"topics": [{"name": "t", "topic_id": None}], "allow_auto_topic_creation": False,
+                  "include_topic_authorized_operations": True,
+                  "include_cluster_authorized_operations": True}
+        answer = ask(3, version, values)
+        assert answer.topics[0].topic_authorized_operations == 3576  # 8 operations
+        if version == 10:
+            assert answer.cluster_authorized_operations == 8096  # 7 operations
+        asked_not = ask(3, version, dict(values, include_topic_authorized_operations=False))
+        assert asked_not.topics[0].topic_authorized_operations == -2147483648  # not cached
+    described = ask(60, 1, {"include_cluster_authorized_operations": True, "endpoint_type": 1})
+    assert described.cluster_authorized_operations == 8096
+    (tmp_path / "groups").mkdir()
+    harness = Harness(tmp_path / "groups")
+    try:
+        groups = harness.send(15, 5, {"groups": ["g"], "include_authorized_operations": True})
+        assert groups.groups[0].authorized_operations == 328  # READ, DESCRIBE, DELETE
+    finally:
+        harness.close()
+
+
+# --- review findings: hosts as Kafka compares them, bounds ------------------------------------
+
+def test_hosts_compare_as_addresses_not_as_text():
+    from broker.shared.acl import canonical_host
+
+    assert canonical_host("::ffff:10.0.0.5") == "10.0.0.5"  # IPv4 through a dual-stack socket
+    assert canonical_host("2001:db8:0:0:0:0:0:1") == "2001:db8::1"
+    assert canonical_host("fe80::1%eth0") == "fe80::1"
+    assert canonical_host("*") == "*" and canonical_host("not-an-ip") == "not-an-ip"
+    auth = Authorizer([acl(T, "orders", LIT, "User:*", Operation.WRITE),
+                       acl(T, "orders", LIT, "User:*", Operation.WRITE, DENY,
+                           host=canonical_host("::ffff:10.0.0.5"))])
+    assert not auth.allows("x", canonical_host("::ffff:10.0.0.5"), Operation.WRITE, T, "orders")
+
+
+def test_long_names_are_decided_but_never_cached_and_the_audit_is_bounded():
+    from broker.shared.access import MAX_NAME_CHARS
+    from broker.shared.acl import CACHED_NAME_CHARS
+
+    class Log:
+        emitted = []
+
+        def emit(self, event):
+            self.emitted.append(event)
+
+    access = Access(True, log=Log(), listeners=("L",), api_names={10: "FindCoordinator"})
+    ctx = RequestContext(b"\0\0\0\1", 10, 4, 0, None, "mallory", "10.0.0.9")
+    for index in range(50):
+        assert not access.check(ctx, Operation.DESCRIBE, G, f"{index}" + "g" * 100_000)
+    assert len(access.authorizer._cache) == 0  # nothing over CACHED_NAME_CHARS is kept
+    access.check(ctx, Operation.DESCRIBE, G, "g" * CACHED_NAME_CHARS)
+    assert len(access.authorizer._cache) == 1
+    access.flush(1_800_000_000)
+    assert all(len(event.resource) <= MAX_NAME_CHARS + 3 for event in Log.emitted)
+
+
+def test_delete_acls_filters_each_see_every_acl_and_a_failed_write_changes_nothing(
+        tmp_path, monkeypatch):
+    import kio.schema.create_acls.v3.request as create_request
+    import kio.schema.delete_acls.v3.request as delete_request
+
+    from broker.parent.acls import AclService, AclStore
+    from tests.wire import decode_response
+
+    store = AclStore(str(tmp_path))
+    store.save((acl(T, "a", LIT, "User:x", Operation.READ), acl(T, "b", LIT, "User:x",
+                                                                 Operation.READ)))
+    access = Access(True, super_users=frozenset({"User:root"}))
+    access.update(store.acls)
+    service = AclService(store, access)
+    ctx = RequestContext(b"\0\0\0\1", 31, 3, 0, None, "root", "10.0.0.1")
+
+    def select(name):
+        return delete_request.DeleteAclsFilter(
+            resource_type_filter=T, resource_name_filter=name, pattern_type_filter=1,
+            principal_filter=None, host_filter=None, operation=1, permission_type=1)
+
+    body = delete_request.DeleteAclsRequest(filters=(select("a"), select(None)))
+    answer = decode_response(31, 3, service.delete(ctx, body, "test")[4:])[1]
+    assert [len(result.matching_acls) for result in answer.filter_results] == [1, 2]
+    assert store.acls == ()
+
+    def full_disk(acls):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "save", full_disk)  # the store can no longer be written
+    creation = create_request.AclCreation(resource_type=T, resource_name="c",
+                                          resource_pattern_type=LIT, principal="User:x",
+                                          host="*", operation=Operation.READ,
+                                          permission_type=ALLOW)
+    create_ctx = RequestContext(b"\0\0\0\2", 30, 3, 0, None, "root", "10.0.0.1")
+    reply = service.create(create_ctx, create_request.CreateAclsRequest(creations=(creation,)),
+                           "test")
+    [result] = decode_response(30, 3, reply[4:])[1].results
+    assert result.error_code == -1 and store.acls == ()  # UNKNOWN_SERVER_ERROR
+    assert not access.authorizer.acls  # nor was anything applied

@@ -354,3 +354,38 @@ def offsets_record(topic, partition, offset):
     from broker.parent.groups.offsets import Record
 
     return Record(group="g", topic=topic, partition=partition, offset=offset)
+
+
+def test_list_groups_filters_are_case_insensitive(harness):
+    """Issue 18: ListGroups v5 compares states and types as Kafka does, ignoring case."""
+    first, join = harness.join_member()
+    harness.wait(join)
+    harness.wait(harness.sync(first, 1, [(first, b"x")]))
+    for states, types in ((["STABLE"], ["CLASSIC"]), (["stable"], ["Classic"]),
+                          ([], ["CLASSIC"])):
+        listed = harness.send(16, 5, {"states_filter": states, "types_filter": types})
+        assert [(g.group_id, g.group_state) for g in listed.groups] == [("g", "Stable")]
+    assert harness.send(16, 5, {"states_filter": ["EMPTY"], "types_filter": []}).groups == ()
+    assert harness.send(16, 5, {"states_filter": [], "types_filter": ["CONSUMER"]}).groups == ()
+
+
+def test_a_stale_commit_during_completing_rebalance_hears_who_it_is_first(harness):
+    """Issue 18: in CompletingRebalance a commit from an old generation or an unknown member
+    gets ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (librdkafka rejoins); only a member of the
+    current generation gets REBALANCE_IN_PROGRESS."""
+    first, join = harness.join_member()
+    harness.wait(join)
+    harness.wait(harness.sync(first, 1, [(first, b"x")]))
+    second, join_second = harness.join_member()
+    rejoin = harness.join(member_id=first)
+    harness.wait(rejoin)
+    harness.wait(join_second)  # generation 2, waiting for the leader's sync
+
+    def codes(answer) -> set[int]:
+        return {p.error_code for t in answer.topics for p in t.partitions}
+
+    assert codes(harness.commit({("t", 0): 5}, generation=1, member_id=first)) == \
+        {ILLEGAL_GENERATION}
+    assert codes(harness.commit({("t", 0): 5}, generation=2, member_id="nobody")) == \
+        {UNKNOWN_MEMBER}
+    assert codes(harness.commit({("t", 0): 5}, generation=2, member_id=first)) == {REBALANCING}

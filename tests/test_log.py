@@ -9,7 +9,7 @@ import pytest
 from broker.shared.log import records
 from broker.shared.log.partition import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
-from tests.batches import make_batch
+from tests.batches import compressed, make_batch
 
 
 @pytest.fixture
@@ -161,7 +161,32 @@ def test_timestamps_find_offsets(registry):
     assert partition.offset_for_timestamp(1500) == (2, 2000)
     assert partition.offset_for_timestamp(2000) == (2, 2000)
     assert partition.offset_for_timestamp(5000) is None
-    assert partition.max_timestamp_offset() == (5, 3000)
+    assert partition.max_timestamp_offset() == (4, 3000)  # the first record with the stamp
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_timestamp_lookups_read_the_records_of_compressed_batches(registry, codec):
+    """Issue 18: inside one batch (compressed or not) the lookup finds the record, not the
+    batch; MAX_TIMESTAMP (KIP-734) is the record carrying the largest stamp."""
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    t0 = 1_700_000_000_000
+    batch = make_batch(timestamps=[t0 + step * 1000 for step in range(5)])
+    assert partition.append(compressed(batch, codec) if codec else batch).error is None
+    assert partition.offset_for_timestamp(t0 + 2500) == (3, t0 + 3000)
+    assert partition.offset_for_timestamp(t0) == (0, t0)
+    batch = make_batch(timestamps=[t0 + 5000, t0 + 9000, t0 + 1000])
+    assert partition.append(compressed(batch, codec) if codec else batch).error is None
+    assert partition.max_timestamp_offset() == (6, t0 + 9000)
+
+
+def test_a_timestamp_lookup_never_expands_a_bomb(registry):
+    """A stored batch that decompresses past pybroker.max.decompressed.batch.bytes is not
+    expanded: the lookup falls back on the batch header."""
+
+    bomb = compressed(make_batch(2, value_size=200_000, timestamp_ms=5000), 1)
+    assert records.record_timestamps(bomb, max_decompressed=64 * 1024) is None
+    assert records.record_timestamps(bomb)[1] == (1, 5000)
 
 
 def _append_many(directory, count, results):
@@ -421,3 +446,29 @@ def test_compressed_batches_are_decompressed_and_walked(codec, xerial):
     bomb = compressed(make_batch(20_000, value_size=1000), codec, xerial)  # 20 MB of records
     with pytest.raises(records.BatchError, match="decompressed.batch.bytes"):
         records.validate(bomb, 1 << 24, max_decompressed=1 << 20)
+
+
+def test_delete_records_moves_the_log_start_and_survives_a_restart(tmp_path):
+    """DeleteRecords (issue 18): the log start offset moves, whole segments below it go, a
+    restart (recovery from the files) keeps it, and it never moves back."""
+    settings = LogSettings(segment_bytes=300, index_interval_bytes=64)
+    registry = TopicRegistry((str(tmp_path),), settings, Epoch())
+    registry.create("t", 1)
+    partition = registry.partition("t", 0)
+    for _ in range(6):
+        partition.append(make_batch(3))  # offsets 0..17, a few segments
+    segments = len([n for n in os.listdir(partition.directory) if n.endswith(".log")])
+    assert partition.delete_records(10) == (10, None)
+    assert partition.log_start_offset == 10
+    assert len([n for n in os.listdir(partition.directory) if n.endswith(".log")]) < segments
+    assert partition.delete_records(4) == (10, None)  # below the start: nothing changes
+    assert partition.delete_records(99) == (10, "offset_out_of_range")
+    data, _ = partition.read(10, 10**6)
+    assert offsets_in(data)[0] <= 10 <= offsets_in(data)[-1]
+    registry.close()
+    fresh = TopicRegistry((str(tmp_path),), settings, Epoch()).partition("t", 0)
+    assert fresh.consistent() is None
+    fresh.recover()
+    assert fresh.log_start_offset == 10
+    assert fresh.delete_records(-1) == (18, None)  # -1: up to the high watermark
+    assert fresh.log_start_offset == fresh.high_watermark == 18

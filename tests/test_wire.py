@@ -45,7 +45,9 @@ def test_api_versions_lists_only_what_is_served(broker):
                 (19, 2, 7), (20, 1, 6), (22, 0, 4), (32, 1, 4), (44, 0, 1), (48, 0, 1),
                 (49, 0, 1), (60, 0, 2), (8, 2, 9), (9, 1, 9), (11, 0, 7), (12, 0, 4), (13, 0, 5),
                 (14, 0, 5), (15, 0, 5), (16, 0, 5), (42, 0, 2),
-                (17, 0, 1), (36, 0, 2), (50, 0, 0), (51, 0, 0)}  # SASL and SCRAM (issue 16)
+                (17, 0, 1), (36, 0, 2), (50, 0, 0), (51, 0, 0),  # SASL and SCRAM (issue 16)
+                (29, 1, 3), (30, 1, 3), (31, 1, 3),  # ACLs (issue 17)
+                (21, 0, 2), (35, 1, 4), (37, 0, 3), (47, 0, 0), (61, 0, 0)}  # issue 18
 
 
 def test_unsupported_api_versions_version_gets_a_v0_answer(broker):
@@ -148,3 +150,29 @@ def test_garbage_never_crashes_a_worker(broker):
     assert_still_serving(broker)
     assert broker.worker_pids == pids_before
     assert broker.metric("broker_worker_restarts_total") == 0
+
+
+def _with_unknown_tags(request: bytes) -> bytes:
+    """A flexible request frame with an unknown tagged field in its header and its body (the
+    body's top-level tagged fields come last: its final byte is their count, 0)."""
+    body = request[4:]
+    size = struct.unpack_from(">h", body, 8)[0]
+    header_end = 10 + max(size, 0)
+    assert body[header_end] == 0 and body[-1] == 0  # no tagged fields yet
+    tagged = b"\x01\x2a\x03xyz"  # one field, tag 42, three bytes no schema knows
+    return frame(body[:header_end] + tagged + body[header_end + 1:-1] + tagged)
+
+
+def test_unknown_tagged_fields_are_skipped_as_the_protocol_says(broker):
+    """Issue 18: a newer client's tagged fields (KIP-482) are skipped, in a request a worker
+    serves and in one it forwards to the parent (DescribeConfigs v4)."""
+    from tests.wire import describe_configs_request
+
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+        client.send(_with_unknown_tags(metadata_request(12, correlation_id=5)))
+        correlation, response = decode_response(3, 12, client.receive())
+        assert correlation == 5 and response.brokers
+        client.send(_with_unknown_tags(describe_configs_request(correlation_id=6)))
+        correlation, response = decode_response(32, 4, client.receive())
+        assert correlation == 6 and response.results[0].configs[0].name == "max.connections"
+    assert_still_serving(broker)

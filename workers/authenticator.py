@@ -33,6 +33,7 @@ from broker.shared.apis import api_key_of
 from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import RequestContext
+from broker.shared.protocol.tags import is_unknown_tag, without_unknown_tags
 from broker.shared.sasl import SaslSettings, ScramCredential
 from workers.handlers import InvalidRequest
 
@@ -110,8 +111,15 @@ class Authenticator:
         api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
         try:
             header_reader, body_reader = request_readers(api_key, version)
-            header, offset = header_reader(request, 0)
-            body, _ = body_reader(request, offset)
+            try:
+                header, offset = header_reader(request, 0)
+                body, _ = body_reader(request, offset)
+            except KeyError as error:  # a newer client's tagged fields: skipped (KIP-482)
+                if not is_unknown_tag(error):
+                    raise
+                request = without_unknown_tags(request, api_key, version)
+                header, offset = header_reader(request, 0)
+                body, _ = body_reader(request, offset)
         except Exception as error:  # kio raises several types for malformed input
             raise InvalidRequest("malformed_body", f"bad SASL request: {error!r}") from None
         return RequestContext(request[4:8], api_key, version, listener, header), body

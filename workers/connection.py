@@ -25,6 +25,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from broker.shared.acl import canonical_host
 from broker.shared.apis import api_key_of
 from broker.shared.pool import QueueFull
 from broker.shared.tls import ANONYMOUS
@@ -115,7 +116,7 @@ class Connection(asyncio.BufferedProtocol):
         self.host = host
         # Looked up once: these are used for every read and every request.
         self._scratch = host.scratch
-        self.ip = peer.rpartition(":")[0] or peer  # peer is "ip:port"; ACLs name the IP
+        self.ip = canonical_host(peer.rpartition(":")[0] or peer)  # peer is "ip:port"
         self._handle = functools.partial(host.router.handle, host=self.ip)
         self._max_bytes = host.max_request_bytes
         self._large_bytes = host.large_frame_bytes

@@ -24,6 +24,7 @@ from broker.shared.protocol.codec import REQUEST_PREFIX, frame, request_readers
 from broker.shared.protocol.context import (NO_THROTTLE, RequestContext,  # noqa: F401 (re-export)
                                             error_code)
 from broker.shared.protocol.guard import TooManyEntries
+from broker.shared.protocol.tags import is_unknown_tag, without_unknown_tags
 
 # The route of a request: its API key and version read as one unsigned 32-bit number.
 _ROUTE_KEY = struct.Struct(">I")
@@ -121,17 +122,15 @@ class Router:
             if answer is not None:
                 return b"".join((answer[0], request[4:8], answer[1]))
         try:
-            header, offset = header_reader(request, 0)
+            header, body = _decode(request, header_reader, body_reader)
         except Exception as error:  # kio raises several types for malformed input
-            raise InvalidRequest("malformed_header", f"bad request header: {error!r}") from None
-        try:
-            body, _ = body_reader(request, offset)  # guarded: see broker.shared.protocol.guard
-        except TooManyEntries as error:
-            raise InvalidRequest("too_many_entries", f"{api.name} v{api_version}: {error}") \
-                from None
-        except Exception as error:  # as above: any decode failure closes the connection
-            raise InvalidRequest("malformed_body",
-                                 f"bad {api.name} v{api_version} body: {error!r}") from None
+            if not is_unknown_tag(error):
+                raise _invalid(error, api.name, api_version) from None
+            try:  # a newer client's tagged fields: skipped, as Kafka skips them (KIP-482)
+                request = without_unknown_tags(request, api.key, api_version)
+                header, body = _decode(request, header_reader, body_reader)
+            except Exception as again:  # noqa: BLE001 - sorted by _invalid
+                raise _invalid(again, api.name, api_version) from None
         if api.forwarded:  # decoded here first, so the parent only sees frames that decode
             return ForwardRequest(request)
         ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header, user,
@@ -154,3 +153,27 @@ class Router:
             raise InvalidRequest("unsupported_version",
                                  f"{self.apis[api_key].name} v{api_version} is not supported")
         raise InvalidRequest("unknown_api", f"API key {api_key} (v{api_version}) is not served")
+
+
+class _HeaderError(Exception):
+    """The request header, not the body, failed to decode."""
+
+
+def _decode(request, header_reader, body_reader):
+    try:
+        header, offset = header_reader(request, 0)
+    except Exception as error:  # kio raises several types for malformed input
+        if is_unknown_tag(error):
+            raise
+        raise _HeaderError(repr(error)) from None
+    body, _ = body_reader(request, offset)  # guarded: see broker.shared.protocol.guard
+    return header, body
+
+
+def _invalid(error: Exception, api_name: str, version: int) -> InvalidRequest:
+    """Why a request that does not decode closes its connection."""
+    if isinstance(error, _HeaderError):
+        return InvalidRequest("malformed_header", f"bad request header: {error}")
+    if isinstance(error, TooManyEntries):
+        return InvalidRequest("too_many_entries", f"{api_name} v{version}: {error}")
+    return InvalidRequest("malformed_body", f"bad {api_name} v{version} body: {error!r}")

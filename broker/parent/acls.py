@@ -21,8 +21,8 @@ import os
 import msgspec
 
 from broker.shared.access import Access
-from broker.shared.acl import (CLUSTER_NAME, MAX_ACLS, Acl, AclFilter, Operation, ResourceType,
-                               creation_problem)
+from broker.shared.acl import (CLUSTER_NAME, MAX_ACL_BYTES, MAX_ACLS, Acl, AclFilter, Operation,
+                               ResourceType, acl_bytes, canonical_host, creation_problem)
 from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
 
@@ -94,14 +94,18 @@ class AclService:
                 {"error_code": error_code(refusal[0]), "error_message": refusal[1]}
                 for _ in body.creations]})
         acls, known = list(self.store.acls), set(self.store.acls)
+        weight = sum(map(acl_bytes, acls))
         results = []
         for creation in body.creations:
             acl = Acl(creation.resource_type, creation.resource_name,
-                      creation.resource_pattern_type, creation.principal, creation.host,
-                      creation.operation, creation.permission_type)
+                      creation.resource_pattern_type, creation.principal,
+                      canonical_host(creation.host), creation.operation,
+                      creation.permission_type)
             problem = creation_problem(acl)
-            if problem is None and acl not in known and len(acls) >= MAX_ACLS:
-                problem = f"{MAX_ACLS} ACLs are stored already (the most kept)"
+            if problem is None and acl not in known and (
+                    len(acls) >= MAX_ACLS or weight + acl_bytes(acl) > MAX_ACL_BYTES):
+                problem = f"{MAX_ACLS} ACLs or {MAX_ACL_BYTES} bytes of them are stored " \
+                          f"already (the most kept)"
             if problem is not None:
                 results.append({"error_code": errors.ErrorCode.invalid_request,
                                 "error_message": problem})
@@ -109,8 +113,12 @@ class AclService:
             if acl not in known:  # creating an ACL that exists is a success that changes nothing
                 known.add(acl)
                 acls.append(acl)
+                weight += acl_bytes(acl)
             results.append({"error_code": errors.NONE, "error_message": None})
-        self._commit(tuple(acls), who, "created")
+        failure = self._commit(tuple(acls), who, "created")
+        if failure is not None:
+            results = [result if result["error_code"] != errors.NONE else failure
+                       for result in results]
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
     # --- DeleteAcls -----------------------------------------------------------------------
@@ -121,20 +129,24 @@ class AclService:
             return ctx.respond({"throttle_time": NO_THROTTLE, "filter_results": [
                 {"error_code": error_code(refusal[0]), "error_message": refusal[1],
                  "matching_acls": []} for _ in body.filters]})
-        remaining = list(self.store.acls)
+        doomed: set[Acl] = set()
         results = []
-        for item in body.filters:
+        for item in body.filters:  # each filter against the ACLs as they were (as Kafka)
             wanted = _filter(item, item.resource_type_filter, item.resource_name_filter,
                              item.pattern_type_filter)
             if wanted.problem() is not None:
                 results.append({"error_code": errors.ErrorCode.invalid_request,
                                 "error_message": wanted.problem(), "matching_acls": []})
                 continue
-            matching = [acl for acl in remaining if wanted.matches(acl)]
-            remaining = [acl for acl in remaining if not wanted.matches(acl)]
+            matching = [acl for acl in self.store.acls if wanted.matches(acl)]
+            doomed.update(matching)
             results.append({"error_code": errors.NONE, "error_message": None,
                             "matching_acls": [_matching(acl) for acl in matching]})
-        self._commit(tuple(remaining), who, "deleted")
+        failure = self._commit(tuple(acl for acl in self.store.acls if acl not in doomed),
+                               who, "deleted")
+        if failure is not None:
+            results = [dict(failure, matching_acls=[]) if result["error_code"] == errors.NONE
+                       else result for result in results]
         return ctx.respond({"throttle_time": NO_THROTTLE, "filter_results": results})
 
     # --- shared ---------------------------------------------------------------------------
@@ -147,20 +159,28 @@ class AclService:
                 f"{operation.name} on the cluster is required to manage ACLs"
         return None
 
-    def _commit(self, acls: tuple[Acl, ...], who: str, verb: str) -> None:
+    def _commit(self, acls: tuple[Acl, ...], who: str, verb: str) -> dict | None:
+        """Persist, then apply; the answer of every success instead if the write failed."""
         if acls == self.store.acls:
-            return
+            return None
         before = len(self.store.acls)
-        self.store.save(acls)
+        try:
+            self.store.save(acls)
+        except OSError as error:
+            log.error("ACLs could not be written (%s): nothing changed", error)
+            return {"error_code": errors.ErrorCode.unknown_server_error,
+                    "error_message": f"the ACLs could not be written: {error.strerror}"}
         self.access.update(acls)
         log.info("ACLs %s by %s: %d now (%+d)", verb, who or "a client", len(acls),
                  len(acls) - before)
         self.on_change()
+        return None
 
 
 def _filter(item, resource_type: int, resource_name, pattern_type: int) -> AclFilter:
-    return AclFilter(resource_type, resource_name, pattern_type, item.principal_filter,
-                     item.host_filter, item.operation, item.permission_type)
+    host = None if item.host_filter is None else canonical_host(item.host_filter)
+    return AclFilter(resource_type, resource_name, pattern_type, item.principal_filter, host,
+                     item.operation, item.permission_type)
 
 
 def _matching(acl: Acl) -> dict:

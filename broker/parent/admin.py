@@ -30,7 +30,7 @@ from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, Con
 from broker.parent.acls import AclService, AclStore
 from broker.parent.scram import ScramStore
 from broker.shared.access import Access
-from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType, canonical_host
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
 from broker.shared.apis import BY_NAME, GROUP_KEYS, api_key_of
@@ -106,7 +106,7 @@ class AdminService:
         header, offset = header_reader(request, 0)
         body, _ = body_reader(request, offset)
         ctx = RequestContext(request[4:8], api_key, version, listener, header, user,
-                             who.rpartition(":")[0] or who)
+                             canonical_host(who.rpartition(":")[0] or who))
         return self._handlers[api_key](ctx, body, who)
 
     def _denied(self, ctx: RequestContext, operation: Operation, resource_type: int,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 
 import msgspec
 
@@ -44,6 +45,7 @@ from broker.shared.protocol import guard
 from shm.block import MAX_API_KEY, SharedBlock
 
 log = logging.getLogger("broker.parent.startup")
+ACL_PUSH_SECONDS = 0.1  # changed ACLs reach every worker at once, or this long later at most
 
 
 def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
@@ -100,6 +102,8 @@ class ParentServices:
         self.acl_store = AclStore(config.log_dirs[0])
         self.acl_store.load()
         self.access.update(self.acl_store.acls)
+        self._acl_push = None  # the pending push of changed ACLs to the workers
+        self._acl_pushed = 0.0  # when ACLs were last pushed (monotonic)
         acls = AclService(self.acl_store, self.access, on_change=self._push_acls)
         self.admin = AdminService(config.node_id, dynamic, self.config_changed,
                                   config.may_alter, self.events, self.scram, self.access, acls)
@@ -243,7 +247,21 @@ class ParentServices:
         self._push_tls()
 
     def _push_acls(self) -> None:
-        """The ACLs changed (and were persisted): every worker decides with them from now on."""
+        """The ACLs changed (and were persisted): every worker decides with them from now on.
+        They go out at once, before the change is answered; but as they are sent whole, at
+        most once per ACL_PUSH_SECONDS: changes coming faster (a tool creating thousands, one
+        request each) wait for the end of that window and go out together."""
+        if self._acl_push is not None:
+            return  # the push already scheduled will carry this change too
+        wait = self._acl_pushed + ACL_PUSH_SECONDS - time.monotonic()
+        if wait <= 0:
+            self._send_acls()
+        else:
+            self._acl_push = self.loop.call_later(wait, self._send_acls)
+
+    def _send_acls(self) -> None:
+        self._acl_push = None
+        self._acl_pushed = time.monotonic()
         message = ipc.Acls(acls=list(self.acl_store.acls))
         for worker in self.workers:
             if worker.channel is not None:

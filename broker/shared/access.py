@@ -24,6 +24,7 @@ from broker.shared.acl import SUPPORTED_OPERATIONS, Acl, Authorizer, Operation, 
 from broker.shared.events import AuthorizationDenied, EventLog
 
 MAX_KEYS = 2000  # distinct denials kept per second; the rest count under OTHER
+MAX_NAME_CHARS = 256  # of a resource or user name written to the event log
 OTHER = "<other>"
 
 
@@ -82,10 +83,13 @@ class Access:
         self._count(ctx.api_key)
         if self._log is None:
             return
-        key = (ctx.listener_index, ctx.host, ctx.user, ctx.api_key, resource_type, name,
-               operation)
+        if len(name) > MAX_NAME_CHARS:  # a client's choice: what the log keeps is bounded
+            name = name[:MAX_NAME_CHARS] + "..."
+        key = (ctx.listener_index, ctx.host, ctx.user[:MAX_NAME_CHARS], ctx.api_key,
+               resource_type, name, operation)
         if key not in self._table and len(self._table) >= MAX_KEYS:
-            key = key[:5] + (OTHER, operation)
+            key = (ctx.listener_index, OTHER, OTHER, ctx.api_key, resource_type, OTHER,
+                   operation)
         self._table[key] = self._table.get(key, 0) + 1
 
     def flush(self, second: int | None = None) -> None:

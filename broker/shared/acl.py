@@ -24,6 +24,7 @@ Authorizer and so a new cache.
 
 from __future__ import annotations
 
+import ipaddress
 from enum import IntEnum
 
 import msgspec
@@ -31,7 +32,10 @@ import msgspec
 CLUSTER_NAME = "kafka-cluster"  # the one name of the CLUSTER resource
 WILDCARD = "*"
 CACHE_ENTRIES = 1 << 16  # cached decisions; the cache starts afresh when full
+CACHED_NAME_CHARS = 255  # longer names (a client's choice) are decided each time, not kept
 MAX_ACLS = 100_000  # ACLs stored: every worker holds them all
+MAX_ACL_BYTES = 16 << 20  # their names, principals and hosts together (sent whole to workers)
+MAX_FIELD_CHARS = 1024  # one ACL's resource name or principal; a host is at most 255
 
 
 class ResourceType(IntEnum):
@@ -138,7 +142,28 @@ def creation_problem(acl: Acl) -> str | None:
         return f"Invalid operation {_name(Operation, acl.operation)}"
     if acl.permission not in (Permission.ALLOW, Permission.DENY):
         return f"Invalid permissionType {_name(Permission, acl.permission)}"
+    if len(acl.resource_name) > MAX_FIELD_CHARS or len(acl.principal) > MAX_FIELD_CHARS \
+            or len(acl.host) > 255:
+        return f"the resource name and principal may hold {MAX_FIELD_CHARS} characters, " \
+               f"the host 255"
     return principal_problem(acl.principal)
+
+
+def acl_bytes(acl: Acl) -> int:
+    """What an ACL weighs against MAX_ACL_BYTES."""
+    return len(acl.resource_name) + len(acl.principal) + len(acl.host) + 16
+
+
+def canonical_host(host: str) -> str:
+    """An address as ACLs compare it: a zone suffix dropped, an IPv4-mapped IPv6 address as
+    its IPv4 one, IPv6 in its short form (Java's getHostAddress gives Kafka the same for one
+    client whatever the socket family).  `*` and what is not an address stay as they are."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
 
 
 def principal_problem(principal: str) -> str | None:
@@ -212,10 +237,11 @@ class Authorizer:
         key = (user, host, operation, resource_type, name)
         decided = self._cache.get(key)
         if decided is None:
-            if len(self._cache) >= CACHE_ENTRIES:
-                self._cache.clear()
-            decided = self._cache[key] = self._decide(user, host, operation, resource_type,
-                                                       name)
+            decided = self._decide(user, host, operation, resource_type, name)
+            if len(name) <= CACHED_NAME_CHARS and len(user) <= CACHED_NAME_CHARS:
+                if len(self._cache) >= CACHE_ENTRIES:
+                    self._cache.clear()
+                self._cache[key] = decided
         return decided
 
     def _decide(self, user: str, host: str, operation: int, resource_type: int,

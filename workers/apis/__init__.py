@@ -4,7 +4,8 @@ discovery  ApiVersions, Metadata, DescribeCluster, FindCoordinator
 sasl       SaslHandshake, SaslAuthenticate where no authentication is going on
 produce    Produce, InitProducerId
 fetch      Fetch (long poll), ListOffsets
-topics     CreateTopics, DeleteTopics
+topics     CreateTopics, DeleteTopics, CreatePartitions
+log_admin  DeleteRecords, DescribeLogDirs, DescribeProducers
 forwarded  DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas and the
            group APIs (JoinGroup, SyncGroup, ..., OffsetCommit/Fetch): sent to the parent
 
@@ -49,11 +50,14 @@ def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
     from workers.apis.forwarded import Forwarded
     from workers.apis.produce import InitProducerId, Produce
     from workers.apis.sasl import SaslAuthenticate, SaslHandshake
-    from workers.apis.topics import CreateTopics, DeleteTopics
+    from workers.apis.log_admin import DeleteRecords, DescribeLogDirs, DescribeProducers
+    from workers.apis.topics import CreatePartitions, CreateTopics, DeleteTopics
 
     local = {cls.key: cls for cls in (Metadata, DescribeCluster, FindCoordinator, Produce,
                                       InitProducerId, Fetch, ListOffsets, CreateTopics,
-                                      DeleteTopics, SaslHandshake, SaslAuthenticate)}
+                                      DeleteTopics, CreatePartitions, SaslHandshake,
+                                      SaslAuthenticate, DeleteRecords, DescribeLogDirs,
+                                      DescribeProducers)}
     apis: list[Api] = []
     specs = [spec for spec in served(control_plane) if spec.key != ApiVersions.key]
     for spec in specs:

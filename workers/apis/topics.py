@@ -1,4 +1,4 @@
-"""CreateTopics and DeleteTopics.
+"""CreateTopics, DeleteTopics and CreatePartitions.
 
 With a control plane (KIP-291), both are served only on its listener unless
 `pybroker.control.plane.alter.on.data.listeners` is set; elsewhere every topic gets
@@ -248,3 +248,44 @@ class DeleteTopics(Api, api="DeleteTopics"):
                     ctx, Operation.DELETE, ResourceType.TOPIC, name):
                 denied[name] = False
         return denied
+
+
+class CreatePartitions(Api, api="CreatePartitions"):
+    """Grow topics (ALTER on the topic): consumers see the new partitions at their next
+    Metadata; a group rebalances onto them as its members notice."""
+
+    def handle(self, ctx: RequestContext, body) -> bytes:
+        names = [topic.name for topic in body.topics]
+        if _refused(self.services, ctx):
+            return self._answer(ctx, [(name, "cluster_authorization_failed",
+                                       _MESSAGES["cluster_authorization_failed"])
+                                      for name in names])
+        duplicated = _duplicates(names)
+        results = []
+        for topic in body.topics:
+            if topic.name in duplicated:
+                results.append((topic.name, "invalid_request", "Duplicate topic in request."))
+                continue
+            problem = self._grow(ctx, topic, body.validate_only)
+            results.append((topic.name, *(problem or (None, None))))
+        return self._answer(ctx, results)
+
+    def _grow(self, ctx: RequestContext, topic, validate_only: bool) -> tuple[str, str] | None:
+        services = self.services
+        if not services.access.check(ctx, Operation.ALTER, ResourceType.TOPIC, topic.name):
+            return "topic_authorization_failed", _MESSAGES["topic_authorization_failed"]
+        info = services.registry.get(topic.name)
+        if topic.assignments is not None and info is not None:
+            node = services.view.node_id
+            if len(topic.assignments) != topic.count - info.partitions or any(
+                    tuple(item.broker_ids) != (node,) for item in topic.assignments):
+                return "invalid_replica_assignment", _MESSAGES["invalid_replica_assignment"]
+        return services.registry.add_partitions(
+            topic.name, topic.count, validate_only,
+            services.props.pybroker_max_partitions_per_topic)
+
+    @staticmethod
+    def _answer(ctx: RequestContext, results: list) -> bytes:
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
+            {"name": name, "error_code": error_code(code), "error_message": message}
+            for name, code, message in results]})

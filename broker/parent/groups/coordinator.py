@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 import uuid
 
 from broker.parent.groups.offsets import OffsetStore, Record
 from broker.parent.groups.state import Group, GroupState, Member
 from broker.shared.access import Access
-from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType, canonical_host
 from broker.shared.apis import BY_NAME, GROUP_KEYS
 from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
@@ -66,7 +67,8 @@ class GroupCoordinator:
             ("OffsetCommit", self._offset_commit), ("OffsetFetch", self._offset_fetch),
             ("JoinGroup", self._join), ("Heartbeat", self._heartbeat), ("LeaveGroup", self._leave),
             ("SyncGroup", self._sync), ("DescribeGroups", self._describe),
-            ("ListGroups", self._list), ("DeleteGroups", self._delete))}
+            ("ListGroups", self._list), ("DeleteGroups", self._delete),
+            ("OffsetDelete", self._offset_delete))}
         assert set(self._handlers) == GROUP_KEYS, "the API table and the coordinator disagree"
         for group_id, committed in offsets.groups.items():  # known again after a restart
             newest = max((entry.committed_ms for entry in committed.values()), default=0)
@@ -97,7 +99,7 @@ class GroupCoordinator:
         header_reader, body_reader = request_readers(api_key, version)
         header, offset = header_reader(request, 0)
         body, _ = body_reader(request, offset)
-        host = peer.rpartition(":")[0] or peer
+        host = canonical_host(peer.rpartition(":")[0] or peer)
         ctx = RequestContext(request[4:8], api_key, version, listener, header, user, host)
         return self._handlers[api_key](ctx, body, host)
 
@@ -387,9 +389,10 @@ class GroupCoordinator:
                                 "protocol_name": group.protocol if group else None,
                                 "assignment": assignment})
 
-        group = self.groups.get(body.group_id)
         if not self._may(ctx, Operation.READ, body.group_id):
+            group = None  # a denied client learns nothing of the group
             return answer(E.group_authorization_failed)
+        group = self.groups.get(body.group_id)
         problem = self._member_problem(group, body.member_id, body.generation_id,
                                        getattr(body, "group_instance_id", None))
         if problem is not None:
@@ -482,11 +485,14 @@ class GroupCoordinator:
             problem = E.group_authorization_failed
         elif not body.group_id:
             problem = E.invalid_group_id
-        elif group is not None and group.state is GroupState.COMPLETING:
-            problem = E.rebalance_in_progress
         elif generation >= 0 or (group is not None and group.members):
+            # Kafka's order: who commits (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) first; only a
+            # current member of the current generation hears REBALANCE_IN_PROGRESS, which
+            # librdkafka would otherwise take as final.
             problem = self._member_problem(group, body.member_id, generation,
                                            getattr(body, "group_instance_id", None))
+            if problem is None and group.state is GroupState.COMPLETING:
+                problem = E.rebalance_in_progress
         records, results = [], []
         now = _now_ms()
         limit = self.props.offset_metadata_max_bytes
@@ -623,13 +629,14 @@ class GroupCoordinator:
         return ctx.respond({"throttle_time": NO_THROTTLE, "groups": found})
 
     def _list(self, ctx: RequestContext, body, _host: str) -> bytes:
-        states = set(getattr(body, "states_filter", ()) or ())
-        types = set(getattr(body, "types_filter", ()) or ())
+        # Kafka compares both filters case-insensitively (STABLE, Classic, ...).
+        states = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
+        types = {kind.lower() for kind in getattr(body, "types_filter", ()) or ()}
         listed = []
         everything = self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.CLUSTER,
                                          CLUSTER_NAME)
         for group in self.groups.values():
-            if states and group.state.value not in states:
+            if states and group.state.value.lower() not in states:
                 continue
             if not everything and not self.access.allowed(ctx, Operation.DESCRIBE,
                                                           ResourceType.GROUP, group.group_id):
@@ -640,6 +647,39 @@ class GroupCoordinator:
                            "group_state": group.state.value, "group_type": "classic"})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
                             "groups": listed})
+
+    def _offset_delete(self, ctx: RequestContext, body, _host: str) -> bytes:
+        """OffsetDelete (kafka-consumer-groups --delete-offsets): the committed offsets of
+        partitions the group no longer consumes.  DELETE on the group, READ on each topic;
+        a topic the group's live members subscribe to is refused (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        if not self._may(ctx, Operation.DELETE, body.group_id):
+            return _offset_delete_answer(ctx, E.group_authorization_failed, [])
+        group = self.groups.get(body.group_id)
+        if group is None and not self.offsets.get(body.group_id):
+            return _offset_delete_answer(ctx, E.group_id_not_found, [])
+        subscribed = _subscribed_topics(group) if group is not None else set()
+        records, topics = [], []
+        for topic in body.topics:
+            code = E.none
+            if not self.access.check(ctx, Operation.READ, ResourceType.TOPIC, topic.name):
+                code = E.topic_authorization_failed
+            elif self.partitions_of(topic.name) is None:
+                code = E.unknown_topic_or_partition
+            elif topic.name in subscribed:
+                code = E.group_subscribed_to_topic
+            answers = []
+            for part in topic.partitions:
+                if code == E.none:
+                    records.append(Record(group=body.group_id, topic=topic.name,
+                                          partition=part.partition_index))
+                answers.append({"partition_index": part.partition_index, "error_code": code})
+            topics.append({"name": topic.name, "partitions": answers})
+        try:
+            self.offsets.commit(records)
+        except OSError as error:
+            log.error("deleting offsets of group %s failed: %s", body.group_id, error)
+            return _offset_delete_answer(ctx, E.coordinator_not_available, [])
+        return _offset_delete_answer(ctx, E.none, topics)
 
     def _delete(self, ctx: RequestContext, body, _host: str) -> bytes:
         results = []
@@ -657,6 +697,30 @@ class GroupCoordinator:
                 code = E.none
             results.append({"group_id": group_id, "error_code": code})
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+
+
+def _offset_delete_answer(ctx: RequestContext, code, topics: list) -> bytes:
+    return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code, "topics": topics})
+
+
+def _subscribed_topics(group: Group) -> set[str]:
+    """The topics a consumer group's members subscribe to (the consumer protocol's
+    subscription: int16 version, then an array of int16-sized names); other protocols: none."""
+    topics: set[str] = set()
+    if group.protocol_type != "consumer" or group.protocol is None:
+        return topics
+    for member in group.members.values():
+        data = member.metadata(group.protocol) if member.supports(group.protocol) else b""
+        try:
+            (count,) = struct.unpack_from(">i", data, 2)
+            position = 6
+            for _ in range(max(0, min(count, len(data) // 2))):
+                (size,) = struct.unpack_from(">h", data, position)
+                topics.add(data[position + 2:position + 2 + size].decode("utf-8", "replace"))
+                position += 2 + max(size, 0)
+        except struct.error:
+            continue  # not what a Kafka consumer sends: nothing can be said of it
+    return topics
 
 
 def _fenced(group: Group, member_id: str, instance: str | None) -> bool:

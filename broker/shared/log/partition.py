@@ -13,6 +13,10 @@ process and holds (8-byte words, native endian):
     15 base of the active segment at the last flush
     (the idempotent-producer table is a file of its own: producers.py)
 
+The log start offset is the first segment's base, unless DeleteRecords moved it past that:
+then it is also written to LOG_START_FILE (atomically), so a restart keeps it, as Kafka's
+log-start-offset checkpoint does.
+
 Write order inside the lock makes readers safe without taking it: batch bytes, then the index
 entry and its count, then size and log end offset, then the high watermark (single node:
 high watermark = log end).  A reader loads the high watermark first and only returns batches
@@ -43,6 +47,7 @@ from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases
 log = logging.getLogger("broker.shared.log")
 
 STATE_FILE = "state"
+LOG_START_FILE = "log-start-offset"  # DeleteRecords' log start offset, when past the first base
 STATE_MAGIC = int.from_bytes(b"PYBRKPS1", "little")
 (W_MAGIC, W_DIRTY, W_LOG_START, W_LOG_END, W_HIGH_WATERMARK, W_ACTIVE_BASE, W_ACTIVE_SIZE,
  W_INDEX_ENTRIES, W_SINCE_INDEX, W_SEGMENTS_VERSION, W_UNFLUSHED, W_LAST_FLUSH) = range(12)
@@ -286,7 +291,7 @@ class Partition:
         bases = list_bases(self.directory)
         if not bases:
             return "no segment"
-        if state[W_ACTIVE_BASE] != bases[-1] or state[W_LOG_START] != bases[0]:
+        if state[W_ACTIVE_BASE] != bases[-1] or state[W_LOG_START] != self._log_start(bases):
             return "segments differ from the state"
         size = os.path.getsize(os.path.join(self.directory, f"{bases[-1]:020d}.log"))
         if size != state[W_ACTIVE_SIZE]:
@@ -318,15 +323,56 @@ class Partition:
                 if not (too_big or too_old):
                     break
                 total -= sizes[base]
-                self.state[W_LOG_START] = following
-                self.state[W_SEGMENTS_VERSION] += 1
-                for suffix in ("log", "index", "timeindex"):
-                    try:
-                        os.unlink(os.path.join(self.directory, f"{base:020d}.{suffix}"))
-                    except FileNotFoundError:  # a segment older than the time index
-                        pass
+                self._delete_segment(base, following)
                 deleted += 1
         return deleted
+
+    def delete_records(self, offset: int) -> tuple[int, str | None]:
+        """DeleteRecords: move the log start offset up to `offset` (-1: the high watermark),
+        deleting the segments wholly below it.  (log start offset, Kafka error name or None);
+        an offset past the high watermark is OFFSET_OUT_OF_RANGE, one below the start is a
+        success that changes nothing."""
+        with self.locked():
+            high = self.state[W_HIGH_WATERMARK]
+            offset = high if offset == -1 else offset
+            if not 0 <= offset <= high:
+                return self.state[W_LOG_START], "offset_out_of_range"
+            if offset <= self.state[W_LOG_START]:
+                return self.state[W_LOG_START], None
+            _write_atomically(os.path.join(self.directory, LOG_START_FILE), b"%d\n" % offset)
+            bases = list_bases(self.directory)
+            active = self.state[W_ACTIVE_BASE]
+            for base, following in zip(bases, bases[1:]):
+                if base == active or following > offset:
+                    break
+                self._delete_segment(base, following)
+            self.state[W_LOG_START] = offset
+            self.state[W_SEGMENTS_VERSION] += 1
+            return offset, None
+
+    def active_producers(self) -> list[tuple[int, int, int, int]]:
+        """The idempotent producers that wrote here and have not expired (DescribeProducers)."""
+        with self.locked():
+            return self.producers.active()
+
+    def _delete_segment(self, base: int, following: int) -> None:
+        """Remove a whole non-active segment; the log starts at `following` at the earliest."""
+        self.state[W_LOG_START] = max(following, self.state[W_LOG_START])
+        self.state[W_SEGMENTS_VERSION] += 1
+        for suffix in ("log", "index", "timeindex"):
+            try:
+                os.unlink(os.path.join(self.directory, f"{base:020d}.{suffix}"))
+            except FileNotFoundError:  # a segment older than the time index
+                pass
+
+    def _log_start(self, bases: list[int]) -> int:
+        """The log start offset the files say: the first base, or DeleteRecords' if later."""
+        try:
+            with open(os.path.join(self.directory, LOG_START_FILE), "rb") as handle:
+                recorded = int(handle.read().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            recorded = 0
+        return max(bases[0], recorded)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -374,9 +420,8 @@ class Partition:
         """(offset, timestamp) of the first record stamped at or after `timestamp`.
 
         The time index leads to the one region of one segment where the answer lies (see
-        segment.py); inside an uncompressed batch the records are read one by one.  A
-        compressed batch answers with its base offset and max timestamp (decompressing to be
-        exact is not worth it here).
+        segment.py); inside the batch the records are read one by one (a compressed batch
+        decompressed, bounded by pybroker.max.decompressed.batch.bytes), as Kafka does.
         """
         high = self.state[W_HIGH_WATERMARK]
         self._refresh_segments()
@@ -390,7 +435,8 @@ class Partition:
                     return None
                 if batch.max_timestamp < timestamp:
                     continue
-                stamps = records.record_timestamps(segment.read(position, batch.size))
+                stamps = records.record_timestamps(segment.read(position, batch.size),
+                                                   self.settings.max_decompressed_bytes)
                 if stamps is None:
                     return batch.base_offset, batch.max_timestamp
                 return next((item for item in stamps if item[1] >= timestamp),
@@ -398,7 +444,9 @@ class Partition:
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the batch with the largest max timestamp (ListOffsets -3)."""
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3,
+        KIP-734): the first batch whose max timestamp is the greatest, then inside it the
+        first record carrying that timestamp."""
         high = self.state[W_HIGH_WATERMARK]
         self._refresh_segments()
         greatest = max((((self._time_maxima(base) or [-1])[-1], base) for base in self._bases),
@@ -409,11 +457,14 @@ class Partition:
         if region is None:
             return None
         segment, start, end = region
-        for _position, batch in segment.batches_from(start, end):
+        for position, batch in segment.batches_from(start, end):
             if batch.base_offset >= high:
                 return None
             if batch.max_timestamp >= greatest[0]:
-                return batch.last_offset, batch.max_timestamp
+                stamps = records.record_timestamps(segment.read(position, batch.size),
+                                                   self.settings.max_decompressed_bytes)
+                return next((item for item in stamps or () if item[1] == batch.max_timestamp),
+                            (batch.last_offset, batch.max_timestamp))
         return None
 
     def _time_maxima(self, base: int) -> list[int]:
@@ -501,7 +552,8 @@ class Partition:
                                           batch.base_offset, state[W_APPENDS])
         segment.truncate(position, entries, max(0, entries - 1))
         state[W_SEGMENT_MAX_TS] = greatest
-        state[W_LOG_START] = bases[0]  # retention only ever deletes whole segments
+        # Retention deletes whole segments; DeleteRecords may have moved it further.
+        state[W_LOG_START] = min(self._log_start(bases), next_offset)
         state[W_ACTIVE_BASE] = active_base
         state[W_ACTIVE_SIZE] = position
         state[W_INDEX_ENTRIES] = entries
@@ -540,3 +592,12 @@ def _whole_batches(chunk: bytes, high: int) -> tuple[int, int]:
         next_offset = batch.next_offset
     return taken, next_offset
 
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    temporary = path + ".tmp"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)

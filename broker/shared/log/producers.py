@@ -259,3 +259,18 @@ class ProducerTable:
     def live(self) -> int:
         self._open()
         return self.words[H_LIVE]
+
+    def active(self, now_ms: int | None = None) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, last write ms) of each producer not expired,
+        for DescribeProducers; call under the partition lock."""
+        self._open()
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        words, found = self.words, []
+        for entry in range(words[H_CAPACITY]):
+            at = self._at(entry)
+            if words[at] < 0 or self._expired(entry, now_ms) or not words[at + E_CACHED]:
+                continue
+            newest = (words[at + E_RING] - 1) % CACHED_BATCHES
+            found.append((words[at], words[at + E_EPOCH], words[at + E_BATCHES + 3 * newest + 1],
+                          words[at + E_WRITTEN]))
+        return sorted(found)

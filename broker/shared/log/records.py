@@ -463,17 +463,24 @@ def _skip_headers(buffer, position: int, stop: int, index: int) -> int:
     return position
 
 
-def record_timestamps(batch) -> list[tuple[int, int]] | None:
-    """(offset, timestamp) of each record of a stored uncompressed batch; None if compressed,
-    or if its records do not parse (then only the header can be believed)."""
+def record_timestamps(batch, max_decompressed: int = 32 << 20) -> list[tuple[int, int]] | None:
+    """(offset, timestamp) of each record of a stored batch, a compressed one decompressed
+    first (at most `max_decompressed` bytes: a bomb is refused, never allocated); None if its
+    records do not parse (then only the header can be believed).  A LogAppendTime batch's
+    records all carry its max timestamp, as Kafka reads them."""
     header = read_header(batch, 0)
-    if header.attributes & CODEC_MASK:
-        return None
     base_timestamp = _BASE_TIMESTAMP.unpack_from(batch, 27)[0]
     stamps: list[tuple[int, int]] = []
+    end = min(len(batch), header.size)
     try:
-        walk_records(batch, HEADER_BYTES, min(len(batch), header.size), header.record_count,
-                     stamps)
+        codec = header.attributes & CODEC_MASK
+        if codec:
+            body = decompress(codec, memoryview(batch)[HEADER_BYTES:end], max_decompressed)
+            walk_records(body, 0, len(body), header.record_count, stamps)
+        else:
+            walk_records(batch, HEADER_BYTES, end, header.record_count, stamps)
     except BatchError:
         return None
+    if header.attributes & LOG_APPEND_TIME:
+        return [(header.base_offset + delta, header.max_timestamp) for delta, _ in stamps]
     return [(header.base_offset + delta, base_timestamp + stamp) for delta, stamp in stamps]

@@ -215,6 +215,36 @@ class TopicRegistry:
                 self.epoch.bump()
         return problems
 
+    def add_partitions(self, name: str, count: int, validate_only: bool = False,
+                       max_partitions: int = INT_MAX) -> tuple[str, str] | None:
+        """CreatePartitions: grow a topic to `count` partitions, the new ones built aside and
+        renamed into place under the topics lock.  None, or (Kafka error name, message)."""
+        topic = self.get(name)
+        if topic is None:
+            return "unknown_topic_or_partition", f"The topic '{name}' does not exist."
+        if count < topic.partitions:
+            return "invalid_partitions", (f"Topic currently has {topic.partitions} partitions, "
+                                          f"which is higher than the requested {count}.")
+        if count == topic.partitions:
+            return "invalid_partitions", f"Topic already has {count} partitions."
+        if count > max_partitions:
+            return "invalid_partitions", (f"{count} partitions is more than "
+                                          f"pybroker.max.partitions.per.topic {max_partitions}.")
+        if validate_only:
+            return None
+        staging = Staging(self, name, count, topic_id=topic.topic_id, first=topic.partitions)
+        staging.build(count)
+        with self._locked():
+            current = self.topics().get(name)
+            if current is None or current.topic_id != topic.topic_id or \
+                    current.partitions != topic.partitions:
+                staging.abort()  # deleted or grown meanwhile: the caller may ask again
+                return "reassignment_in_progress", "The topic changed meanwhile; ask again."
+            for staged, final in staging.built:
+                os.rename(staged, final)
+            self.epoch.bump()
+        return None
+
     def delete(self, name: str) -> str | None:
         return self.delete_many([name])[0]
 
@@ -252,21 +282,24 @@ class Staging:
     under the lock.  Leftovers of a creation that never committed are removed at start-up."""
 
     def __init__(self, registry: TopicRegistry, name: str, partitions: int,
-                 counts: dict | None = None):
+                 counts: dict | None = None, topic_id: uuid.UUID | None = None, first: int = 0):
+        """`first` and `topic_id`: partitions added to an existing topic (CreatePartitions)."""
         self.registry = registry
         self.name = name
         self.partitions = partitions
-        self.topic_id = uuid.uuid4()
+        self.first = first
+        self.topic_id = topic_id or uuid.uuid4()
         self.built: list[tuple[str, str]] = []  # (staging directory, final directory)
         self._counts = counts if counts is not None else registry.log_dir_counts()
 
     @property
     def done(self) -> bool:
-        return len(self.built) == self.partitions
+        return self.first + len(self.built) == self.partitions
 
     def build(self, count: int) -> None:
         """Build the next `count` partitions (fewer if fewer remain)."""
-        for index in range(len(self.built), min(self.partitions, len(self.built) + count)):
+        start = self.first + len(self.built)
+        for index in range(start, min(self.partitions, start + count)):
             log_dir = min(self._counts, key=self._counts.get)  # the emptiest log dir
             self._counts[log_dir] += 1
             final = os.path.join(log_dir, f"{self.name}-{index}")
