@@ -47,7 +47,7 @@ def test_api_versions_lists_only_what_is_served(broker):
                 (14, 0, 5), (15, 0, 5), (16, 0, 5), (42, 0, 2),
                 (17, 0, 1), (36, 0, 2), (50, 0, 0), (51, 0, 0),  # SASL and SCRAM (issue 16)
                 (29, 1, 3), (30, 1, 3), (31, 1, 3),  # ACLs (issue 17)
-                (21, 0, 2), (35, 1, 4), (37, 0, 3), (47, 0, 0), (61, 0, 0)}  # issue 18
+                (21, 0, 2), (33, 0, 2), (35, 1, 4), (37, 0, 3), (47, 0, 0), (61, 0, 0)}  # issue 18
 
 
 def test_unsupported_api_versions_version_gets_a_v0_answer(broker):

@@ -83,7 +83,7 @@ class Worker:
         view = BrokerView(node_id=config.node_id, cluster_id=boot.cluster_id,
                           advertised=tuple(advertised.get(item.name) for item in config.listeners))
         epoch = Epoch(block.words, block.parent_cell("metadata_epoch"))
-        self.registry = TopicRegistry(config.log_dirs, log_settings(config), epoch)
+        self.registry = TopicRegistry(config.log_dirs, log_settings(config), epoch, props)
         self.services = Services(view=view, props=props, registry=self.registry,
                                  may_alter=config.may_alter)
         self.events = self._event_log(boot)

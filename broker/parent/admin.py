@@ -22,6 +22,7 @@ CLUSTER_AUTHORIZATION_FAILED (broker.shared.protocol.refusal).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -37,6 +38,7 @@ from broker.shared.apis import BY_NAME, GROUP_KEYS, api_key_of
 from broker.shared.client_quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.shared.config import declared_keys
 from broker.shared.events import ConfigChanged, EventLog
+from broker.shared.log import topic_config
 from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
@@ -89,7 +91,9 @@ class AdminService:
             ("DescribeUserScramCredentials", self._describe_scram),
             ("AlterUserScramCredentials", self._alter_scram),
             ("DescribeAcls", acls.describe), ("CreateAcls", acls.create),
-            ("DeleteAcls", acls.delete))}
+            ("DeleteAcls", acls.delete),
+            ("AlterConfigs", functools.partial(self._alter_configs, replace=True)))}
+        self.topics = None  # the parent's TopicRegistry, once the log is recovered
 
     def _record(self, listener: int, who: str, kind: str, changes: dict) -> None:
         if self.events is not None:
@@ -122,6 +126,10 @@ class AdminService:
     # --- configs --------------------------------------------------------------------------
 
     def _resource_problem(self, resource_type: int, name: str) -> tuple[str, str] | None:
+        if resource_type == TOPIC_RESOURCE:
+            if self.topics is None or self.topics.get(name) is None:
+                return "unknown_topic_or_partition", f"The topic '{name}' does not exist."
+            return None
         if resource_type != BROKER_RESOURCE:
             return "invalid_request", f"resource type {resource_type} is not supported yet"
         if name not in ("", str(self.node_id)):
@@ -140,10 +148,16 @@ class AdminService:
                 results.append(dict(entry, error_code=error_code(problem[0]),
                                     error_message=problem[1]))
                 continue
-            keys = resource.configuration_keys or self._describable()
-            entry["configs"] = [self._describe(key, resource.resource_name == "",
-                                               getattr(body, "include_documentation", False))
-                                for key in keys]
+            documentation = getattr(body, "include_documentation", False)
+            if resource.resource_type == TOPIC_RESOURCE:
+                entry["configs"] = topic_config.describe(
+                    self.dynamic.config.props, self.topics.configs(resource.resource_name),
+                    resource.configuration_keys, getattr(body, "include_synonyms", False),
+                    documentation)
+            else:
+                keys = resource.configuration_keys or self._describable()
+                entry["configs"] = [self._describe(key, resource.resource_name == "",
+                                                   documentation) for key in keys]
             results.append(dict(entry, error_code=errors.NONE, error_message=None))
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
@@ -171,7 +185,11 @@ class AdminService:
                 CONFIG_TYPES.get(spec.kind if spec else "string", 2),
                 "documentation": (spec.doc if spec else None) if documentation else None}
 
-    def _alter_configs(self, ctx: RequestContext, body, who: str) -> bytes:
+    def _alter_configs(self, ctx: RequestContext, body, who: str,
+                       replace: bool = False) -> bytes:
+        """IncrementalAlterConfigs: each operation; with `replace`, AlterConfigs (the legacy
+        API some admin clients still use): each resource's dynamic configs become exactly the
+        ones given."""
         if not self.may_alter(ctx.listener_index):
             return refused_alter_configs(ctx, body)
         results, changed = [], False
@@ -182,7 +200,9 @@ class AdminService:
                                    resource.resource_name) or \
                 self._resource_problem(resource.resource_type, resource.resource_name)
             if problem is None:
-                problem = self._alter_resource(resource, body.validate_only, who)
+                alter = self._alter_topic if resource.resource_type == TOPIC_RESOURCE \
+                    else self._alter_resource
+                problem = alter(resource, body.validate_only, who, replace)
                 changed |= problem is None and not body.validate_only
                 if problem is None and not body.validate_only:
                     self._record(ctx.listener_index, who, "config",
@@ -193,13 +213,36 @@ class AdminService:
             self.on_change()
         return ctx.respond({"throttle_time": NO_THROTTLE, "responses": results})
 
-    def _alter_resource(self, resource, validate_only: bool, who: str) -> tuple[str, str] | None:
-        stored = self.dynamic.stored
-        layer_name = "cluster_default" if resource.resource_name == "" else "broker"
-        layer = dict(getattr(stored, layer_name))
+    def _alter_topic(self, resource, validate_only: bool, who: str,
+                     replace: bool = False) -> tuple[str, str] | None:
+        """A topic's own configs: each operation (IncrementalAlterConfigs), or the whole set
+        (`replace`, AlterConfigs); written by the registry under the topics lock."""
+        name = resource.resource_name
+        own = {} if replace else self.topics.configs(name)
         try:
             for item in resource.configs:
-                self.dynamic.alter(layer, item.name, item.config_operation, item.value)
+                own = topic_config.altered(own, item.name, getattr(item, "config_operation", 0),
+                                           item.value)
+        except topic_config.TopicConfigError as error:
+            return "invalid_config", str(error)
+        if validate_only:
+            return None
+        problem = self.topics.set_configs(name, own)
+        if problem is not None:
+            return problem, f"The topic '{name}' does not exist."
+        log.info("topic %s configs changed by %s: %s", name, who or "a client", own)
+        return None
+
+    def _alter_resource(self, resource, validate_only: bool, who: str,
+                        replace: bool = False) -> tuple[str, str] | None:
+        """The broker's dynamic layer: each operation, or the whole set (`replace`)."""
+        stored = self.dynamic.stored
+        layer_name = "cluster_default" if resource.resource_name == "" else "broker"
+        layer = {} if replace else dict(getattr(stored, layer_name))
+        try:
+            for item in resource.configs:
+                self.dynamic.alter(layer, item.name, getattr(item, "config_operation", 0),
+                                   item.value)
             if any(".ssl." in item.name for item in resource.configs):  # a key store change
                 layers = {"broker": stored.broker, "cluster_default": stored.cluster_default,
                           layer_name: layer}

@@ -17,7 +17,8 @@ import os
 import threading
 import time
 
-from broker.shared.config import BrokerConfig, retention_ms
+from broker.shared.config import BrokerConfig
+from broker.shared.log import topic_config
 from broker.shared.log.partition import W_DIRTY
 from broker.shared.log.settings import log_settings
 from broker.shared.log.topics import Epoch, TopicRegistry, forget_offline, remove_leftovers
@@ -36,7 +37,7 @@ class LogManager:
         self._thread: threading.Thread | None = None
 
     def registry(self) -> TopicRegistry:
-        return TopicRegistry(self.config.log_dirs, self.settings, self.epoch)
+        return TopicRegistry(self.config.log_dirs, self.settings, self.epoch, self.config.props)
 
     # --- start-up and shutdown ------------------------------------------------------------
 
@@ -131,11 +132,13 @@ class LogManager:
             registry.close()
 
     def _retain(self, registry: TopicRegistry) -> None:
-        keep_bytes = self.config.props.log_retention_bytes
-        keep_ms = retention_ms(self.config.props)
-        if keep_bytes < 0 and keep_ms < 0:
-            return
+        """Each topic's retention: its own retention.ms / retention.bytes, else the broker's;
+        a topic whose cleanup.policy lacks delete is left alone."""
         for topic in list(registry.topics().values()):
+            limits = topic_config.retention(self.config.props, registry.configs(topic.name))
+            if limits is None or (limits[0] < 0 and limits[1] < 0):
+                continue
+            keep_bytes, keep_ms = limits
             for index in range(topic.partitions):
                 partition = registry.partition(topic.name, index)
                 if partition is None:

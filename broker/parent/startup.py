@@ -159,6 +159,7 @@ class ParentServices:
             return None if info is None else info.partitions
 
         self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access)
+        self.admin.topics = topics  # topic configs: DescribeConfigs and (Incremental)AlterConfigs
         self.router = AdminRouter(self.admin, self.groups, self.dynamic)
 
     def start(self, sockets: list[socket.socket]) -> None:

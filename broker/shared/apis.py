@@ -61,6 +61,7 @@ APIS: tuple[ApiSpec, ...] = (
     ApiSpec(30, "CreateAcls", (1, 3), _A, alters=True, control_plane=True),
     ApiSpec(31, "DeleteAcls", (1, 3), _A, alters=True, control_plane=True),
     ApiSpec(32, "DescribeConfigs", (1, 4), _A, control_plane=True),
+    ApiSpec(33, "AlterConfigs", (0, 2), _A, alters=True, control_plane=True),
     ApiSpec(35, "DescribeLogDirs", (1, 4), _W, control_plane=True),
     ApiSpec(36, "SaslAuthenticate", (0, 2), _W, control_plane=True),
     ApiSpec(37, "CreatePartitions", (0, 3), _W, alters=True, control_plane=True),

@@ -286,6 +286,28 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "As log.retention.ms, in minutes; wins over hours.", ge=-1)] | None = None
     log_retention_hours: Annotated[int, _doc(
         "As log.retention.ms, in hours.", ge=-1)] = 168
+    log_cleanup_policy: Annotated[str, _doc(
+        "Default cleanup.policy of topics: delete, compact or both (comma-separated). A "
+        "compact-only topic's segments are not deleted by retention.")] = "delete"
+    log_message_timestamp_type: Annotated[str, _doc(
+        "Default message.timestamp.type of topics: CreateTime (the producer's) or LogAppendTime "
+        "(the broker's clock at append).")] = "CreateTime"
+    log_roll_ms: Annotated[int, _doc(
+        "Default segment.ms of topics (accepted and shown; segments roll by size).",
+        ge=1)] = 604_800_000
+    log_cleaner_min_compaction_lag_ms: Annotated[int, _doc(
+        "Default min.compaction.lag.ms of topics.", ge=0)] = 0
+    log_cleaner_delete_retention_ms: Annotated[int, _doc(
+        "Default delete.retention.ms of topics (how long compaction keeps tombstones).",
+        ge=0)] = 86_400_000
+    log_cleaner_min_cleanable_ratio: Annotated[float, _doc(
+        "Default min.cleanable.dirty.ratio of topics.", ge=0, le=1)] = 0.5
+    compression_type: Annotated[str, _doc(
+        "Default compression.type of topics: producer (batches are kept as produced).")] = \
+        "producer"
+    min_insync_replicas: Annotated[int, _doc(
+        "Default min.insync.replicas of topics; above 1, acks=all produce gets "
+        "NOT_ENOUGH_REPLICAS (this broker is a single replica).", ge=1)] = 1
     log_retention_check_interval_ms: Annotated[int, _doc(
         "How often the parent looks for segments to delete.", ge=1)] = 300000
     log_flush_interval_messages: Annotated[int, _doc(
@@ -795,6 +817,20 @@ def _check_quota_settings(props: ServerProperties) -> None:
                           "max.connections.per.ip.overrides")
 
 
+def _check_topic_defaults(props: ServerProperties) -> None:
+    """The broker keys behind topic configs whose values are names (broker.shared.log.topic_config)."""
+    policy = [item.strip() for item in props.log_cleanup_policy.split(",") if item.strip()]
+    if not policy or set(policy) - {"delete", "compact"}:
+        raise ConfigError(f"log.cleanup.policy: {props.log_cleanup_policy!r} is not delete, "
+                          f"compact or both")
+    if props.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):
+        raise ConfigError(f"log.message.timestamp.type: {props.log_message_timestamp_type!r} is "
+                          f"not CreateTime or LogAppendTime")
+    if props.compression_type != "producer":
+        raise ConfigError(f"compression.type: {props.compression_type!r} is not supported: only "
+                          f"producer (batches are kept as the producer compressed them)")
+
+
 CONTROL_PLANE_RESERVE = MIB
 
 
@@ -830,6 +866,7 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
     raw, per_listener, per_listener_tls = _split_listener_keys(raw)
     props = _convert(raw)
     _check_quota_settings(props)
+    _check_topic_defaults(props)
     if props.group_min_session_timeout_ms > props.group_max_session_timeout_ms:
         raise ConfigError(f"group.min.session.timeout.ms: {props.group_min_session_timeout_ms} "
                           f"is more than group.max.session.timeout.ms "

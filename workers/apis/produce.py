@@ -46,7 +46,7 @@ class Produce(Api, api="Produce"):
                 ctx, Operation.WRITE, ResourceType.TOPIC, topic.name) \
                 else "topic_authorization_failed"
             pending.append([self._prepare(topic.name, data,
-                                          refusal or denied or self._refusal(ctx, data))
+                                          refusal or denied or self._refusal(ctx, data), acks)
                             for data in topic.partition_data])
         checks = [item for items in pending for item in items if item.check is not None]
         if _walk(checks, SYNC_RECORDS):
@@ -115,13 +115,17 @@ class Produce(Api, api="Produce"):
             return "unsupported_compression_type"
         return None
 
-    def _prepare(self, topic: str, data, refusal: str | None) -> "_Pending":
+    def _prepare(self, topic: str, data, refusal: str | None, acks: int) -> "_Pending":
         """The partition and the check of its batch, or why it is refused."""
         if refusal is not None:
             return _Pending(data, None, None, refusal)
         partition = self.services.registry.partition(topic, data.index)
         if partition is None:
             return _Pending(data, None, None, "unknown_topic_or_partition")
+        if acks == -1 and partition.settings.min_insync_replicas > 1:  # one replica: this one
+            return _Pending(data, partition, None, "not_enough_replicas",
+                            f"min.insync.replicas is {partition.settings.min_insync_replicas}; "
+                            f"this broker is the only replica")
         if not data.records:
             return _Pending(data, partition, None, "invalid_record", "no record batch")
         try:
@@ -149,6 +153,9 @@ class Produce(Api, api="Produce"):
         waits = self.services.waits
         if waits is not None:
             waits.appended(partition)
+        if result.log_append_time >= 0:  # the topic stamps batches: the client is told when
+            answer["log_append_time"] = datetime.datetime.fromtimestamp(
+                result.log_append_time / 1000, tz=datetime.timezone.utc)
         return dict(answer, error_code=errors.NONE, base_offset=result.base_offset,
                     log_start_offset=result.log_start_offset)
 

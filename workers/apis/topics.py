@@ -14,6 +14,7 @@ import datetime
 import logging
 
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.shared.log import topic_config
 from workers.handlers import NO_THROTTLE, Api, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.topics")
@@ -31,7 +32,6 @@ _MESSAGES = {
                                  "partitions; ask again for '{}'.",
     "invalid_replication_factor": "Replication factor must be 1: this cluster has one broker.",
     "invalid_replica_assignment": "Replica assignments may only name this broker.",
-    "invalid_config": "Topic-level configurations are not supported yet.",
     "cluster_authorization_failed": "Topics are created and deleted on the control-plane "
                                     "listener only.",
     "topic_authorization_failed": "Authorization failed.",
@@ -130,19 +130,32 @@ class CreateTopics(Api, api="CreateTopics"):
         for plan in plans:
             throttled |= plan.problem == "throttling_quota_exceeded"
             info = self.services.registry.get(plan.name) if plan.problem is None else None
+            configs, config_code = self._configs(ctx, plan)
             results.append({
                 "name": plan.name,
                 "topic_id": info.topic_id if info is not None else None,
                 "error_code": error_code(plan.problem),
-                "error_message": _message(plan.problem, plan.name),
+                "error_message": plan.message or _message(plan.problem, plan.name),
                 "num_partitions": plan.partitions if plan.problem is None else -1,
                 "replication_factor": 1 if plan.problem is None else -1,
-                "configs": (),
-                "topic_config_error_code": 0,
+                "configs": configs,
+                "topic_config_error_code": config_code,
             })
         # KIP-599: a client whose topics were left for later hears when to ask again.
         return ctx.respond({"throttle_time": RETRY_AFTER if throttled else NO_THROTTLE,
                             "topics": results})
+
+    def _configs(self, ctx: RequestContext, plan: "_Plan"):
+        """CreateTopics v5+ tells the created topic's configs, to a principal that may
+        DESCRIBE_CONFIGS it (else TOPIC_AUTHORIZATION_FAILED in their place, as Kafka)."""
+        if plan.problem is not None or ctx.version < 5:
+            return (), 0
+        if not self.services.access.allowed(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
+                                            plan.name):
+            return (), error_code("topic_authorization_failed")
+        return [{key: entry[key] for key in ("name", "value", "read_only", "config_source",
+                                             "is_sensitive")}
+                for entry in topic_config.describe(self.services.props, plan.configs)], 0
 
     @staticmethod
     def _refusal(name: str) -> dict:
@@ -163,24 +176,32 @@ class CreateTopics(Api, api="CreateTopics"):
                 problem = "invalid_replica_assignment"
         elif replication != 1:
             problem = "invalid_replication_factor"
+        own, message = {}, None
         if problem is None and topic.configs:
-            problem = "invalid_config"
+            try:
+                for item in topic.configs:
+                    own[item.name] = topic_config.validate(item.name, item.value)
+            except topic_config.TopicConfigError as error:
+                problem, message = "invalid_config", str(error)
         if problem is None:
             problem = registry.check_new(topic.name, partitions,
                                          props.pybroker_max_partitions_per_topic)
         staging = None
         if problem is None and not validate_only:
-            staging = registry.staging(topic.name, partitions, counts)
-        return _Plan(topic.name, partitions, problem, staging)
+            staging = registry.staging(topic.name, partitions, counts, own)
+        return _Plan(topic.name, partitions, problem, staging, message, own)
 
 
 class _Plan:
     """One topic of a CreateTopics request: what it asks for and how far it got."""
 
-    __slots__ = ("name", "partitions", "problem", "staging")
+    __slots__ = ("name", "partitions", "problem", "staging", "message", "configs")
 
-    def __init__(self, name: str, partitions: int, problem: str | None, staging):
+    def __init__(self, name: str, partitions: int, problem: str | None, staging,
+                 message: str | None = None, configs: dict[str, str] | None = None):
         self.name, self.partitions, self.problem, self.staging = name, partitions, problem, staging
+        self.message = message  # a message of its own (an invalid config names itself)
+        self.configs = configs or {}  # its own topic configs
 
 
 def _duplicates(names) -> set[str]:

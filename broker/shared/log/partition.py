@@ -73,6 +73,8 @@ class LogSettings:
     producer_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
     max_decompressed_bytes: int = 32 << 20  # pybroker.max.decompressed.batch.bytes
     max_producers: int = 100_000  # pybroker.max.producers.per.partition
+    log_append_time: bool = False  # message.timestamp.type=LogAppendTime: stamped at append
+    min_insync_replicas: int = 1  # above 1, acks=all produce gets NOT_ENOUGH_REPLICAS
 
 
 @dataclass
@@ -81,6 +83,7 @@ class AppendResult:
     base_offset: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    log_append_time: int = -1  # ms, when the topic stamps batches itself (LogAppendTime)
 
 
 class Partition:
@@ -178,7 +181,13 @@ class Partition:
                 batch = check.batch
             except records.BatchError as error:
                 return AppendResult(error.code, message=str(error))
-        if batch.max_timestamp != records.max_timestamp_of(batch_bytes):
+        append_time = -1
+        if self.settings.log_append_time:  # the topic's message.timestamp.type
+            append_time = int(time.time() * 1000)
+            batch_bytes = records.with_log_append_time(batch_bytes, append_time)
+            batch = batch._replace(max_timestamp=append_time,
+                                   attributes=batch.attributes | records.LOG_APPEND_TIME)
+        elif batch.max_timestamp != records.max_timestamp_of(batch_bytes):
             batch_bytes = records.with_max_timestamp(batch_bytes, batch.max_timestamp)
         with self.locked():
             if self.offline:
@@ -189,7 +198,9 @@ class Partition:
                 except Exception as error:  # files we cannot repair: this partition only pays
                     self.mark_offline(error)
                     return AppendResult("kafka_storage_error", message="the partition is offline")
-            return self._append_locked(batch_bytes, batch)
+            result = self._append_locked(batch_bytes, batch)
+        result.log_append_time = append_time
+        return result
 
     def mark_offline(self, cause: BaseException) -> None:
         """Serve nothing from this partition until a restart recovers it (see the docstring)."""

@@ -295,6 +295,18 @@ def with_max_timestamp(batch, max_timestamp: int) -> bytes:
     return bytes(rewritten)
 
 
+def with_log_append_time(batch, now_ms: int) -> bytes:
+    """The batch stamped by the broker (message.timestamp.type=LogAppendTime): the
+    LogAppendTime attribute set and the max timestamp the append time, CRC recomputed; its
+    records are then read as carrying that timestamp (Kafka's rule)."""
+    rewritten = bytearray(batch)
+    attributes = struct.unpack_from(">h", rewritten, 21)[0]
+    struct.pack_into(">h", rewritten, 21, attributes | LOG_APPEND_TIME)
+    _BASE_TIMESTAMP.pack_into(rewritten, 35, now_ms)
+    struct.pack_into(">I", rewritten, 17, crc32c(memoryview(rewritten)[21:]))
+    return bytes(rewritten)
+
+
 def headers_in(buffer, limit: int | None = None, partial: bool = False):
     """Yield the headers of the complete batches in `buffer` (e.g. a chunk read from disk).
 

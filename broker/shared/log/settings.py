@@ -17,4 +17,6 @@ def log_settings(config: BrokerConfig) -> LogSettings:
                                                   props.log_message_timestamp_after_max_ms),
                        producer_expiration_ms=props.producer_id_expiration_ms,
                        max_producers=props.pybroker_max_producers_per_partition,
-                       max_decompressed_bytes=props.pybroker_max_decompressed_batch_bytes)
+                       max_decompressed_bytes=props.pybroker_max_decompressed_batch_bytes,
+                       log_append_time=props.log_message_timestamp_type == "LogAppendTime",
+                       min_insync_replicas=props.min_insync_replicas)

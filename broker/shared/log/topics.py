@@ -7,7 +7,9 @@ process can read (a cell of the shared block, written only under that lock); eac
 re-reads the directories when the epoch moves.  Deleted partitions are renamed to
 `<topic>-<n>.<id>-delete` first, so a half-deleted topic is never seen as a topic.
 Partitions that went offline (broker.shared.log.partition) are listed in OFFLINE_FILE, so Metadata
-can say so without opening every partition.
+can say so without opening every partition.  Topic-level configs (broker.shared.log.topic_config)
+are kept in CONFIGS_FILE by topic id, written under the same lock with the epoch bumped: every
+process gives its partition handles the new settings at its next look.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import msgspec
+
 from broker.shared.constants import INT_MAX
+from broker.shared.log import topic_config
 from broker.shared.log.partition import LogSettings, Partition
 
 # Matched whole (fullmatch): with re.match, "$" would also match before a trailing newline.
@@ -29,6 +34,7 @@ LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 METADATA_FILE = "partition.metadata"
 OFFLINE_FILE = ".pybroker-offline-partitions"  # "topic<TAB>index" lines, under the topics lock
+CONFIGS_FILE = ".pybroker-topic-configs.json"  # {topic id: {key: value}}, under the topics lock
 
 
 def is_legal_name(name: str) -> bool:
@@ -70,10 +76,13 @@ class Epoch:
 
 
 class TopicRegistry:
-    def __init__(self, log_dirs: tuple[str, ...], settings: LogSettings, epoch: Epoch):
+    def __init__(self, log_dirs: tuple[str, ...], settings: LogSettings, epoch: Epoch,
+                 props=None):
         self.log_dirs = log_dirs
-        self.settings = settings
+        self.settings = settings  # the broker's; a topic's own configs override them
+        self.props = props if props is not None else topic_config.DEFAULT_PROPS
         self.epoch = epoch
+        self._configs: dict[str, dict[str, str]] = {}  # topic name -> its own configs
         self._seen_epoch = None
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
@@ -102,10 +111,40 @@ class TopicRegistry:
         key = (name, index)
         handle = self._partitions.get(key)
         if handle is None:
-            handle = Partition(topic.directories[index], name, index, self.settings)
+            handle = Partition(topic.directories[index], name, index, self._settings_of(name))
             handle.on_offline = lambda: self.record_offline(name, index)
             self._partitions[key] = handle
         return handle
+
+    def configs(self, name: str) -> dict[str, str]:
+        """The topic's own configs (not the broker's defaults)."""
+        self.topics()
+        return self._configs.get(name, {})
+
+    def settings_for(self, name: str) -> LogSettings:
+        self.topics()
+        return self._settings_of(name)
+
+    def _settings_of(self, name: str) -> LogSettings:
+        return topic_config.topic_settings(self.settings, self.props,
+                                           self._configs.get(name, {}))
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> str | None:
+        """Replace a topic's own configs (validated by the caller); None or
+        "unknown_topic_or_partition"."""
+        with self._locked():
+            topic = self.topics().get(name)
+            if topic is None:
+                return "unknown_topic_or_partition"
+            stored = _read_configs(self.log_dirs[0])
+            key = encode_topic_id(topic.topic_id)
+            if configs:
+                stored[key] = dict(configs)
+            else:
+                stored.pop(key, None)
+            _write_configs(self.log_dirs[0], stored)
+            self.epoch.bump()
+        return None
 
     def record_offline(self, name: str, index: int) -> None:
         """A partition went offline: every process's Metadata answers must say so."""
@@ -153,6 +192,12 @@ class TopicRegistry:
         self._topics = topics
         self._by_id = {topic.topic_id: topic for topic in topics.values()}
         self._offline = _read_offline(self.log_dirs[0])
+        stored = _read_configs(self.log_dirs[0])
+        self._configs = {name: stored[encode_topic_id(topic.topic_id)]
+                         for name, topic in topics.items()
+                         if encode_topic_id(topic.topic_id) in stored}
+        for (name, _index), handle in self._partitions.items():
+            handle.settings = self._settings_of(name)  # a config change applies at once
         self._seen_epoch = epoch
 
     # --- changing -------------------------------------------------------------------------
@@ -189,10 +234,13 @@ class TopicRegistry:
             return "topic_already_exists"
         return None
 
-    def staging(self, name: str, partitions: int, counts: dict | None = None) -> "Staging":
+    def staging(self, name: str, partitions: int, counts: dict | None = None,
+                configs: dict[str, str] | None = None) -> "Staging":
         """A topic to build; `counts` (partitions per log dir) may be shared by the topics of
-        one request, so the log dirs are listed once."""
-        return Staging(self, name, partitions, counts)
+        one request, so the log dirs are listed once; `configs`: its own, validated."""
+        staging = Staging(self, name, partitions, counts)
+        staging.configs = dict(configs or {})
+        return staging
 
     def log_dir_counts(self) -> dict[str, int]:
         return {log_dir: _partition_count(log_dir) for log_dir in self.log_dirs}
@@ -203,11 +251,16 @@ class TopicRegistry:
         problems = []
         with self._locked():
             existing = self.topics()
+            stored = None
             for staging in stagings:
                 if staging.name in existing:
                     staging.abort()
                     problems.append("topic_already_exists")
                     continue
+                if staging.configs:  # written before the topic appears: never seen without
+                    stored = _read_configs(self.log_dirs[0]) if stored is None else stored
+                    stored[encode_topic_id(staging.topic_id)] = dict(staging.configs)
+                    _write_configs(self.log_dirs[0], stored)
                 for staged, final in staging.built:
                     os.rename(staged, final)
                 problems.append(None)
@@ -265,6 +318,12 @@ class TopicRegistry:
                     doomed.append(target)
                 problems.append(None)
             if doomed:
+                stored = _read_configs(self.log_dirs[0])
+                gone = {encode_topic_id(existing[name].topic_id) for name, problem
+                        in zip(names, problems) if problem is None}
+                if gone & stored.keys():
+                    _write_configs(self.log_dirs[0], {key: value for key, value in stored.items()
+                                                      if key not in gone})
                 self.epoch.bump()
         for directory in doomed:
             shutil.rmtree(directory, ignore_errors=True)
@@ -289,6 +348,7 @@ class Staging:
         self.partitions = partitions
         self.first = first
         self.topic_id = topic_id or uuid.uuid4()
+        self.configs: dict[str, str] = {}  # its own topic configs, written at the commit
         self.built: list[tuple[str, str]] = []  # (staging directory, final directory)
         self._counts = counts if counts is not None else registry.log_dir_counts()
 
@@ -377,3 +437,21 @@ def remove_leftovers(log_dirs: tuple[str, ...]) -> list[str]:
                 shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
                 removed.append(name)
     return removed
+
+
+def _read_configs(log_dir: str) -> dict[str, dict[str, str]]:
+    try:
+        with open(os.path.join(log_dir, CONFIGS_FILE), "rb") as handle:
+            return msgspec.json.decode(handle.read(), type=dict[str, dict[str, str]])
+    except (FileNotFoundError, msgspec.DecodeError):
+        return {}
+
+
+def _write_configs(log_dir: str, stored: dict[str, dict[str, str]]) -> None:
+    """Atomically (a temporary file, fsync, rename), under the topics lock."""
+    path = os.path.join(log_dir, CONFIGS_FILE)
+    with open(path + ".tmp", "wb") as handle:
+        handle.write(msgspec.json.encode(stored))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(path + ".tmp", path)

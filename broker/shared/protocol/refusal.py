@@ -47,7 +47,7 @@ def refused_delete_acls(ctx: RequestContext, body) -> bytes:
         for _ in body.filters]})
 
 
-_REFUSALS = {44: refused_alter_configs, 49: refused_alter_quotas, 51: refused_alter_scram,
+_REFUSALS = {44: refused_alter_configs, 33: refused_alter_configs, 49: refused_alter_quotas, 51: refused_alter_scram,
              30: refused_create_acls, 31: refused_delete_acls}
 
 
