@@ -472,3 +472,24 @@ def test_delete_records_moves_the_log_start_and_survives_a_restart(tmp_path):
     assert fresh.log_start_offset == 10
     assert fresh.delete_records(-1) == (18, None)  # -1: up to the high watermark
     assert fresh.log_start_offset == fresh.high_watermark == 18
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
+    """Kafka's rule for cleanup.policy=compact: INVALID_RECORD for a null key, per batch."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    registry = TopicRegistry((str(tmp_path),), LogSettings(), Epoch())
+    registry.create("table", 1)
+    assert registry.set_configs("table", {"cleanup.policy": "compact"}) is None
+    partition = registry.partition("table", 0)
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    builder.append(0, timestamp=1000, key=None, value=b"v", headers=[])
+    refused = partition.append(bytes(builder.build()))
+    assert (refused.error, refused.message) == (
+        "invalid_record", "Compacted topic cannot accept message without key")
+    assert partition.append(make_batch(2)).error is None  # keyed: accepted
+    assert registry.set_configs("table", {}) is None  # delete again: null keys are fine
+    assert registry.partition("table", 0).append(bytes(builder.build())).error is None
+    registry.close()

@@ -18,7 +18,7 @@ import threading
 import time
 
 from broker.shared.config import BrokerConfig
-from broker.shared.log import topic_config
+from broker.shared.log import compaction, topic_config
 from broker.shared.log.partition import W_DIRTY
 from broker.shared.log.settings import log_settings
 from broker.shared.log.topics import Epoch, TopicRegistry, forget_offline, remove_leftovers
@@ -35,6 +35,7 @@ class LogManager:
         self.settings = log_settings(config)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cleaner: threading.Thread | None = None
 
     def registry(self) -> TopicRegistry:
         return TopicRegistry(self.config.log_dirs, self.settings, self.epoch, self.config.props)
@@ -91,8 +92,9 @@ class LogManager:
     def shutdown(self) -> None:
         """After the workers exited: stop maintenance, fsync everything, leave the marker."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        for thread in (self._thread, self._cleaner):
+            if thread is not None:
+                thread.join(30)
         registry = self.registry()
         try:
             for topic in registry.topics().values():
@@ -109,6 +111,40 @@ class LogManager:
     def start_maintenance(self) -> None:
         self._thread = threading.Thread(target=self._maintain, name="log-maintenance", daemon=True)
         self._thread.start()
+        if self.config.props.log_cleaner_enable:  # compaction: a thread of its own, so a long
+            self._cleaner = threading.Thread(target=self._clean_loop,  # clean delays no flush
+                                             name="log-cleaner", daemon=True)
+            self._cleaner.start()
+
+    def _clean_loop(self) -> None:
+        """Every log.cleaner.backoff.ms: one compaction round of every compacted topic."""
+        props = self.config.props
+        registry = self.registry()
+        try:
+            while not self._stop.wait(props.log_cleaner_backoff_ms / 1000):
+                self._compact(registry)
+        except Exception:  # the cleaner must never take the parent down
+            log.exception("log cleaner stopped")
+        finally:
+            registry.close()
+
+    def _compact(self, registry: TopicRegistry) -> None:
+        props = self.config.props
+        rate = props.log_cleaner_io_max_bytes_per_second or float("inf")
+        for topic in list(registry.topics().values()):
+            values = topic_config.effective(props, registry.configs(topic.name))
+            if "compact" not in values["cleanup.policy"].split(","):
+                continue
+            for index in range(topic.partitions):
+                partition = registry.partition(topic.name, index)
+                if partition is None or partition.offline or self._stop.is_set():
+                    continue
+                done = compaction.clean(partition, int(time.time() * 1000),
+                                        int(values["min.compaction.lag.ms"]),
+                                        int(values["delete.retention.ms"]), rate)
+                if done.segments:
+                    log.info("partition %s-%d: compaction rewrote %d segments, %d records "
+                             "removed", topic.name, index, done.segments, done.removed)
 
     def _maintain(self) -> None:
         props = self.config.props

@@ -295,6 +295,13 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     log_roll_ms: Annotated[int, _doc(
         "Default segment.ms of topics (accepted and shown; segments roll by size).",
         ge=1)] = 604_800_000
+    log_cleaner_enable: Annotated[bool, _doc(
+        "Run the log cleaner (compaction of topics whose cleanup.policy has compact) in the "
+        "parent.")] = True
+    log_cleaner_backoff_ms: Annotated[int, _doc(
+        "Pause between two compaction rounds.", ge=10)] = 15000
+    log_cleaner_io_max_bytes_per_second: Annotated[int, _doc(
+        "Bytes per second the cleaner may write; unset: no limit.", ge=1)] | None = None
     log_cleaner_min_compaction_lag_ms: Annotated[int, _doc(
         "Default min.compaction.lag.ms of topics.", ge=0)] = 0
     log_cleaner_delete_retention_ms: Annotated[int, _doc(

@@ -40,7 +40,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from broker.shared.log import records
+from broker.shared.log import compaction, records
 from broker.shared.log.producers import ProducerTable, Verdict
 from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases
 
@@ -75,6 +75,7 @@ class LogSettings:
     max_producers: int = 100_000  # pybroker.max.producers.per.partition
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime: stamped at append
     min_insync_replicas: int = 1  # above 1, acks=all produce gets NOT_ENOUGH_REPLICAS
+    compacted: bool = False  # cleanup.policy has compact: every record needs a key
 
 
 @dataclass
@@ -134,6 +135,15 @@ class Partition:
     def offline(self) -> bool:
         return self.state[W_OFFLINE] != 0
 
+    @property
+    def active_base(self) -> int:
+        return self.state[W_ACTIVE_BASE]
+
+    def segments_changed(self) -> None:
+        """A closed segment's files were replaced (compaction), under the lock: every process
+        reopens its segments at its next read."""
+        self.state[W_SEGMENTS_VERSION] += 1
+
     @contextmanager
     def locked(self):
         fcntl.flock(self._state_fd, fcntl.LOCK_EX)
@@ -149,8 +159,10 @@ class Partition:
         if version == self._segments_version:
             return
         bases = list_bases(self.directory)
+        active = self.state[W_ACTIVE_BASE]
         for base in list(self._segments):
-            if base not in bases:
+            # Gone (retention), or perhaps replaced (compaction): reopened when next read.
+            if base not in bases or base != active:
                 self._segments.pop(base).close()
         self._bases, self._segments_version = bases, version
 
@@ -167,7 +179,8 @@ class Partition:
         """The validation of a batch for this partition (its header now, records by steps)."""
         settings = self.settings
         return records.BatchCheck(batch_bytes, settings.max_message_bytes, settings.timestamps,
-                                  max_decompressed=settings.max_decompressed_bytes)
+                                  max_decompressed=settings.max_decompressed_bytes,
+                                  keyed=settings.compacted)
 
     def append(self, batch_bytes: bytes, checked: records.Batch | None = None) -> AppendResult:
         """Validate (unless `checked` is the header a finished check gave), assign offsets,
@@ -302,6 +315,8 @@ class Partition:
         bases = list_bases(self.directory)
         if not bases:
             return "no segment"
+        if os.path.isdir(os.path.join(self.directory, compaction.CLEANING_DIR)):
+            return "a compaction was interrupted"
         if state[W_ACTIVE_BASE] != bases[-1] or state[W_LOG_START] != self._log_start(bases):
             return "segments differ from the state"
         size = os.path.getsize(os.path.join(self.directory, f"{bases[-1]:020d}.log"))
@@ -532,6 +547,11 @@ class Partition:
         state = self.state
         if state[W_MAGIC] != STATE_MAGIC:
             self._initialise_state()
+        if compaction.finish_swaps(self.directory):  # a cleaner stopped mid-swap: finish it
+            self._segments_version = -1
+            for segment in self._segments.values():
+                segment.close()
+            self._segments.clear()
         bases = list_bases(self.directory)
         if not bases:
             base = max(0, state[W_LOG_END])

@@ -115,8 +115,11 @@ class BatchCheck:
     """
 
     def __init__(self, buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBounds(),
-                 now_ms: int | None = None, max_decompressed: int = 32 << 20):
+                 now_ms: int | None = None, max_decompressed: int = 32 << 20,
+                 keyed: bool = False):
+        """`keyed`: a compacted topic's batch, whose every record needs a key."""
         self.batch = _check_framing(buffer, max_batch_bytes)
+        self.keyed = keyed
         _check_header(self.batch)
         self.buffer = buffer
         self.bounds, self.now_ms = bounds, now_ms
@@ -139,10 +142,11 @@ class BatchCheck:
                 records = decompress(self.batch.attributes & CODEC_MASK,
                                      memoryview(self.buffer)[HEADER_BYTES:self.batch.size],
                                      self.max_decompressed)
-                self._walk = RecordWalk(records, 0, len(records), self.batch.record_count)
+                self._walk = RecordWalk(records, 0, len(records), self.batch.record_count,
+                                        self.keyed)
             else:
                 self._walk = RecordWalk(self.buffer, HEADER_BYTES, self.batch.size,
-                                        self.batch.record_count)
+                                        self.batch.record_count, self.keyed)
         if not self._walk.step(most):
             return False
         least = self.base_timestamp + self._walk.least
@@ -360,18 +364,19 @@ class RecordWalk:
     most n more records and says whether the walk is over (so a large batch can be walked a
     slice per event-loop turn)."""
 
-    def __init__(self, buffer, position: int, end: int, count: int):
+    def __init__(self, buffer, position: int, end: int, count: int, keyed: bool = False):
         if count > (end - position) // 7:
             raise BatchError("corrupt_message",
                              f"{count} records cannot fit {end - position} bytes")
         self.buffer, self.position, self.end, self.count = buffer, position, end, count
+        self.keyed = keyed
         self.index, self.least, self.greatest = 0, 2**63, -(2**63)
 
     def step(self, most: int, stamps: list | None = None) -> bool:
         stop_at = min(self.count, self.index + most)
         self.position, self.least, self.greatest = _walk(
             self.buffer, self.position, self.end, self.index, stop_at, self.least,
-            self.greatest, stamps)
+            self.greatest, stamps, self.keyed)
         self.index = stop_at
         if self.index < self.count:
             return False
@@ -382,7 +387,7 @@ class RecordWalk:
 
 
 def _walk(buffer, position: int, end: int, first: int, stop_at: int, least: int,
-          greatest: int, stamps: list | None) -> tuple[int, int, int]:
+          greatest: int, stamps: list | None, keyed: bool = False) -> tuple[int, int, int]:
     varint = _varint
     try:
         for index in range(first, stop_at):
@@ -432,6 +437,9 @@ def _walk(buffer, position: int, end: int, first: int, stop_at: int, least: int,
                 position += size
             elif size < -1:
                 raise BatchError("corrupt_message", f"record {index}: key length {size}")
+            elif size == -1 and keyed:
+                raise BatchError("invalid_record",
+                                 "Compacted topic cannot accept message without key")
             byte = buffer[position]  # the value, likewise
             if byte < 0x80:
                 size, position = (byte >> 1) ^ -(byte & 1), position + 1

@@ -11,10 +11,12 @@ synonyms do.
 What each key does here: retention.ms / retention.bytes (the parent's retention), segment.bytes
 (roll), max.message.bytes, message.timestamp.type (LogAppendTime stamps batches at append),
 message.timestamp.before/after.max.ms, min.insync.replicas (above 1, acks=all produce gets
-NOT_ENOUGH_REPLICAS), cleanup.policy (a compact-only topic is left alone by retention).
-segment.ms, min.compaction.lag.ms, delete.retention.ms and min.cleanable.dirty.ratio are
-validated, kept and described, for the log cleaner to come; compression.type accepts only
-`producer` (batches are kept as the producer compressed them).
+NOT_ENOUGH_REPLICAS), cleanup.policy (a compact-only topic is left alone by retention; a
+compacted topic refuses records without a key, INVALID_RECORD, as Kafka).
+min.compaction.lag.ms and delete.retention.ms steer the log cleaner
+(broker.shared.log.compaction); segment.ms and min.cleanable.dirty.ratio are validated, kept
+and described only; compression.type accepts only `producer` (batches are kept as the
+producer compressed them).
 """
 
 from __future__ import annotations
@@ -138,18 +140,28 @@ def effective(props, own: dict[str, str]) -> dict[str, str]:
 
 
 def topic_settings(base, props, own: dict[str, str]):
-    """The LogSettings (broker.shared.log.partition) of a topic with these configs."""
+    """The LogSettings (broker.shared.log.partition) of a topic with these configs: the
+    broker's (`base`), with what the topic sets itself over them."""
     if not own:
         return base
-    values = effective(props, own)
-    log_append_time = values["message.timestamp.type"] == "LogAppendTime"
-    bounds = TimestampBounds() if log_append_time else TimestampBounds(
-        int(values["message.timestamp.before.max.ms"]),
-        int(values["message.timestamp.after.max.ms"]))
-    return dataclasses.replace(base, segment_bytes=int(values["segment.bytes"]),
-                               max_message_bytes=int(values["max.message.bytes"]),
-                               timestamps=bounds, log_append_time=log_append_time,
-                               min_insync_replicas=int(values["min.insync.replicas"]))
+    changes = {}
+    if "segment.bytes" in own:
+        changes["segment_bytes"] = int(own["segment.bytes"])
+    if "max.message.bytes" in own:
+        changes["max_message_bytes"] = int(own["max.message.bytes"])
+    if "min.insync.replicas" in own:
+        changes["min_insync_replicas"] = int(own["min.insync.replicas"])
+    if "cleanup.policy" in own:
+        changes["compacted"] = "compact" in own["cleanup.policy"].split(",")
+    if "message.timestamp.type" in own:
+        changes["log_append_time"] = own["message.timestamp.type"] == "LogAppendTime"
+    if "message.timestamp.before.max.ms" in own or "message.timestamp.after.max.ms" in own:
+        values = effective(props, own)
+        changes["timestamps"] = TimestampBounds(int(values["message.timestamp.before.max.ms"]),
+                                                int(values["message.timestamp.after.max.ms"]))
+    if changes.get("log_append_time", base.log_append_time):
+        changes["timestamps"] = TimestampBounds()  # the broker's clock: nothing to bound
+    return dataclasses.replace(base, **changes)
 
 
 def retention(props, own: dict[str, str]) -> tuple[int, int] | None:

@@ -1,0 +1,298 @@
+"""Log compaction: a compacted topic keeps, in its closed segments, the latest record of each key.
+
+`clean(partition, ...)` runs in the parent's log maintenance thread (broker.parent.log_manager),
+never on a request path.  For one partition of a topic whose cleanup.policy has `compact`:
+
+  1. the closed segments old enough (their file untouched for min.compaction.lag.ms) are read
+     and a map built: key -> the offset of its latest record there (at most MAX_KEYS keys; the
+     segments past that are left for the next round);
+  2. each of those segments is rewritten without the records a later one of the same key
+     supersedes, and without tombstones (null values) older than delete.retention.ms.  Offsets
+     do not change: a batch keeps its base offset, last offset delta, producer fields and
+     codec (a compressed batch is decompressed, within pybroker.max.decompressed.batch.bytes,
+     and compressed again the same way); a batch left empty goes.  A segment that loses
+     nothing is not rewritten;
+  3. the rewritten segment (log, offset index, time index) is written to `cleaning/`, fsynced,
+     then swapped in under the partition lock: a marker `cleaning/<base>.swap` is written (the
+     commit point), the three files renamed over the old ones, the marker removed, and the
+     partition's segments version bumped so every process reopens it.  `finish_swaps`, called
+     by recovery, completes a swap whose marker exists and discards cleaned files without one,
+     so a `kill -9` at any point leaves either the old segment or the new one, whole.
+
+The rate of bytes written is bounded (log.cleaner.io.max.bytes.per.second) by sleeping between
+segments.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+from dataclasses import dataclass
+
+import cramjam
+from crc32c import crc32c
+
+from broker.shared.log import records
+from broker.shared.log.segment import Segment, list_bases, segment_name
+
+CLEANING_DIR = "cleaning"
+MAX_KEYS = 1_000_000  # keys mapped per round; a larger log is cleaned over several rounds
+_SUFFIXES = ("log", "index", "timeindex")
+_XERIAL = b"\x82SNAPPY\x00"
+
+
+@dataclass
+class CleanResult:
+    segments: int = 0  # segments rewritten
+    removed: int = 0  # records removed
+    written: int = 0  # bytes written
+
+
+def clean(partition, now_ms: int, min_lag_ms: int, delete_retention_ms: int,
+          max_bytes_per_second: float = float("inf")) -> CleanResult:
+    """One cleaning round of a partition (see the module docstring)."""
+    result = CleanResult()
+    active = partition.active_base
+    directory = partition.directory
+    closed = [base for base in list_bases(directory) if base < active
+              and _age_ms(directory, base, now_ms) >= min_lag_ms]
+    if not closed:
+        return result
+    limit = partition.settings.max_decompressed_bytes
+    latest, mapped = _offset_map(directory, closed, limit)
+    started = time.monotonic()
+    for base in mapped:
+        horizon = _age_ms(directory, base, now_ms) >= delete_retention_ms
+        rewritten = _rewrite(directory, base, latest, horizon, limit, partition.settings)
+        if rewritten is None:
+            continue
+        removed, size = rewritten
+        if _swap(partition, base):
+            result.segments += 1
+            result.removed += removed
+            result.written += size
+        elapsed = time.monotonic() - started
+        wanted = result.written / max_bytes_per_second
+        if wanted > elapsed:
+            time.sleep(wanted - elapsed)  # log.cleaner.io.max.bytes.per.second
+    try:
+        os.rmdir(os.path.join(directory, CLEANING_DIR))  # left only mid-swap
+    except OSError:
+        pass
+    return result
+
+
+def _age_ms(directory: str, base: int, now_ms: int) -> float:
+    try:
+        return now_ms - os.path.getmtime(os.path.join(directory, segment_name(base, "log"))) * 1000
+    except FileNotFoundError:
+        return -1
+
+
+# --- reading -------------------------------------------------------------------------------
+
+def _batches(directory: str, base: int):
+    """(header, bytes) of each sound batch of a closed segment."""
+    segment = Segment(directory, base)
+    try:
+        for position, batch in segment.scan():
+            yield batch, segment.read(position, batch.size)
+    finally:
+        segment.close()
+
+
+def batch_records(batch_bytes: bytes, batch: records.Batch, limit: int):
+    """(offset delta, key, value, record bytes) of each record, the value None for a
+    tombstone; BatchError if the batch cannot be read within `limit` decompressed bytes."""
+    codec = batch.attributes & records.CODEC_MASK
+    body = batch_bytes[records.HEADER_BYTES:batch.size]
+    if codec:
+        body = bytes(records.decompress(codec, memoryview(body), limit))
+    position = 0
+    for _ in range(batch.record_count):
+        length, start = records._varint(body, position)
+        end = start + length
+        if length < 6 or end > len(body):
+            raise records.BatchError("corrupt_message", "a record runs past its batch")
+        point = start + 1  # past the attributes
+        _stamp, point = records._varint(body, point)
+        delta, point = records._varint(body, point)
+        key_length, point = records._varint(body, point)
+        key = None if key_length < 0 else body[point:point + key_length]
+        point += max(key_length, 0)
+        value_length, point = records._varint(body, point)
+        value = None if value_length < 0 else body[point:point + value_length]
+        yield delta, key, value, body[position:end]
+        position = end
+
+
+def _offset_map(directory: str, closed: list[int], limit: int):
+    """key -> latest offset over the closed segments, and the segments it covers whole."""
+    latest: dict[bytes, int] = {}
+    mapped = []
+    for base in closed:
+        keys_before = len(latest)
+        try:
+            for batch, data in _batches(directory, base):
+                if batch.attributes & records.CONTROL:
+                    continue
+                try:
+                    for delta, key, _value, _raw in batch_records(data, batch, limit):
+                        if key is not None:
+                            latest[key] = batch.base_offset + delta
+                except records.BatchError:
+                    continue  # unreadable within the bound: that batch is kept as it is
+        except FileNotFoundError:  # retention deleted it meanwhile
+            break
+        if len(latest) > MAX_KEYS:
+            if keys_before == 0:
+                mapped.append(base)  # one huge segment: cleaned with what was mapped
+            break
+        mapped.append(base)
+    return latest, mapped
+
+
+# --- rewriting -----------------------------------------------------------------------------
+
+def _rewrite(directory: str, base: int, latest: dict, horizon: bool, limit: int, settings):
+    """Write the cleaned copy of a segment to cleaning/; (records removed, bytes) or None if
+    nothing would go."""
+    kept_batches, removed = [], 0
+    try:
+        for batch, data in _batches(directory, base):
+            kept, dropped = _clean_batch(batch, data, latest, horizon, limit)
+            removed += dropped
+            if kept is not None:
+                kept_batches.append((batch, kept))
+    except FileNotFoundError:
+        return None
+    if removed == 0:
+        return None
+    cleaning = os.path.join(directory, CLEANING_DIR)
+    os.makedirs(cleaning, exist_ok=True)
+    for suffix in _SUFFIXES:
+        _unlink(os.path.join(cleaning, segment_name(base, suffix)))
+    try:  # the cleaned copy keeps the segment's age (compaction lag, tombstones' horizon)
+        modified = os.path.getmtime(os.path.join(directory, segment_name(base, "log")))
+    except FileNotFoundError:
+        return None
+    segment = Segment(cleaning, base, create=True)
+    try:
+        position = entries = since = 0
+        greatest = -1
+        for batch, data in kept_batches:
+            if entries == 0 or since >= settings.index_interval_bytes:
+                if entries:
+                    segment.add_time_entry(entries - 1, greatest)
+                segment.add_index_entry(entries, batch.base_offset, position)
+                entries, since = entries + 1, 0
+            segment.write(position, data)
+            position += len(data)
+            since += len(data)
+            greatest = max(greatest, batch.max_timestamp)
+        if entries:
+            segment.add_time_entry(entries - 1, greatest)
+        segment.truncate(position, entries, entries)
+        segment.flush()
+    finally:
+        segment.close()
+    os.utime(os.path.join(cleaning, segment_name(base, "log")), (modified, modified))
+    return removed, position
+
+
+def _clean_batch(batch: records.Batch, data: bytes, latest: dict, horizon: bool, limit: int):
+    """(the batch's cleaned bytes or None if nothing is left, records removed)."""
+    if batch.attributes & records.CONTROL:
+        return data, 0
+    try:
+        parsed = list(batch_records(data, batch, limit))
+    except records.BatchError:
+        return data, 0  # kept as it is
+    kept = [raw for delta, key, value, raw in parsed
+            if key is None or (latest.get(key, -1) <= batch.base_offset + delta
+                               and not (value is None and horizon))]
+    if len(kept) == len(parsed):
+        return data, 0
+    if not kept:
+        return None, len(parsed)
+    return _rebuilt(data, batch, b"".join(kept), len(kept)), len(parsed) - len(kept)
+
+
+def _rebuilt(data: bytes, batch: records.Batch, body: bytes, count: int) -> bytes:
+    """The batch with these records: same header fields (offsets, times, producer, codec),
+    its length, count and CRC recomputed, compressed as it was."""
+    codec = batch.attributes & records.CODEC_MASK
+    if codec == 1:
+        body = bytes(cramjam.gzip.compress(body))
+    elif codec == 2:
+        original = data[records.HEADER_BYTES:batch.size]
+        if original.startswith(_XERIAL):  # keep snappy-java's framing for Java consumers
+            block = bytes(cramjam.snappy.compress_raw(body))
+            body = _XERIAL + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+        else:
+            body = bytes(cramjam.snappy.compress_raw(body))
+    elif codec == 3:
+        body = bytes(cramjam.lz4.compress(body))
+    elif codec == 4:
+        body = bytes(cramjam.zstd.compress(body))
+    header = bytearray(data[:records.HEADER_BYTES])
+    struct.pack_into(">i", header, 8, records.HEADER_BYTES - records.LOG_OVERHEAD + len(body))
+    struct.pack_into(">i", header, 57, count)
+    whole = header + body
+    struct.pack_into(">I", whole, 17, crc32c(bytes(whole[21:])))
+    return bytes(whole)
+
+
+# --- swapping ------------------------------------------------------------------------------
+
+def _swap(partition, base: int) -> bool:
+    """Put the cleaned copy in place under the partition lock; False if the segment went
+    meanwhile (retention)."""
+    directory = partition.directory
+    cleaning = os.path.join(directory, CLEANING_DIR)
+    with partition.locked():
+        if not os.path.exists(os.path.join(directory, segment_name(base, "log"))):
+            for suffix in _SUFFIXES:
+                _unlink(os.path.join(cleaning, segment_name(base, suffix)))
+            return False
+        marker = os.path.join(cleaning, segment_name(base, "swap"))
+        with open(marker, "wb") as handle:  # the commit point
+            os.fsync(handle.fileno())
+        _complete(directory, base)
+        partition.segments_changed()  # every process reopens the segment
+    return True
+
+
+def _complete(directory: str, base: int) -> None:
+    cleaning = os.path.join(directory, CLEANING_DIR)
+    for suffix in _SUFFIXES:
+        staged = os.path.join(cleaning, segment_name(base, suffix))
+        if os.path.exists(staged):
+            os.replace(staged, os.path.join(directory, segment_name(base, suffix)))
+    _unlink(os.path.join(cleaning, segment_name(base, "swap")))
+
+
+def finish_swaps(directory: str) -> int:
+    """At recovery: complete every swap whose marker exists, drop every other cleaned file;
+    returns the swaps completed."""
+    cleaning = os.path.join(directory, CLEANING_DIR)
+    try:
+        names = os.listdir(cleaning)
+    except FileNotFoundError:
+        return 0
+    completed = 0
+    for name in names:
+        if name.endswith(".swap") and name[:-5].isdigit():
+            _complete(directory, int(name[:-5]))
+            completed += 1
+    shutil.rmtree(cleaning, ignore_errors=True)
+    return completed
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
