@@ -84,6 +84,12 @@ def write_seeds(target: str, directory: str) -> int:
                   ((1, False), (2, False), (2, True), (3, False), (4, False))]
     elif target == "sasl":
         seeds = _sasl_seeds()
+    elif target == "tags":  # flexible frames, each with an unknown tagged field appended
+        index = {schema: n for n, schema in enumerate(SCHEMAS)}
+        for frame in frames:
+            key = index.get(struct.unpack_from(">hh", frame))
+            if key is not None and frame[-1:] == b"\x00":
+                seeds.append(struct.pack(">H", key) + frame[:-1] + b"\x01\x2a\x02ok")
     elif target == "ipc":
         config = load_config({})
         seeds = [ipc.encode(message) for message in (
@@ -130,6 +136,7 @@ def run_one(target: str, args: list[str]) -> None:
         import broker.shared.log.records  # noqa: F401
         import broker.shared.protocol.codec  # noqa: F401
         import broker.shared.protocol.guard  # noqa: F401
+        import broker.shared.protocol.tags  # noqa: F401
         import workers.apis.forwarded  # noqa: F401
         import workers.apis.discovery  # noqa: F401
         import workers.apis.fetch  # noqa: F401

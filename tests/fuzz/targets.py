@@ -17,6 +17,9 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
               readers of stored batches (headers, timestamps) stay bounded by the bytes.
     ipc       bytes as datagrams between parent and worker: the decoder and the chunk
               reassembly refuse cleanly.
+    tags      a flexible request frame through the unknown-tagged-field stripper
+              (broker.shared.protocol.tags): a shorter-or-equal frame or ValueError, nothing
+              else, however the counts and lengths lie.
 """
 
 from __future__ import annotations
@@ -312,8 +315,24 @@ def sasl(data: bytes) -> None:
         raise Finding(f"results {results}, closed {conn.closed}")
 
 
+def tags(data: bytes) -> None:
+    """`data`: two bytes choosing a request schema, then a request frame of it."""
+    from broker.shared.protocol.tags import without_unknown_tags
+
+    if len(data) < 2:
+        return
+    api_key, version = SCHEMAS[int.from_bytes(data[:2], "big") % len(SCHEMAS)]
+    frame = data[2:]
+    try:
+        stripped = without_unknown_tags(frame, api_key, version)
+    except ValueError:
+        return  # a frame the walk cannot follow: the connection is closed as malformed
+    if len(stripped) > len(frame):
+        raise Finding(f"the stripped frame grew: {len(frame)} -> {len(stripped)} bytes")
+
+
 TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
-           "ipc": ipc, "sasl": sasl}
+           "ipc": ipc, "sasl": sasl, "tags": tags}
 # Which committed seed directory each target starts from (corpus/<name>/).
 SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
-         "records": "batches", "ipc": "ipc", "sasl": "sasl"}
+         "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged"}

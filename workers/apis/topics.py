@@ -273,25 +273,40 @@ class DeleteTopics(Api, api="DeleteTopics"):
 
 class CreatePartitions(Api, api="CreatePartitions"):
     """Grow topics (ALTER on the topic): consumers see the new partitions at their next
-    Metadata; a group rebalances onto them as its members notice."""
+    Metadata; a group rebalances onto them as its members notice.  As for CreateTopics, the
+    new partitions are built SLICE_PARTITIONS per event-loop turn, so a request for thousands
+    never holds the worker."""
 
-    def handle(self, ctx: RequestContext, body) -> bytes:
+    def handle(self, ctx: RequestContext, body):
         names = [topic.name for topic in body.topics]
         if _refused(self.services, ctx):
-            return self._answer(ctx, [(name, "cluster_authorization_failed",
-                                       _MESSAGES["cluster_authorization_failed"])
+            return self._answer(ctx, [[name, "cluster_authorization_failed",
+                                       _MESSAGES["cluster_authorization_failed"], None]
                                       for name in names])
         duplicated = _duplicates(names)
-        results = []
+        results = []  # [name, error name, message, staging to build and commit]
         for topic in body.topics:
             if topic.name in duplicated:
-                results.append((topic.name, "invalid_request", "Duplicate topic in request."))
+                results.append([topic.name, "invalid_request", "Duplicate topic in request.",
+                                None])
                 continue
-            problem = self._grow(ctx, topic, body.validate_only)
-            results.append((topic.name, *(problem or (None, None))))
-        return self._answer(ctx, results)
+            outcome = self._stage(ctx, topic)
+            if isinstance(outcome, tuple):
+                results.append([topic.name, *outcome, None])
+            else:
+                results.append([topic.name, None, None,
+                                None if body.validate_only else outcome])
+        building = [row for row in results if row[3] is not None]
+        if sum(row[3].partitions - row[3].first for row in building) <= SLICE_PARTITIONS:
+            for row in building:
+                row[3].build(row[3].partitions)
+            return self._finish(ctx, results)
+        future = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(self._build_slice, ctx, results, building, future)
+        return future
 
-    def _grow(self, ctx: RequestContext, topic, validate_only: bool) -> tuple[str, str] | None:
+    def _stage(self, ctx: RequestContext, topic):
+        """A Staging of the topic's new partitions, or (error name, message)."""
         services = self.services
         if not services.access.check(ctx, Operation.ALTER, ResourceType.TOPIC, topic.name):
             return "topic_authorization_failed", _MESSAGES["topic_authorization_failed"]
@@ -301,12 +316,44 @@ class CreatePartitions(Api, api="CreatePartitions"):
             if len(topic.assignments) != topic.count - info.partitions or any(
                     tuple(item.broker_ids) != (node,) for item in topic.assignments):
                 return "invalid_replica_assignment", _MESSAGES["invalid_replica_assignment"]
-        return services.registry.add_partitions(
-            topic.name, topic.count, validate_only,
-            services.props.pybroker_max_partitions_per_topic)
+        return services.registry.partition_staging(
+            topic.name, topic.count, services.props.pybroker_max_partitions_per_topic)
+
+    def _build_slice(self, ctx: RequestContext, results: list, building: list, future) -> None:
+        if future.done():  # the connection went away: drop what was built
+            for row in building:
+                row[3].abort()
+            return
+        budget = SLICE_PARTITIONS
+        while building and budget > 0:
+            staging = building[0][3]
+            before = len(staging.built)
+            try:
+                staging.build(budget)
+            except OSError as error:  # e.g. the disk is full: this topic fails, the rest go on
+                log.error("adding partitions to %s failed: %s", staging.name, error)
+                staging.abort()
+                building[0][1:] = ["kafka_storage_error", str(error), None]
+                building.pop(0)
+                continue
+            budget -= max(1, len(staging.built) - before)
+            if staging.done:
+                building.pop(0)
+        if building:
+            asyncio.get_running_loop().call_soon(self._build_slice, ctx, results, building,
+                                                 future)
+        else:
+            future.set_result(self._finish(ctx, results))
+
+    def _finish(self, ctx: RequestContext, results: list) -> bytes:
+        for row in results:
+            if row[3] is not None:
+                problem = self.services.registry.commit_partitions(row[3])
+                row[1:] = [*(problem or (None, None)), None]
+        return self._answer(ctx, results)
 
     @staticmethod
     def _answer(ctx: RequestContext, results: list) -> bytes:
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
             {"name": name, "error_code": error_code(code), "error_message": message}
-            for name, code, message in results]})
+            for name, code, message, _staging in results]})

@@ -4,8 +4,9 @@
 never on a request path.  For one partition of a topic whose cleanup.policy has `compact`:
 
   1. the closed segments old enough (their file untouched for min.compaction.lag.ms) are read
-     and a map built: key -> the offset of its latest record there (at most MAX_KEYS keys; the
-     segments past that are left for the next round);
+     and a map built: a 16-byte digest of each key -> the offset of its latest record there
+     (as Kafka's offset map: memory per key is fixed, whatever the keys' size; at most
+     MAX_KEYS keys, the segments past that left for the next round);
   2. each of those segments is rewritten without the records a later one of the same key
      supersedes, and without tombstones (null values) older than delete.retention.ms.  Offsets
      do not change: a batch keeps its base offset, last offset delta, producer fields and
@@ -25,6 +26,7 @@ segments.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import struct
@@ -38,7 +40,7 @@ from broker.shared.log import records
 from broker.shared.log.segment import Segment, list_bases, segment_name
 
 CLEANING_DIR = "cleaning"
-MAX_KEYS = 1_000_000  # keys mapped per round; a larger log is cleaned over several rounds
+MAX_KEYS = 500_000  # keys mapped per round (about 60 MB); more are cleaned over several rounds
 _SUFFIXES = ("log", "index", "timeindex")
 _XERIAL = b"\x82SNAPPY\x00"
 
@@ -141,7 +143,7 @@ def _offset_map(directory: str, closed: list[int], limit: int):
                 try:
                     for delta, key, _value, _raw in batch_records(data, batch, limit):
                         if key is not None:
-                            latest[key] = batch.base_offset + delta
+                            latest[_digest(key)] = batch.base_offset + delta
                 except records.BatchError:
                     continue  # unreadable within the bound: that batch is kept as it is
         except FileNotFoundError:  # retention deleted it meanwhile
@@ -211,7 +213,7 @@ def _clean_batch(batch: records.Batch, data: bytes, latest: dict, horizon: bool,
     except records.BatchError:
         return data, 0  # kept as it is
     kept = [raw for delta, key, value, raw in parsed
-            if key is None or (latest.get(key, -1) <= batch.base_offset + delta
+            if key is None or (latest.get(_digest(key), -1) <= batch.base_offset + delta
                                and not (value is None and horizon))]
     if len(kept) == len(parsed):
         return data, 0
@@ -289,6 +291,10 @@ def finish_swaps(directory: str) -> int:
             completed += 1
     shutil.rmtree(cleaning, ignore_errors=True)
     return completed
+
+
+def _digest(key) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
 
 
 def _unlink(path: str) -> None:

@@ -270,8 +270,16 @@ class TopicRegistry:
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False,
                        max_partitions: int = INT_MAX) -> tuple[str, str] | None:
-        """CreatePartitions: grow a topic to `count` partitions, the new ones built aside and
-        renamed into place under the topics lock.  None, or (Kafka error name, message)."""
+        """CreatePartitions at once: None, or (Kafka error name, message)."""
+        staging = self.partition_staging(name, count, max_partitions)
+        if not isinstance(staging, Staging) or validate_only:
+            return None if isinstance(staging, Staging) else staging
+        staging.build(count)
+        return self.commit_partitions(staging)
+
+    def partition_staging(self, name: str, count: int, max_partitions: int = INT_MAX):
+        """The partitions CreatePartitions adds, to build (a slice at a time if the caller
+        wishes) and then commit; or (Kafka error name, message) if they cannot be added."""
         topic = self.get(name)
         if topic is None:
             return "unknown_topic_or_partition", f"The topic '{name}' does not exist."
@@ -283,14 +291,16 @@ class TopicRegistry:
         if count > max_partitions:
             return "invalid_partitions", (f"{count} partitions is more than "
                                           f"pybroker.max.partitions.per.topic {max_partitions}.")
-        if validate_only:
-            return None
-        staging = Staging(self, name, count, topic_id=topic.topic_id, first=topic.partitions)
-        staging.build(count)
+        return Staging(self, name, count, topic_id=topic.topic_id, first=topic.partitions)
+
+    def commit_partitions(self, staging: "Staging") -> tuple[str, str] | None:
+        """Rename the built partitions into place under the topics lock, unless the topic
+        changed meanwhile (then they are dropped and the caller may ask again)."""
+        name = staging.name
         with self._locked():
             current = self.topics().get(name)
-            if current is None or current.topic_id != topic.topic_id or \
-                    current.partitions != topic.partitions:
+            if current is None or current.topic_id != staging.topic_id or \
+                    current.partitions != staging.first:
                 staging.abort()  # deleted or grown meanwhile: the caller may ask again
                 return "reassignment_in_progress", "The topic changed meanwhile; ask again."
             for staged, final in staging.built:
