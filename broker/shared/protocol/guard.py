@@ -59,7 +59,7 @@ class Limits:
 limits = Limits()
 
 
-def _uvarint(buffer, position: int) -> tuple[int, int]:
+def read_uvarint(buffer, position: int) -> tuple[int, int]:
     """An unsigned varint of at most 5 bytes (kio's limit): (value, next position)."""
     result = shift = 0
     for _ in range(5):
@@ -298,7 +298,7 @@ def walker(cls, to_end: bool = False):
         return found
     compiler = _Compiler()
     entry = compiler.function(cls, need_end=to_end)
-    namespace = {"uvarint": _uvarint, "too_many": _too_many, "GuardError": GuardError,
+    namespace = {"uvarint": read_uvarint, "too_many": _too_many, "GuardError": GuardError,
                  "i16": struct.Struct(">h").unpack_from, "i32": struct.Struct(">i").unpack_from}
     source = "\n\n".join(compiler.sources)
     exec(source, namespace)  # noqa: S102 - our own source, generated from kio's schema classes

@@ -16,6 +16,8 @@ from kio.index import load_request_schema
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, \
     classify_field
 
+from broker.shared.protocol.guard import read_uvarint  # a count the guard bounds too
+
 _FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
           "int64": 8, "float64": 8, "uuid": 16, "error_code": 2, "timedelta_i32": 4,
           "timedelta_i64": 8, "datetime_i64": 8}
@@ -56,7 +58,7 @@ def _field(field, data: bytes, position: int, out: bytearray) -> int:
     if isinstance(kind, EntityField):
         return _entity(kind.type_, data, position, out)
     if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
-        count, end = _uvarint(data, position)  # a compact array: n + 1, 0 for null
+        count, end = read_uvarint(data, position)  # a compact array: n + 1, 0 for null
         out += data[position:end]
         position = end
         for _ in range(max(count - 1, 0)):
@@ -72,10 +74,10 @@ def _primitive(kafka_type: str, data: bytes, position: int, out: bytearray) -> i
     if kafka_type in _FIXED:
         end = position + _FIXED[kafka_type]
     elif kafka_type in _COMPACT:
-        length, end = _uvarint(data, position)  # n + 1, 0 for null
+        length, end = read_uvarint(data, position)  # n + 1, 0 for null
         end += max(length - 1, 0)
     elif kafka_type in ("uvarint", "varint", "varlong"):
-        end = _uvarint(data, position)[1]
+        end = read_uvarint(data, position)[1]
     else:
         raise KeyError(f"kafka type {kafka_type}")
     if end > len(data):
@@ -86,11 +88,11 @@ def _primitive(kafka_type: str, data: bytes, position: int, out: bytearray) -> i
 
 def _tagged(cls, data: bytes, position: int, out: bytearray) -> int:
     known = {field.metadata["tag"] for field in dataclasses.fields(cls) if "tag" in field.metadata}
-    count, position = _uvarint(data, position)
+    count, position = read_uvarint(data, position)
     kept = []
     for _ in range(count):
-        tag, position = _uvarint(data, position)
-        size, position = _uvarint(data, position)
+        tag, position = read_uvarint(data, position)
+        size, position = read_uvarint(data, position)
         if position + size > len(data):
             raise IndexError("a tagged field runs past the frame")
         if tag in known:
@@ -98,19 +100,6 @@ def _tagged(cls, data: bytes, position: int, out: bytearray) -> int:
         position += size
     out += _encode(len(kept)) + b"".join(kept)
     return position
-
-
-def _uvarint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-        if shift > 28:
-            raise IndexError("a varint longer than 5 bytes")
 
 
 def _encode(value: int) -> bytes:
