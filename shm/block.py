@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 HEADER_BYTES = 128
 HEADER = struct.Struct("=8sqqqqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
@@ -99,10 +99,14 @@ WORKER_COUNTERS = (
     ("quota_untracked", ()),  # requests of clients the full sensor table could not track
     ("authentications", ("listener", "sasl_mechanism", "auth_result")),  # SASL outcomes
     ("authorization_denied", ("api",)),  # requests (resources) the ACLs refused
+    ("fetch_sessions", ()),  # a gauge: incremental fetch sessions held (KIP-227)
+    ("fetch_session_partitions", ()),  # a gauge: partitions those sessions remember
+    ("fetch_session_evictions", ()),
 )
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
 WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns",
-                           "idle_ppm", "quota_window", "quota_count", "quota_last"})
+                           "idle_ppm", "quota_window", "quota_count", "quota_last",
+                           "fetch_sessions", "fetch_session_partitions"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 AUTH_RESULTS = ("success", "failure", "refused")  # refused: over a per-user limit

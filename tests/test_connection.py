@@ -12,6 +12,7 @@ from tests.wire import api_versions_request, metadata_request
 from workers.apis import Services, build_apis
 from workers.backpressure import RequestQueue
 from workers.connection import Connection
+from workers.fetch_sessions import FetchSessionCache
 from workers.handlers import BrokerView, Router
 from workers.mute import MuteState
 
@@ -20,7 +21,10 @@ def make_router(log_dir: str) -> Router:
     """The worker's real router over a log directory of its own (no shared memory)."""
     view = BrokerView(node_id=0, cluster_id="c", advertised=(("h", 1),))
     registry = TopicRegistry((log_dir,), LogSettings(), Epoch())
-    return Router(build_apis(Services(view=view, props=load_config({}).props, registry=registry)))
+    props = load_config({}).props
+    sessions = FetchSessionCache(100, 100, 0, 1, props.pybroker_request_max_entries, 100_000)
+    return Router(build_apis(Services(view=view, props=props, registry=registry,
+                                      sessions=sessions)))
 
 
 class FakeTransport:

@@ -47,6 +47,9 @@ class WorkerStats:
         self._delayed_fetches = block.worker_cell(slot, "delayed_fetches")
         self._queued_requests = block.worker_cell(slot, "queued_requests")
         self._quota_untracked = block.worker_cell(slot, "quota_untracked")
+        self._fetch_sessions = block.worker_cell(slot, "fetch_sessions")
+        self._fetch_session_partitions = block.worker_cell(slot, "fetch_session_partitions")
+        self._fetch_session_evictions = block.worker_cell(slot, "fetch_session_evictions")
         self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
                        for n, reason in enumerate(MUTE_REASONS)}
         self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
@@ -78,6 +81,13 @@ class WorkerStats:
         self.words[self._block.worker_cell(self._slot, "authentications", listener,
                                            SASL_MECHANISMS.index(mechanism),
                                            AUTH_RESULTS.index(result))] += 1
+
+    def fetch_sessions(self, sessions: int, partitions: int, evictions: int) -> None:
+        """The fetch session cache's gauges, and its evictions so far (a running total)."""
+        words = self.words
+        words[self._fetch_sessions] = sessions
+        words[self._fetch_session_partitions] = partitions
+        words[self._fetch_session_evictions] = evictions
 
     def quota_untracked(self) -> None:
         self.words[self._quota_untracked] += 1

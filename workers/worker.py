@@ -49,6 +49,7 @@ from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
 from workers.connection import Connection, PooledConnection, client_id_of
 from workers.events import WorkerEvents
+from workers.fetch_sessions import FetchSessionCache
 from workers.handlers import BrokerView, Router
 from workers.intake import Intake
 from workers.stats import WorkerStats
@@ -98,6 +99,7 @@ class Worker:
                                    props.num_network_threads)
             self.services.quotas = ClientQuotas(props, sensors, self.stats, self.events)
         guard.limits.max_entries = props.pybroker_request_max_entries
+        self.services.sessions = self._fetch_sessions(config, block, boot.slot)
         self.router = Router(build_apis(self.services, self.control_plane), self.services.quotas)
         self.max_request_bytes = props.socket_request_max_bytes
         self.memory: MemoryWaiters | None = None
@@ -133,6 +135,19 @@ class Worker:
         self.intake: Intake
         self._stopped: asyncio.Future
         self._ticker: SecondTicker | None = None
+
+    def _fetch_sessions(self, config: BrokerConfig, block, slot: int) -> FetchSessionCache:
+        """This worker's fetch sessions: an even share of the broker-wide slots and partition
+        budget for a data worker (the control plane borrows free slots only)."""
+        props, workers = config.props, config.props.num_network_threads
+        slots = props.max_incremental_fetch_session_cache_slots
+        share = slots // workers + (slot < slots % workers) if slot < workers else 0
+        stats = self.stats
+        return FetchSessionCache(
+            slots, share, slot, block.slots, props.pybroker_request_max_entries,
+            props.pybroker_incremental_fetch_session_cache_partitions // workers,
+            props.pybroker_incremental_fetch_session_eviction_ms,
+            total=lambda: block.worker_total("fetch_sessions"), publish=stats.fetch_sessions)
 
     @staticmethod
     def _queue_capacity(config: BrokerConfig, control_plane: bool) -> int:
@@ -346,6 +361,7 @@ class Worker:
                      conn.conn_id, conn.peer, self.receive_timeout * 1000)
             conn.close("receive_timeout")
         self._close_hung_up()
+        self.services.sessions.tick()
         if self.memory is not None:
             self.memory.take_grants()  # a wake-up lost (its sender died) delays a grant, no more
         self.loop.call_later(TICK_SECONDS, self._tick)

@@ -174,6 +174,7 @@ class BlockCollector:
         for index, reason in enumerate(MUTE_REASONS):
             muted.add_metric([reason], block.worker_total("muted_channels", index))
         yield from (requests, duration, invalid, delayed, muted)
+        yield from self._fetch_sessions()
         yield from self._throttles()
         pool = self.pool
         if pool is not None:
@@ -249,6 +250,20 @@ class BlockCollector:
 
     def _running(self) -> list[WorkerProcess]:
         return [worker for worker in self.workers if worker.pid]
+
+    def _fetch_sessions(self):
+        """Kafka's FetchSessionCache metrics, summed over the workers."""
+        block = self.block
+        yield GaugeMetricFamily("broker_incremental_fetch_sessions",
+                                "Incremental fetch sessions held (KIP-227)",
+                                value=block.worker_total("fetch_sessions"))
+        yield GaugeMetricFamily("broker_incremental_fetch_partitions_cached",
+                                "Partitions the incremental fetch sessions remember",
+                                value=block.worker_total("fetch_session_partitions"))
+        yield CounterMetricFamily("broker_incremental_fetch_session_evictions",
+                                  "Fetch sessions evicted to make room, given back to a worker "
+                                  "below its share, or grown past their bounds",
+                                  value=block.worker_total("fetch_session_evictions"))
 
     def _throttles(self):
         block = self.block

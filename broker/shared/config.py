@@ -161,6 +161,16 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_fetch_max_wait_ms: Annotated[int, _doc(
         "Longest a Fetch long poll waits, whatever max_wait_ms the client asks for.",
         ge=0)] = 30000
+    max_incremental_fetch_session_cache_slots: Annotated[int, _doc(
+        "Incremental fetch sessions (KIP-227) the broker keeps at once, shared fairly by the "
+        "workers; 0 disables them (every fetch is a full one).", ge=0, le=INT_MAX)] = 1000
+    pybroker_incremental_fetch_session_cache_partitions: Annotated[int, _doc(
+        "Partitions all fetch sessions together may remember, broker-wide (an even share per "
+        "worker; about 250 bytes each); a session that would pass it evicts another as a new "
+        "session may, or is refused.", ge=1000, le=INT_MAX)] = 1_000_000
+    pybroker_incremental_fetch_session_eviction_ms: Annotated[int, _doc(
+        "A fetch session unused this long may be evicted by any new one, and one older than "
+        "this by a new one with more partitions (Kafka's fixed 120 s).", ge=1)] = 120000
     connections_max_idle_ms: Annotated[int, _doc(
         "Close connections idle for longer than this; -1 disables idle expiry.", ge=-1)] = 600000
     log_dirs: Annotated[str, _doc(

@@ -22,6 +22,7 @@ from loadtest.bench.pipeline import pipeline_throughput
 from loadtest.bench.report import summarize
 from loadtest.bench.requests import broker_rates, echo_rates
 from loadtest.bench.security import security_costs
+from loadtest.bench.sessions import fetch_session_costs
 
 
 def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
@@ -39,6 +40,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures.update(security_costs(seconds))
     figures.update(authorization_costs(seconds))
     figures.update(handler_costs())
+    figures.update(fetch_session_costs())
     return figures
 
 

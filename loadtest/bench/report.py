@@ -75,6 +75,9 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     acl_missed, acl_errors = _print_authorization(passes)
     errors += acl_errors
     missed += acl_missed
+    session_missed, session_errors = _print_sessions(passes)
+    errors += session_errors
+    missed += session_missed
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
     for measured_names, baseline, target in TARGETS:
         best = 0.0
@@ -160,6 +163,30 @@ def _print_authorization(passes) -> tuple[int, int]:
             print(f"{kind + ', authorizer on / off, ' + where:58} "
                   f"{statistics.median(ratios):>6.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
                   f">= {ACL_TARGET} {'met' if met else 'MISSED'}")
+    return missed, errors
+
+
+SESSION_RATE_TARGET = 2.0  # issue 18: incremental / full fetches per second, 500 partitions
+SESSION_BYTES_TARGET = 0.1  # ... and at most this share of the bytes per round trip
+
+
+def _print_sessions(passes) -> tuple[int, int]:
+    """Fetch sessions (KIP-227, issue 18); returns (goals missed, errors)."""
+    if "sessions on" not in passes[0]:
+        return 0, 0
+    errors = _print_rows(passes, "fetch sessions, 500 partitions", "sessions ")
+    rates = _ratios(passes, "sessions on", "sessions off")
+    sizes = [(p["sessions on"]["bytes"] / p["sessions on"]["count"]) /
+             (p["sessions off"]["bytes"] / p["sessions off"]["count"]) for p in passes]
+    for name, ratios, target, met in (
+            ("fetches/s, session / no session", rates, f">= {SESSION_RATE_TARGET}",
+             statistics.median(rates) >= SESSION_RATE_TARGET),
+            ("bytes per round trip, session / no session", sizes, f"<= {SESSION_BYTES_TARGET}",
+             statistics.median(sizes) <= SESSION_BYTES_TARGET)):
+        print(f"{name:58} {statistics.median(ratios):>6.3f} ({min(ratios):.3f}-"
+              f"{max(ratios):.3f})  {target} {'met' if met else 'MISSED'}")
+    missed = sum(not met for met in (statistics.median(rates) >= SESSION_RATE_TARGET,
+                                     statistics.median(sizes) <= SESSION_BYTES_TARGET))
     return missed, errors
 
 

@@ -27,6 +27,7 @@ from workers.handlers import Api, BrokerView
 
 if TYPE_CHECKING:  # for annotations only: build_apis imports the API modules when called
     from workers.apis.fetch import FetchWaits
+    from workers.fetch_sessions import FetchSessionCache
     from workers.throttling import ClientQuotas
 
 
@@ -41,6 +42,7 @@ class Services:
     quotas: ClientQuotas | None = None  # None on the control plane
     may_alter: Callable[[int], bool] | None = None  # (listener index) -> changes served there?
     access: Access = field(default_factory=lambda: Access(False))  # ACLs: who may do what
+    sessions: FetchSessionCache | None = None  # incremental fetch sessions (KIP-227)
 
 
 def build_apis(services: Services, control_plane: bool = False) -> list[Api]:

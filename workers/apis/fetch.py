@@ -5,6 +5,10 @@ a Future and the connection stays muted (its response order is kept).  The wait 
 `max_wait_ms`, or earlier when enough data arrives: an append in this worker wakes its waiters
 at once; appends in other workers are noticed by a poll of the partitions' high watermarks
 every POLL_SECONDS, which runs only while some fetch waits.
+
+Fetch sessions (KIP-227, workers/fetch_sessions.py): a full fetch with epoch 0 creates one
+with its answer; an incremental fetch serves every partition of its session and answers only
+those with news.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import logging
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import FETCH
 from broker.shared.protocol import errors
+from workers.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition,
+                                    FetchSession, next_epoch)
 from workers.handlers import NO_THROTTLE, Api, RequestContext
 from workers.throttling import Throttled, throttle_applies_client_side
 
@@ -23,6 +29,7 @@ log = logging.getLogger("workers.apis.fetch")
 
 POLL_SECONDS = 0.005
 DENIED = object()  # in place of a partition the principal may not READ
+NEW = object()  # a full fetch that asks for a session
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 
 
@@ -33,63 +40,141 @@ class Fetch(Api, api="Fetch"):
         self._max_wait_seconds = services.props.pybroker_fetch_max_wait_ms / 1000
 
     def handle(self, ctx: RequestContext, body):
-        # Fetch sessions (KIP-227) exist from v7; this broker never creates one.
-        if getattr(body, "session_id", 0) != 0:
-            return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": 0, "responses": [],
-                                "error_code": errors.ErrorCode.fetch_session_id_not_found})
+        session_id = getattr(body, "session_id", NO_SESSION)  # fields of v7+
+        epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+        sessions = self.services.sessions
+        if (session_id == NO_SESSION and epoch == FINAL_EPOCH) or sessions is None:
+            return self._fetch(ctx, body, body.topics, None)
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch closes the session it names
+            sessions.remove(session_id)
+            return self._fetch(ctx, body, body.topics, NEW if epoch == INITIAL_EPOCH else None)
+        session = sessions.get(session_id)
+        if session is None:
+            return self._session_error(ctx, errors.ErrorCode.fetch_session_id_not_found)
+        if session.epoch != epoch:
+            return self._session_error(ctx, errors.ErrorCode.invalid_fetch_session_epoch)
+        topic_ids = ctx.version >= 13
+        if session.topic_ids != topic_ids:
+            return self._session_error(ctx, errors.ErrorCode.fetch_session_topic_id_error)
+        session.update(body.topics, body.forgotten_topics_data, topic_ids)
+        if not sessions.fits(session):  # grown past its bounds: evicted, and the client
+            sessions.evict(session_id)  # starts over with a full fetch
+            return self._session_error(ctx, errors.ErrorCode.fetch_session_id_not_found)
+        if not session.partitions:  # Kafka: an emptied session is closed, the fetch sessionless
+            sessions.remove(session_id)
+            return self._fetch(ctx, body, (), None)
+        session.epoch = next_epoch(session.epoch)
+        sessions.touch(session)
+        return self._fetch(ctx, body, _session_topics(session), session, session.epoch)
+
+    def _fetch(self, ctx: RequestContext, body, topics, session, epoch: int = 0):
+        """Serve the partitions `topics` name (the request's, or an incremental session's):
+        `session` is None (no session), NEW (create one with the answer) or the session,
+        `epoch` what its epoch must still be when the answer is made."""
         quotas = self.services.quotas
         if quotas is not None and quotas.active():
             already = quotas.current(FETCH, ctx.user, ctx.header.client_id)
             if already > 0:  # over the consumer quota: answer empty, read nothing
-                return self._throttled(ctx, [], already)
-        wanted = self._resolve(ctx, body)
-        topics, total, failed = self._read(ctx, body, wanted)
+                return self._throttled(ctx, [], already, _session_id(session))
+        wanted = self._resolve(ctx, topics)
+        found, total, failed = self._read(ctx, body, wanted)
         wait_seconds = min(body.max_wait.total_seconds(), self._max_wait_seconds)
         waits = self.services.waits
         if total >= body.min_bytes or failed or wait_seconds <= 0 or waits is None:
-            return self._answer(ctx, topics, total)
+            return self._answer(ctx, wanted, found, total, session, epoch)
         return waits.wait(wait_seconds, wanted, lambda: self._read(ctx, body, wanted),
-                          body.min_bytes, lambda found, size: self._answer(ctx, found, size))
+                          body.min_bytes, lambda found, size: self._answer(
+                              ctx, wanted, found, size, session, epoch))
 
-    def _answer(self, ctx: RequestContext, topics: list, total: int):
+    def _answer(self, ctx: RequestContext, wanted: list, topics: list, total: int, session,
+                epoch: int = 0):
         """Encode the answer; charge its bytes to the consumer quota (KIP-219 throttle)."""
+        session_id = NO_SESSION
+        if session is NEW:
+            session_id = self._create_session(ctx, wanted, topics)
+        elif session is not None:
+            if session.epoch != epoch:  # served meanwhile by a request of another connection
+                return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": session.id,
+                                    "responses": [],
+                                    "error_code": errors.ErrorCode.invalid_fetch_session_epoch})
+            topics = self._news(session, wanted, topics)
+            session_id = session.id
         quotas = self.services.quotas
         if quotas is not None and quotas.active() and total:
             seconds = quotas.record(FETCH, ctx.user, ctx.header.client_id, total)
             if seconds > 0:
-                return self._throttled(ctx, topics, seconds)
+                return self._throttled(ctx, topics, seconds, session_id)
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
-                            "session_id": 0, "responses": topics})
+                            "session_id": session_id, "responses": topics})
+
+    def _create_session(self, ctx: RequestContext, wanted: list, topics: list) -> int:
+        """A session for a full fetch's partitions, remembering what this answer tells."""
+        topic_ids = ctx.version >= 13
+        partitions = {}
+        for (name, topic_id, _info, parts), answer in zip(wanted, topics):
+            key = topic_id if topic_ids else name
+            for (asked, _partition), told in zip(parts, answer["partitions"]):
+                partitions[key, asked.partition] = CachedPartition(
+                    key, asked.partition, asked.fetch_offset, asked.partition_max_bytes,
+                    -1 if told["error_code"] else told["high_watermark"],
+                    told["log_start_offset"])
+        return self.services.sessions.create(topic_ids, partitions)
 
     @staticmethod
-    def _throttled(ctx: RequestContext, topics: list, seconds: float) -> Throttled:
+    def _news(session, wanted: list, topics: list) -> list:
+        """Only the partitions with news, for an incremental answer; those that returned
+        records move to the back of the session."""
+        kept, served = [], []
+        for (_name, _topic_id, _info, parts), answer in zip(wanted, topics):
+            told = []
+            for (cached, _partition), part in zip(parts, answer["partitions"]):
+                if cached.news(part):
+                    told.append(part)
+                    if part["records"]:
+                        served.append(cached)
+            if told:
+                kept.append(dict(answer, partitions=told))
+        session.rotate(served)
+        return kept
+
+    @staticmethod
+    def _session_error(ctx: RequestContext, code) -> bytes:
+        return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": NO_SESSION,
+                            "responses": [], "error_code": code})
+
+    @staticmethod
+    def _throttled(ctx: RequestContext, topics: list, seconds: float,
+                   session_id: int = NO_SESSION) -> Throttled:
         ms = max(1, int(seconds * 1000))
         frame = ctx.respond({"throttle_time": datetime.timedelta(milliseconds=ms),
-                             "error_code": errors.NONE, "session_id": 0, "responses": topics})
+                             "error_code": errors.NONE, "session_id": session_id,
+                             "responses": topics})
         return Throttled(frame, ms, delay=not throttle_applies_client_side(1, ctx.version))
 
-    def _resolve(self, ctx: RequestContext, body) -> list:
+    def _resolve(self, ctx: RequestContext, topics) -> list:
         """[(topic name or None, topic id or None, info, [(request partition, Partition)])].
 
-        A partition named twice is read once, with the last entry's offsets, and answered
-        once, where it first appeared (Kafka keeps fetch data in an insertion-ordered map);
-        so the work and the answer grow with distinct partitions, not with the request.
+        `topics` reads like the request's: items with a topic (name, or id from v13) and
+        partitions.  A partition named twice is read once, with the last entry's offsets,
+        and answered once, where it first appeared (Kafka keeps fetch data in an
+        insertion-ordered map); so the work and the answer grow with distinct partitions,
+        not with the request.
         """
         registry, version = self.services.registry, ctx.version
-        topics: dict = {}  # topic name or id -> (name, id, info, {partition index: request})
-        for topic in body.topics:
+        by_topic: dict = {}  # topic name or id -> (name, id, info, {partition index: request})
+        for topic in topics:
             key = topic.topic_id if version >= 13 else topic.topic
-            if key not in topics:
+            if key not in by_topic:
                 info = registry.by_id(key) if version >= 13 else registry.get(key)
-                name = info.name if info is not None else getattr(topic, "topic", None)
-                topics[key] = (name, getattr(topic, "topic_id", None), info, {})
-            parts = topics[key][3]
+                name = info.name if info is not None else None if version >= 13 else key
+                by_topic[key] = (name, key if version >= 13 else None, info, {})
+            parts = by_topic[key][3]
             for part in topic.partitions:
                 parts[part.partition] = part
         return [(name, topic_id, info,
                  [(part, DENIED if denied else registry.partition(info.name, index)
                    if info else None) for index, part in parts.items()])
-                for name, topic_id, info, parts in topics.values()
+                for name, topic_id, info, parts in by_topic.values()
                 for denied in (self._denied(ctx, name, info),)]
 
     def _denied(self, ctx: RequestContext, name, info) -> bool:
@@ -139,6 +224,24 @@ class Fetch(Api, api="Fetch"):
             return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
         answer.update(high_watermark=high, last_stable_offset=high, records=data)
         return dict(answer, error_code=errors.NONE), len(data)
+
+
+class _SessionTopic:
+    """A run of one topic's partitions in a session, read as a request's FetchTopic."""
+
+    __slots__ = ("topic", "topic_id", "partitions")
+
+    def __init__(self, key, partitions: list):
+        self.topic = self.topic_id = key
+        self.partitions = partitions
+
+
+def _session_topics(session: FetchSession) -> list[_SessionTopic]:
+    return [_SessionTopic(key, parts) for key, parts in session.by_topic()]
+
+
+def _session_id(session) -> int:
+    return session.id if isinstance(session, FetchSession) else NO_SESSION
 
 
 class FetchWaits:
