@@ -12,6 +12,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.shared.log import compaction, records
 from broker.shared.log.partition import LogSettings
+from broker.shared.log.segment import list_bases
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import compressed
 from tests.harness import BrokerProcess, wait_until
@@ -93,6 +94,30 @@ def test_the_latest_record_per_key_stays_at_its_offset(table):
     assert compaction.clean(table, later(2000), 0, 10**9).segments == 0  # nothing left to do
     compaction.clean(table, later(10**10), 0, delete_retention_ms=1000)  # past the horizon
     assert all(value is not None for offset, _key, value in read_all(table) if offset in closed)
+
+
+def test_a_partition_is_cleaned_only_once_enough_of_it_is_dirty(table):
+    fill(table)
+    assert compaction.clean(table, later(), 0, 10**9, min_dirty_ratio=0.5).segments >= 1
+    mapped_to = compaction.read_checkpoint(table.directory)[0]
+    assert 0 < mapped_to <= table.active_base
+    # One more closed segment of repeated keys: dirty, but a small share of the whole.
+    before = table.active_base
+    while table.active_base == before:
+        assert table.append(keyed_batch([(b"k0", b"again")])).error is None
+    bases = [base for base in list_bases(table.directory) if base < table.active_base]
+    ratio = compaction.dirty_ratio(table.directory, bases)
+    assert 0 < ratio < 0.9
+    assert compaction.clean(table, later(), 0, 10**9, min_dirty_ratio=0.9).segments == 0
+    assert compaction.read_checkpoint(table.directory)[0] == mapped_to  # nothing was mapped
+    assert compaction.clean(table, later(), 0, 10**9, min_dirty_ratio=ratio / 2).segments >= 1
+    assert compaction.read_checkpoint(table.directory)[0] == table.active_base
+    # Nothing dirty, but the tombstone kept so far is past delete.retention.ms: cleaned.
+    assert (b"k1", None) in {(key, value) for _offset, key, value in read_all(table)}
+    assert compaction.clean(table, later(), 0, 10**9, min_dirty_ratio=0.99).segments == 0
+    assert compaction.clean(table, later(10**10), 0, 10**9, min_dirty_ratio=0.99).segments >= 1
+    assert (b"k1", None) not in {(key, value) for _offset, key, value in read_all(table)}
+    assert compaction.read_checkpoint(table.directory)[1] == 0  # none left to wait for
 
 
 def test_a_segment_younger_than_the_compaction_lag_is_left_alone(table):

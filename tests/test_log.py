@@ -493,3 +493,20 @@ def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
     assert registry.set_configs("table", {}) is None  # delete again: null keys are fine
     assert registry.partition("table", 0).append(bytes(builder.build())).error is None
     registry.close()
+
+
+def test_segment_ms_rolls_a_segment_at_the_first_append_past_its_age(registry):
+    from broker.shared.log.partition import W_SEGMENT_STARTED
+    registry.create("aging", 1)
+    registry.set_configs("aging", {"segment.ms": "60000"})
+    assert registry.settings_for("aging").segment_ms == 60000
+    partition = registry.partition("aging", 0)
+    for _ in range(3):  # stamped at the epoch: a record's own time does not roll
+        assert partition.append(make_batch(1, timestamp_ms=0)).error is None
+    assert partition.active_base == 0
+    started = partition.state[W_SEGMENT_STARTED]
+    assert abs(started - time.time() * 1000) < 60_000
+    partition.state[W_SEGMENT_STARTED] = started - 61_000  # as if a minute had gone by
+    assert partition.append(make_batch(1)).error is None
+    assert partition.active_base == 3 and partition.state[W_SEGMENT_STARTED] >= started
+    assert partition.append(make_batch(1)).error is None and partition.active_base == 3

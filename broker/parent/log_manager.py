@@ -141,7 +141,8 @@ class LogManager:
                     continue
                 done = compaction.clean(partition, int(time.time() * 1000),
                                         int(values["min.compaction.lag.ms"]),
-                                        int(values["delete.retention.ms"]), rate)
+                                        int(values["delete.retention.ms"]), rate,
+                                        float(values["min.cleanable.dirty.ratio"]))
                 if done.segments:
                     log.info("partition %s-%d: compaction rewrote %d segments, %d records "
                              "removed", topic.name, index, done.segments, done.removed)

@@ -303,7 +303,8 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Default message.timestamp.type of topics: CreateTime (the producer's) or LogAppendTime "
         "(the broker's clock at append).")] = "CreateTime"
     log_roll_ms: Annotated[int, _doc(
-        "Default segment.ms of topics (accepted and shown; segments roll by size).",
+        "Default segment.ms of topics: a segment whose first batch came this long ago rolls "
+        "at the next append.",
         ge=1)] = 604_800_000
     log_cleaner_enable: Annotated[bool, _doc(
         "Run the log cleaner (compaction of topics whose cleanup.policy has compact) in the "

@@ -22,6 +22,13 @@ never on a request path.  For one partition of a topic whose cleanup.policy has 
 
 The rate of bytes written is bounded (log.cleaner.io.max.bytes.per.second) by sleeping between
 segments.
+
+As Kafka's cleaner, a partition is taken only when enough of it is dirty: the bytes of the
+closed segments past its cleaner checkpoint (`<partition>/cleaner-offset`, written after each
+round: the end of what the round mapped) over all its cleanable bytes must exceed
+min.cleanable.dirty.ratio; or when tombstones a round had to keep are past delete.retention.ms
+(the checkpoint also holds when the first of them may go), as Kafka removes them on a quiet
+log too.
 """
 
 from __future__ import annotations
@@ -37,9 +44,10 @@ import cramjam
 from crc32c import crc32c
 
 from broker.shared.log import records
-from broker.shared.log.segment import Segment, list_bases, segment_name
+from broker.shared.log.segment import Segment, list_bases, segment_name, write_atomically
 
 CLEANING_DIR = "cleaning"
+CHECKPOINT_FILE = "cleaner-offset"  # the end of what the last round mapped
 MAX_KEYS = 500_000  # keys mapped per round (about 60 MB); more are cleaned over several rounds
 _SUFFIXES = ("log", "index", "timeindex")
 _XERIAL = b"\x82SNAPPY\x00"
@@ -53,17 +61,28 @@ class CleanResult:
 
 
 def clean(partition, now_ms: int, min_lag_ms: int, delete_retention_ms: int,
-          max_bytes_per_second: float = float("inf")) -> CleanResult:
-    """One cleaning round of a partition (see the module docstring)."""
+          max_bytes_per_second: float = float("inf"),
+          min_dirty_ratio: float | None = None) -> CleanResult:
+    """One cleaning round of a partition (see the module docstring); `min_dirty_ratio`
+    None cleans whatever the dirty share."""
     result = CleanResult()
     active = partition.active_base
     directory = partition.directory
-    closed = [base for base in list_bases(directory) if base < active
+    bases = list_bases(directory)
+    closed = [base for base in bases if base < active
               and _age_ms(directory, base, now_ms) >= min_lag_ms]
-    if not closed:
+    if not closed or (min_dirty_ratio is not None
+                      and not dirty_ratio(directory, closed) > min_dirty_ratio
+                      and not 0 < read_checkpoint(directory)[1] <= now_ms):
         return result
     limit = partition.settings.max_decompressed_bytes
     latest, mapped = _offset_map(directory, closed, limit)
+    if mapped:  # segments still inside delete.retention.ms may keep tombstones: when to look
+        kept = [now_ms + delete_retention_ms - _age_ms(directory, base, now_ms)
+                for base in mapped if _age_ms(directory, base, now_ms) < delete_retention_ms]
+        following = [base for base in bases if base > mapped[-1]]
+        _write_checkpoint(directory, following[0] if following else active,
+                          int(min(kept)) + 1 if kept else 0)
     started = time.monotonic()
     for base in mapped:
         horizon = _age_ms(directory, base, now_ms) >= delete_retention_ms
@@ -84,6 +103,38 @@ def clean(partition, now_ms: int, min_lag_ms: int, delete_retention_ms: int,
     except OSError:
         pass
     return result
+
+
+def dirty_ratio(directory: str, closed: list[int]) -> float:
+    """The share of the cleanable segments' bytes past the cleaner checkpoint."""
+    checkpoint = read_checkpoint(directory)[0]
+    clean = dirty = 0
+    for base in closed:
+        try:
+            size = os.path.getsize(os.path.join(directory, segment_name(base, "log")))
+        except FileNotFoundError:  # retention took it meanwhile
+            continue
+        if base < checkpoint:
+            clean += size
+        else:
+            dirty += size
+    return dirty / (clean + dirty) if clean + dirty else 0.0
+
+
+def read_checkpoint(directory: str) -> tuple[int, int]:
+    """(the offset the last round mapped up to, unix ms when tombstones it kept may go, 0 if
+    none); (0, 0) when never cleaned or unreadable."""
+    try:
+        with open(os.path.join(directory, CHECKPOINT_FILE), "rb") as handle:
+            offset, deadline = (int(word) for word in handle.read(64).split())
+        return max(0, offset), max(0, deadline)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _write_checkpoint(directory: str, offset: int, tombstones_due_ms: int) -> None:
+    write_atomically(os.path.join(directory, CHECKPOINT_FILE),
+                     b"%d %d\n" % (offset, tombstones_due_ms))
 
 
 def _age_ms(directory: str, base: int, now_ms: int) -> float:

@@ -11,6 +11,7 @@ process and holds (8-byte words, native endian):
     12 appends            13 offline (non-zero: recovery failed; nothing is served)
     14 greatest timestamp of the active segment (see segment.py's time index)
     15 base of the active segment at the last flush
+    16 when the active segment got its first batch, unix ms (segment.ms counts from it)
     (the idempotent-producer table is a file of its own: producers.py)
 
 The log start offset is the first segment's base, unless DeleteRecords moved it past that:
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 
 from broker.shared.log import compaction, records
 from broker.shared.log.producers import ProducerTable, Verdict
-from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases
+from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases, write_atomically
 
 log = logging.getLogger("broker.shared.log")
 
@@ -55,6 +56,7 @@ W_APPENDS = 12
 W_OFFLINE = 13  # non-zero: the partition could not be recovered and serves nothing
 W_SEGMENT_MAX_TS = 14  # greatest timestamp in the active segment (its time index's open region)
 W_FLUSHED_BASE = 15  # base of the active segment at the last flush: later ones need an fsync
+W_SEGMENT_STARTED = 16  # unix ms of the active segment's first append (0: unknown)
 STATE_WORDS = 32
 STATE_BYTES = 8 * STATE_WORDS
 
@@ -76,6 +78,7 @@ class LogSettings:
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime: stamped at append
     min_insync_replicas: int = 1  # above 1, acks=all produce gets NOT_ENOUGH_REPLICAS
     compacted: bool = False  # cleanup.policy has compact: every record needs a key
+    segment_ms: int = 604_800_000  # segment.ms: a segment this old rolls at the next append
 
 
 @dataclass
@@ -238,8 +241,10 @@ class Partition:
         full = state[W_ACTIVE_SIZE] + batch.size > self.settings.segment_bytes
         # Offsets are kept relative to the segment's base in 32 bits: roll before they overflow.
         far = base_offset + batch.last_offset_delta - state[W_ACTIVE_BASE] > MAX_RELATIVE_OFFSET
-        if state[W_ACTIVE_SIZE] and (full or far):
+        if state[W_ACTIVE_SIZE] and (full or far or self._aged(state)):
             self._roll(base_offset)
+        if state[W_ACTIVE_SIZE] == 0 or state[W_SEGMENT_STARTED] == 0:
+            state[W_SEGMENT_STARTED] = int(time.time() * 1000)
         segment = self._segment(state[W_ACTIVE_BASE], create=True)
         position = state[W_ACTIVE_SIZE]
         segment.write(position, records.with_base_offset(batch_bytes, base_offset))
@@ -265,6 +270,13 @@ class Partition:
             self._flush_locked()
         state[W_DIRTY] = 0
         return AppendResult(None, base_offset, state[W_LOG_START])
+
+    def _aged(self, state) -> bool:
+        """segment.ms: the active segment got its first batch that long ago (by the broker's
+        clock, as Kafka without record timestamps: a producer's old timestamps cannot make
+        every append roll).  Unknown after a restart: it counts from the next append."""
+        started = state[W_SEGMENT_STARTED]
+        return started > 0 and time.time() * 1000 - started > self.settings.segment_ms
 
     def _roll(self, base_offset: int) -> None:
         """Start a new active segment at `base_offset` (the files exist before readers look)."""
@@ -365,7 +377,7 @@ class Partition:
                 return self.state[W_LOG_START], "offset_out_of_range"
             if offset <= self.state[W_LOG_START]:
                 return self.state[W_LOG_START], None
-            _write_atomically(os.path.join(self.directory, LOG_START_FILE), b"%d\n" % offset)
+            write_atomically(os.path.join(self.directory, LOG_START_FILE), b"%d\n" % offset)
             bases = list_bases(self.directory)
             active = self.state[W_ACTIVE_BASE]
             for base, following in zip(bases, bases[1:]):
@@ -623,12 +635,3 @@ def _whole_batches(chunk: bytes, high: int) -> tuple[int, int]:
         next_offset = batch.next_offset
     return taken, next_offset
 
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    temporary = path + ".tmp"
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)

@@ -218,3 +218,14 @@ class Segment:
                 yield position, batch
                 offset_in_chunk = batch.size
             position += offset_in_chunk
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace a small file whole: written aside, fsynced, renamed over (readers see the old
+    content or the new one)."""
+    temporary = path + ".tmp"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)

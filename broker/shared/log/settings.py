@@ -9,7 +9,7 @@ from broker.shared.log.records import TimestampBounds
 
 def log_settings(config: BrokerConfig) -> LogSettings:
     props = config.props
-    return LogSettings(segment_bytes=props.log_segment_bytes,
+    return LogSettings(segment_bytes=props.log_segment_bytes, segment_ms=props.log_roll_ms,
                        index_interval_bytes=props.log_index_interval_bytes,
                        max_message_bytes=props.message_max_bytes,
                        flush_interval_messages=props.log_flush_interval_messages,

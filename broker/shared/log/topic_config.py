@@ -9,13 +9,13 @@ not set falls back on the broker's `log.*` (or other) key standing behind it, as
 synonyms do.
 
 What each key does here: retention.ms / retention.bytes (the parent's retention), segment.bytes
-(roll), max.message.bytes, message.timestamp.type (LogAppendTime stamps batches at append),
+and segment.ms (roll, at the next append), max.message.bytes, message.timestamp.type (LogAppendTime stamps batches at append),
 message.timestamp.before/after.max.ms, min.insync.replicas (above 1, acks=all produce gets
 NOT_ENOUGH_REPLICAS), cleanup.policy (a compact-only topic is left alone by retention; a
 compacted topic refuses records without a key, INVALID_RECORD, as Kafka).
 min.compaction.lag.ms and delete.retention.ms steer the log cleaner
-(broker.shared.log.compaction); segment.ms and min.cleanable.dirty.ratio are validated, kept
-and described only; compression.type accepts only `producer` (batches are kept as the
+(broker.shared.log.compaction), which takes a partition only once its dirty share reaches
+min.cleanable.dirty.ratio; compression.type accepts only `producer` (batches are kept as the
 producer compressed them).
 """
 
@@ -147,6 +147,8 @@ def topic_settings(base, props, own: dict[str, str]):
     changes = {}
     if "segment.bytes" in own:
         changes["segment_bytes"] = int(own["segment.bytes"])
+    if "segment.ms" in own:
+        changes["segment_ms"] = int(own["segment.ms"])
     if "max.message.bytes" in own:
         changes["max_message_bytes"] = int(own["max.message.bytes"])
     if "min.insync.replicas" in own:
