@@ -30,6 +30,8 @@ def make_router(log_dir: str) -> Router:
 class FakeTransport:
     def __init__(self):
         self.writes, self.reading, self.closed = [], True, False
+        self.unsent = 0  # bytes written and not yet taken by the client
+        self.aborted = False
 
     def write(self, data):
         self.writes.append(bytes(data))
@@ -42,6 +44,15 @@ class FakeTransport:
 
     def close(self):
         self.closed = True
+
+    def abort(self):
+        self.closed = self.aborted = True
+
+    def is_closing(self):
+        return self.closed
+
+    def get_write_buffer_size(self):
+        return self.unsent
 
     def get_extra_info(self, name, default=None):
         return default  # no real socket behind it
@@ -68,6 +79,8 @@ class FakeWorker:
         self.stats = self
         self.events = None  # no event log
         self.receive_timeout = 30.0
+        self.max_unsent_bytes = 1 << 20
+        self.send_stall_seconds = 10.0
         self.sasl_max_receive_bytes = 524288
         self.queue = RequestQueue(1 << 30, self.stats)  # never full here
         self.memory = None
@@ -210,3 +223,25 @@ def test_a_frame_dripped_a_byte_at_a_time_is_never_copied_whole_per_byte():
         longest = max(longest, len(conn._pending))
     assert longest <= 1024 + 4
     assert transport.responses() == [3]
+
+
+def test_a_client_that_takes_none_of_its_answers_is_cut_off_after_the_stall_time():
+    conn, transport, _worker = connect()
+    assert not conn.send_stalled(100.0)  # nothing unsent
+    conn.bytes_out, transport.unsent = 5000, 3000
+    assert not conn.send_stalled(101.0)  # the clock starts
+    assert not conn.send_stalled(110.0)
+    transport.unsent = 2000  # it took 1000 bytes: progress, the clock starts again
+    assert not conn.send_stalled(110.5) and not conn.send_stalled(120.0)
+    assert conn.send_stalled(120.6)
+    conn.close("send_stalled")
+    assert transport.aborted  # not a close that would wait for the client to read
+
+
+def test_answers_piling_up_past_the_bound_close_the_connection_at_once():
+    conn, transport, worker = connect()
+    transport.unsent = worker.max_unsent_bytes + 1  # as if the answer went on the pile
+    feed(conn, api_versions_request())
+    assert transport.aborted and conn.closing
+    conn.connection_lost(None)
+    assert worker.closed == ["unsent_bytes"]

@@ -30,6 +30,8 @@ INT_MAX = 2**31 - 1
 def broker():
     overrides = {"queued.max.requests": "20",  # 10 per worker: parked fetches must not fill it
                  "pybroker.request.receive.timeout.ms": "1500",
+                 "pybroker.connection.send.stall.ms": "1500",  # clients that never read
+                 "socket.send.buffer.bytes": "8192",
                  "auto.create.topics.enable": "true"}
     with BrokerProcess(workers=2, overrides=overrides) as running:
         create_topic(running.bootstrap, "t")
@@ -502,3 +504,37 @@ def test_a_topic_name_ending_in_a_newline_is_refused_and_leaves_nothing(broker):
             assert int(response.topics[0].error_code) == INVALID_TOPIC
     log_dir = os.path.join(broker.data_dir, "logs")
     assert not [name for name in os.listdir(log_dir) if "evil" in name or "staging" in name]
+
+
+# --- 9. clients that never read their answers ---------------------------------------------------
+
+
+def test_clients_that_never_read_are_cut_off_and_hold_nothing_after(broker):
+    """100 clients each ask for 256 KiB and read none of it: their answers stall in the
+    workers' buffers, and within pybroker.connection.send.stall.ms (1.5 s here) they are cut
+    off (reason send_stalled); a client that reads is answered all along."""
+    create_topic(broker.bootstrap, "never-read")
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+        client.send(produce_request("never-read", make_batch(64, value_size=4000)))
+        assert produce_errors(client.receive()) == [(0, 0)]
+    closed_before = broker.metric("broker_connections_closed_total", listener="PLAINTEXT",
+                                  reason="send_stalled")
+    readers_never = []
+    for _ in range(100):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small
+        sock.settimeout(10)  # window, so the answer stays on the broker's side
+        sock.connect(broker.listeners["PLAINTEXT"])
+        sock.sendall(fetch_request("never-read"))
+        readers_never.append(sock)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and broker.metric(
+                "broker_connections_closed_total", listener="PLAINTEXT",
+                reason="send_stalled") < closed_before + 100:
+            assert_answers(broker)  # the others are served meanwhile
+        assert broker.metric("broker_connections_closed_total", listener="PLAINTEXT",
+                             reason="send_stalled") == closed_before + 100
+    finally:
+        for sock in readers_never:
+            sock.close()

@@ -85,6 +85,8 @@ class ConnectionHost(Protocol):
     loop: asyncio.AbstractEventLoop  # for throttles held back by the broker
     stats: WorkerStats  # its `muted("throttle", change)`
     receive_timeout: float  # pybroker.request.receive.timeout.ms, in seconds
+    max_unsent_bytes: int  # pybroker.connection.max.unsent.bytes
+    send_stall_seconds: float  # pybroker.connection.send.stall.ms, in seconds
     sasl_max_receive_bytes: int  # sasl.server.max.receive.size: requests before authentication
 
     def connection_registered(self, conn: Connection) -> None: ...
@@ -147,6 +149,8 @@ class Connection(asyncio.BufferedProtocol):
         # For the event log: bytes both ways, and the client id of the first request.
         self.opened_at = self.last_active
         self.bytes_in = self.bytes_out = 0
+        self._sent_mark = 0  # bytes the client had taken at the last look (send stall)
+        self._stalled_since = 0.0
         self.bytes_in_logged = self.bytes_out_logged = 0
         self.aggregate = None  # (table, api key, entry) of workers.events, the current one
         self.client_id: str | None = None
@@ -409,6 +413,11 @@ class Connection(asyncio.BufferedProtocol):
             data = b"".join(out) if len(out) > 1 else out[0]
             self.bytes_out += len(data)
             self.transport.write(data)
+            if self.transport.get_write_buffer_size() > self.host.max_unsent_bytes:
+                log.info("connection %s from %s: %d bytes of answers not taken by the client; "
+                         "closing", self.conn_id, self.peer,
+                         self.transport.get_write_buffer_size())
+                self.close("unsent_bytes")
         if handled:
             self.host.requests_served(self, handled,
                                       self.last_active if received_at is None else received_at,
@@ -474,13 +483,40 @@ class Connection(asyncio.BufferedProtocol):
         self.host.loop.call_later(delay, self.close, reason)
 
     def close(self, reason: str) -> None:
-        """Close after the responses already written; `reason` labels the metric."""
+        """Close after the responses already written; `reason` labels the metric.  A client
+        that does not take them gets pybroker.connection.send.stall.ms, then the socket is
+        aborted: a closing connection never holds its slot for ever."""
         if self.closing:
             return
         self.closing = True
         self._close_reason = reason
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None:
+            return
+        if reason in ("send_stalled", "unsent_bytes"):
+            transport.abort()
+            return
+        transport.close()
+        if transport.get_write_buffer_size():
+            self.host.loop.call_later(self.host.send_stall_seconds, self._abort, transport)
+
+    @staticmethod
+    def _abort(transport) -> None:
+        if not transport.is_closing() or transport.get_write_buffer_size():
+            transport.abort()
+
+    def send_stalled(self, now: float) -> bool:
+        """Answers wait to be sent and the client took none of them for longer than
+        pybroker.connection.send.stall.ms (called once a tick)."""
+        transport = self.transport
+        if transport is None or self.closing:
+            return False
+        unsent = transport.get_write_buffer_size()
+        taken = self.bytes_out - unsent
+        if unsent == 0 or taken != self._sent_mark:
+            self._sent_mark, self._stalled_since = taken, now
+            return False
+        return now - self._stalled_since > self.host.send_stall_seconds
 
     def owes_answer(self) -> bool:
         """A request is being served and its answer is not written yet (shutdown waits)."""

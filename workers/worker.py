@@ -127,6 +127,8 @@ class Worker:
         self._claims: dict[int, asyncio.Future] = {}  # conn id -> the parent's UserVerdict
         self._idle_seconds = props.connections_max_idle_ms / 1000
         self.receive_timeout = props.pybroker_request_receive_timeout_ms / 1000
+        self.max_unsent_bytes = props.pybroker_connection_max_unsent_bytes
+        self.send_stall_seconds = props.pybroker_connection_send_stall_ms / 1000
         self.shutdown_seconds = props.pybroker_shutdown_timeout_ms / 1000
         self._draining = False
         self._deadline = 0.0
@@ -360,6 +362,10 @@ class Worker:
             log.info("connection %s from %s: a request still incomplete after %d ms; closing",
                      conn.conn_id, conn.peer, self.receive_timeout * 1000)
             conn.close("receive_timeout")
+        for conn in [c for c in self.connections if c.send_stalled(now)]:
+            log.info("connection %s from %s: took none of its answers for %d ms; closing",
+                     conn.conn_id, conn.peer, self.send_stall_seconds * 1000)
+            conn.close("send_stalled")
         self._close_hung_up()
         self.services.sessions.tick()
         if self.memory is not None:

@@ -158,6 +158,14 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "A request whose first bytes arrived this long ago and which is still incomplete "
         "closes its connection (reason receive_timeout): a half-sent request never holds a "
         "connection slot, a buffer or pool memory for ever.", ge=1)] = 30000
+    pybroker_connection_max_unsent_bytes: Annotated[int, _doc(
+        "Answers written to a connection and not yet taken by its client beyond this many "
+        "bytes close it at once (reason unsent_bytes): a worker never holds more for a client "
+        "that does not read.", ge=1 << 20, le=INT_MAX)] = 128 << 20
+    pybroker_connection_send_stall_ms: Annotated[int, _doc(
+        "A connection with answers waiting to be sent whose client took none of them for this "
+        "long is closed (reason send_stalled), freeing its slot and buffers; also the longest "
+        "a closing connection waits for its last answers to drain.", ge=100)] = 60000
     pybroker_fetch_max_wait_ms: Annotated[int, _doc(
         "Longest a Fetch long poll waits, whatever max_wait_ms the client asks for.",
         ge=0)] = 30000
