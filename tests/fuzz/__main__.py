@@ -90,6 +90,12 @@ def write_seeds(target: str, directory: str) -> int:
             key = index.get(struct.unpack_from(">hh", frame))
             if key is not None and frame[-1:] == b"\x00":
                 seeds.append(struct.pack(">H", key) + frame[:-1] + b"\x01\x2a\x02ok")
+    elif target == "proxy":  # HAProxy's headers, v1 and v2 (with TLVs), then a Kafka frame
+        from tests.test_proxy_header import V2_LOCAL, V2_TCP4, V2_TCP6
+
+        seeds = [header + frames[0] for header in (
+            b"PROXY TCP4 192.0.2.7 10.0.0.1 40000 9092\r\n", b"PROXY UNKNOWN\r\n",
+            b"PROXY TCP6 2001:db8::7 2001:db8::1 40000 9092\r\n", V2_TCP4, V2_TCP6, V2_LOCAL)]
     elif target == "ipc":
         config = load_config({})
         seeds = [ipc.encode(message) for message in (
@@ -127,11 +133,14 @@ def run_one(target: str, args: list[str]) -> None:
     """In the fuzzing process: instrument the broker's modules, then hand over to atheris."""
     import atheris
 
-    with atheris.instrument_imports(include=["broker", "workers", "shm"]):
+    with atheris.instrument_imports(include=["broker", "workers", "shm", "proxyprotocol"]):
         # Everything a target can reach, imported under instrumentation (modules imported
         # later would run uninstrumented and give the fuzzer no coverage to follow).
         import broker.parent.admin  # noqa: F401
         import broker.parent.groups.coordinator  # noqa: F401
+        import broker.parent.proxy_header  # noqa: F401
+        import proxyprotocol.v1  # noqa: F401
+        import proxyprotocol.v2  # noqa: F401
         import broker.shared.ipc  # noqa: F401
         import broker.shared.log.records  # noqa: F401
         import broker.shared.protocol.codec  # noqa: F401

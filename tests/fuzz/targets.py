@@ -331,8 +331,21 @@ def tags(data: bytes) -> None:
         raise Finding(f"the stripped frame grew: {len(frame)} -> {len(stripped)} bytes")
 
 
+def proxy(data: bytes) -> None:
+    """`data`: what a connection sends first on a PROXY protocol listener."""
+    from broker.parent.proxy_header import ProxyHeaderError, parse
+
+    try:
+        header = parse(data, max_v2_bytes=1024)
+    except ProxyHeaderError:
+        return  # refused: the connection is closed
+    if header is not None and not 0 < header.length <= min(len(data), 1024):
+        raise Finding(f"a header of {header.length} bytes in {len(data)}")
+
+
 TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
-           "ipc": ipc, "sasl": sasl, "tags": tags}
+           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy}
 # Which committed seed directory each target starts from (corpus/<name>/).
 SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
-         "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged"}
+         "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged",
+         "proxy": "proxy"}
