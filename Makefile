@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
-.PHONY: install run test bench fuzz soak loadgen loadtest report java clean
+.PHONY: install run test bench fuzz soak loadgen loadtest report java haproxy clean
 
 install: $(STAMP)
 
@@ -21,12 +21,23 @@ java:
 	@command -v java >/dev/null 2>&1 || { echo "Spark needs Java 17+: install it with" \
 	  "'apt-get install default-jre-headless' (Debian/Ubuntu)" >&2; exit 1; }
 
+# The PROXY protocol tests put a real HAProxy in front of the broker: Debian's package,
+# installed here when missing (as root), else the command that does it is printed.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
+	  echo "installing Debian's haproxy package (the PROXY protocol tests use it)" >&2; \
+	  apt-get install -y --no-install-recommends haproxy >/dev/null 2>&1 || \
+	  { apt-get update >/dev/null 2>&1 && \
+	    apt-get install -y --no-install-recommends haproxy >/dev/null 2>&1; } || \
+	  { echo "the tests need HAProxy: install it with 'apt-get install haproxy'" >&2; \
+	    exit 1; }; }
+
 run: install
 	mkdir -p data
 	$(PY) -m broker --config config/server.properties
 
 # The import contracts first (pyproject.toml: which process may import what), then the suite.
-test: install loadgen java
+test: install loadgen java haproxy
 	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest -q tests
 

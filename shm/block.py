@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 6
+LAYOUT_VERSION = 7
 HEADER_BYTES = 128
 HEADER = struct.Struct("=8sqqqqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
@@ -114,7 +114,8 @@ QUOTA_ENTITIES = 4096  # default of pybroker.quota.max.sensors: sensors tracked 
 QUOTA_WINDOWS = 32  # the most samples a quota may keep (quota.window.num)
 MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
 POOL_RING = 4096  # default of pybroker.pool.max.waiters: memory waiters per listener
-REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted", "per_user_limit", "per_user_rate")
+REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted", "per_user_limit", "per_user_rate",
+                  "proxy_untrusted", "proxy_invalid", "proxy_timeout")
 PARENT_COUNTERS = (
     ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
     ("connections_accepted", ("listener",)),

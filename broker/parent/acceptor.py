@@ -15,6 +15,11 @@ holds new connections) until `maybe_resume` finds room again; the supervisor cal
 credit returns, a connection closes or a limit changes.  Time stopped for any reason is
 KIP-402's AcceptorBlockedPercent (`broker_acceptor_blocked_seconds_total`); time paused for a
 rate is also KIP-612's accept throttle time.  Each acceptor stops and resumes on its own.
+
+On a listener behind a PROXY protocol balancer (pybroker.proxy.protocol.listeners) a socket
+is judged only once its header gave the client's address (broker.parent.proxy_reader); until
+then, and while a socket with its header read waits for hand-off capacity, it counts against
+the listener's room, so max.connections still bounds what the parent holds.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from typing import Callable
 
 from broker.parent.admission import ConnectionQuotas, Verdict
 from broker.parent.handoff import Dispatcher
+from broker.parent.proxy_header import TrustedProxies
+from broker.parent.proxy_reader import ProxyReader
 from broker.shared.config import Listener
 from broker.shared.events import ConnectionAccepted, ConnectionRejected, EventLog
 from shm.block import REJECT_REASONS, SharedBlock
@@ -109,7 +117,8 @@ class Acceptor:
     def __init__(self, loop: asyncio.AbstractEventLoop, index: int, listener: Listener,
                  sock: socket.socket, dispatcher: Dispatcher, block: SharedBlock,
                  quotas: ConnectionQuotas, delayed: DelayedCloser, next_id: Callable[[], int],
-                 over_limit: Callable[[], None], events: EventLog | None = None):
+                 over_limit: Callable[[], None], events: EventLog | None = None,
+                 proxy: tuple[TrustedProxies, float] | None = None):
         self.loop = loop
         self.index = index
         self.listener = listener
@@ -135,6 +144,11 @@ class Acceptor:
         self._blocked_by: dict[str, list[int]] = {}  # reason -> [episodes, ns]
         self._paused_until = 0.0  # monotonic seconds of a rate pause in progress
         self._closed = False
+        # PROXY protocol: sockets waiting for their header, then (fd, client address) of
+        # those whose header is read, waiting for hand-off capacity.
+        self.proxy = None if proxy is None else ProxyReader(
+            loop, proxy[0], proxy[1], self._header_read, self._proxy_refused)
+        self._ready: deque[tuple[int, tuple]] = deque()
 
     def start(self) -> None:
         self._watch()
@@ -145,6 +159,10 @@ class Acceptor:
         self._unwatch()
         self._end_block()
         self.sock.close()
+        if self.proxy is not None:
+            self.proxy.close_all()
+        while self._ready:
+            os.close(self._ready.popleft()[0])
 
     def blocked_ns(self) -> int:
         """Total time blocked so far, including a block in progress."""
@@ -203,10 +221,14 @@ class Acceptor:
         return taken
 
     def _room(self) -> int:
-        return min(self.dispatcher.free_capacity(), self.quotas.room(self.index), ACCEPT_BATCH)
+        held = len(self._ready) + (len(self.proxy) if self.proxy is not None else 0)
+        return max(0, min(self.dispatcher.free_capacity() - len(self._ready),
+                          self.quotas.room(self.index) - held, ACCEPT_BATCH))
 
     def maybe_resume(self) -> None:
         """Watch again if blocked for room and room came back (not during a rate pause)."""
+        if self._ready and not self._closed:
+            self._admit_ready()
         if self._closed or self._watching or self._paused_until:
             return
         if self._room() > 0:
@@ -232,11 +254,10 @@ class Acceptor:
         if room == 0:
             self._begin_block(self._no_room_reason())
             return
-        admitted, pause, attempts = [], 0.0, 0
+        admitted, pause, attempts, taken = [], 0.0, 0, 0
         accept = self.sock._accept  # returns (fd, address) without building a socket object
-        quotas, index = self.quotas, self.index
         now = time.monotonic()
-        while len(admitted) < room and attempts < MAX_ACCEPTS_PER_WAKEUP:
+        while taken < room and attempts < MAX_ACCEPTS_PER_WAKEUP:
             try:
                 fd, address = accept()
             except (BlockingIOError, InterruptedError):
@@ -245,36 +266,73 @@ class Acceptor:
                 self._accept_failed(error)
                 break
             attempts += 1
-            decision = quotas.admit(index, address[0], now)
-            if decision.verdict is Verdict.REJECT_IP_LIMIT:
-                os.close(fd)
-                self.rejected("per_ip_limit", ip=address[0])
-                log.debug("listener %s: %s over max.connections.per.ip; closed",
-                          self.listener.name, address[0])
+            if self.proxy is not None:  # judged once its header says who the client is
+                self.proxy.start(fd, address)
+                taken += 1
                 continue
-            if decision.verdict is Verdict.THROTTLE_IP:
-                self.delayed.hold(fd, now + decision.delay)
-                self.rejected("per_ip_rate", ip=address[0])
-                continue
-            conn_id = self._next_id()
-            quotas.opened(conn_id, index, address[0])
-            admitted.append((fd, address, conn_id))
-            if self.events is not None:
-                self.events.emit(ConnectionAccepted(listener=self.listener.name, ip=address[0],
-                                                    port=address[1], conn_id=conn_id))
-            if decision.delay > 0:
-                pause = decision.delay
+            entry, delay = self._judge(fd, address, now)
+            if entry is not None:
+                admitted.append(entry)
+                taken += 1
+            if delay > 0:
+                pause = delay
                 break
-        if admitted:
-            self.block.words[self._accepted_cell] += len(admitted)
-            self.sync_active()
-            self.dispatcher.dispatch(index, admitted)
-            if quotas.excess():
-                self._over_limit()  # only the protected listener can get here: evict others
+        self._hand_off(admitted)
         if pause:
             self._pause(pause)
         elif self._room() == 0:
             self._begin_block(self._no_room_reason())
+
+    def _judge(self, fd: int, address: tuple, now: float) -> tuple[tuple | None, float]:
+        """Admission of one socket: ((fd, address, conn id) if admitted, else None; the
+        creation-rate pause it asks for)."""
+        decision = self.quotas.admit(self.index, address[0], now)
+        if decision.verdict is Verdict.REJECT_IP_LIMIT:
+            os.close(fd)
+            self.rejected("per_ip_limit", ip=address[0])
+            log.debug("listener %s: %s over max.connections.per.ip; closed",
+                      self.listener.name, address[0])
+            return None, 0.0
+        if decision.verdict is Verdict.THROTTLE_IP:
+            self.delayed.hold(fd, now + decision.delay)
+            self.rejected("per_ip_rate", ip=address[0])
+            return None, 0.0
+        conn_id = self._next_id()
+        self.quotas.opened(conn_id, self.index, address[0])
+        if self.events is not None:
+            self.events.emit(ConnectionAccepted(listener=self.listener.name, ip=address[0],
+                                                port=address[1], conn_id=conn_id))
+        return (fd, address, conn_id), decision.delay
+
+    def _hand_off(self, admitted: list) -> None:
+        if admitted:
+            self.block.words[self._accepted_cell] += len(admitted)
+            self.sync_active()
+            self.dispatcher.dispatch(self.index, admitted)
+            if self.quotas.excess():
+                self._over_limit()  # only the protected listener can get here: evict others
+
+    # --- PROXY protocol -------------------------------------------------------------------
+
+    def _header_read(self, fd: int, client: tuple) -> None:
+        self._ready.append((fd, client))
+        self._admit_ready()
+
+    def _admit_ready(self) -> None:
+        """Judge the sockets whose header is read, as far as hand-off capacity allows."""
+        admitted, pause, now = [], 0.0, time.monotonic()
+        while self._ready and len(admitted) < self.dispatcher.free_capacity():
+            entry, delay = self._judge(*self._ready.popleft(), now)
+            if entry is not None:
+                admitted.append(entry)
+            pause = max(pause, delay)
+        self._hand_off(admitted)
+        if pause and not self._paused_until:
+            self._pause(pause)
+
+    def _proxy_refused(self, reason: str, ip: str) -> None:
+        self.rejected(reason, ip=ip)
+        self.maybe_resume()  # its place in the room is free again
 
     def _accept_failed(self, error: OSError) -> None:
         if error.errno in _OUT_OF_FDS:

@@ -28,6 +28,7 @@ from broker.parent.acceptor import Acceptor, DelayedCloser
 from broker.parent.admission import ConnectionQuotas, Verdict
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.handoff import Dispatcher
+from broker.parent.proxy_header import TrustedProxies
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
 from broker.shared.config import BrokerConfig
@@ -94,12 +95,20 @@ class ConnectionLedger:
 
     # --- life cycle -----------------------------------------------------------------------
 
+    def _proxy(self, listener: str) -> tuple[TrustedProxies, float] | None:
+        """The PROXY protocol settings of a listener behind a balancer, else None."""
+        if listener not in self.config.proxy_listeners:
+            return None
+        props = self.config.props
+        trusted = TrustedProxies(props.pybroker_proxy_protocol_trusted_cidrs.split(","))
+        return trusted, props.pybroker_proxy_protocol_timeout_ms / 1000
+
     def start(self, sockets: list[socket.socket]) -> None:
         for index, (listener, sock) in enumerate(zip(self.config.listeners, sockets)):
             dispatcher = self.control_dispatcher if index == self.control_plane else self.dispatcher
             acceptor = Acceptor(self.loop, index, listener, sock, dispatcher, self.block,
                                 self.quotas, self.delayed, lambda: next(self._ids),
-                                self.maybe_evict, self.events)
+                                self.maybe_evict, self.events, self._proxy(listener.name))
             self.acceptors.append(acceptor)
             acceptor.start()
 

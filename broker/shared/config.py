@@ -14,6 +14,7 @@ Keys that are not Kafka's carry the prefix `pybroker.`, except `prometheus.liste
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -45,7 +46,11 @@ KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 class ConfigError(ValueError):
-    """A configuration problem, described in one line that names the key."""
+    """A configuration problem, described in one line that names the key (line breaks a key
+    or value carried, from an escape such as `\\n` in a properties file, are shown escaped)."""
+
+    def __init__(self, message: str):
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 def _key(field_name: str) -> str:
@@ -158,6 +163,17 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "A request whose first bytes arrived this long ago and which is still incomplete "
         "closes its connection (reason receive_timeout): a half-sent request never holds a "
         "connection slot, a buffer or pool memory for ever.", ge=1)] = 30000
+    pybroker_proxy_protocol_listeners: Annotated[str, _doc(
+        "Comma-separated listener names behind a load balancer that sends the PROXY protocol "
+        "(HAProxy's v1 or v2): every connection there must start with a header, from an "
+        "address of pybroker.proxy.protocol.trusted.cidrs, and the client's address it carries "
+        "is the one limits, rates, ACLs and the event log see.  Empty: off.")] = ""
+    pybroker_proxy_protocol_trusted_cidrs: Annotated[str, _doc(
+        "Comma-separated CIDRs of the load balancers whose PROXY headers are believed; a "
+        "connection from elsewhere on a PROXY listener is closed (proxy_untrusted).")] = ""
+    pybroker_proxy_protocol_timeout_ms: Annotated[int, _doc(
+        "A PROXY header not whole this long after the connection was accepted closes it "
+        "(proxy_timeout).", ge=10)] = 3000
     pybroker_connection_max_unsent_bytes: Annotated[int, _doc(
         "Answers written to a connection and not yet taken by its client beyond this many "
         "bytes close it at once (reason unsent_bytes): a worker never holds more for a client "
@@ -442,6 +458,7 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     listener_tls: dict[str, TlsSettings] = {}  # SSL listener name -> its ssl.* settings
     listener_sasl: dict[str, SaslSettings] = {}  # SASL listener name -> mechanisms, users
     super_users: frozenset[str] = frozenset()  # super.users, parsed
+    proxy_listeners: frozenset[str] = frozenset()  # listeners behind a PROXY protocol balancer
 
     def authorizing(self) -> bool:
         """Whether ACLs decide requests (authorizer.class.name is set)."""
@@ -921,7 +938,27 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         prometheus=_parse_host_port("prometheus.listen", props.prometheus_listen),
         event_log_dir=_event_log_dir(props, log_dirs),
         super_users=_check_authorizer(props),
+        proxy_listeners=_proxy_listeners(props, listeners),
     )
+
+
+def _proxy_listeners(props: ServerProperties, listeners) -> frozenset[str]:
+    names = frozenset(name.upper() for name in _split_csv(props.pybroker_proxy_protocol_listeners))
+    unknown = names - {listener.name for listener in listeners}
+    if unknown:
+        raise ConfigError(f"pybroker.proxy.protocol.listeners: no listener named "
+                          f"{', '.join(sorted(unknown))}")
+    cidrs = _split_csv(props.pybroker_proxy_protocol_trusted_cidrs)
+    for cidr in cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ConfigError(f"pybroker.proxy.protocol.trusted.cidrs: {cidr!r} is not a "
+                              f"CIDR") from None
+    if names and not cidrs:
+        raise ConfigError("pybroker.proxy.protocol.listeners needs "
+                          "pybroker.proxy.protocol.trusted.cidrs (the balancers' addresses)")
+    return names
 
 
 AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
