@@ -21,6 +21,9 @@ TWO_LISTENERS = {
 }
 
 
+POLICY_VIOLATION = (44).to_bytes(2, "big")
+
+
 class Probe:
     """One client connection: connected, then asked ApiVersions; tells what happened."""
 
@@ -33,15 +36,22 @@ class Probe:
         self.sock.sendall(api_versions_request(3, correlation_id=1))
 
     def outcome(self, wait: float) -> str:
-        """'served', 'closed' (EOF or reset) or 'pending' after waiting `wait` seconds."""
+        """'served', 'refused' (the answer is POLICY_VIOLATION: over the IP's limit, see
+        broker/parent/refusal_answer.py), 'closed' (EOF or reset) or 'pending' after waiting
+        `wait` seconds."""
         self.sock.settimeout(wait)
+        data = b""
         try:
-            data = self.sock.recv(8)
+            while len(data) < 10:  # size, correlation id, error code
+                chunk = self.sock.recv(10 - len(data))
+                if not chunk:
+                    return "closed"
+                data += chunk
         except socket.timeout:
-            return "pending"
+            return "pending" if not data else "closed"
         except ConnectionResetError:
             return "closed"
-        return "served" if data else "closed"
+        return "refused" if data[8:10] == POLICY_VIOLATION else "served"
 
     def request(self, correlation: int = 2) -> bool:
         """Another round trip on a served connection; False if the broker closed it."""
@@ -107,7 +117,7 @@ def test_per_ip_limits_with_exact_and_cidr_overrides():
         for source, limit in (("127.0.0.3", 4), ("127.0.0.2", 3), ("127.0.0.9", 2)):
             kept = served_probes(address, limit, source)
             refused = Probe(address, source)
-            assert refused.outcome(5) == "closed", source  # accepted, then closed at once
+            assert refused.outcome(5) == "refused", source  # answered, then closed
             kept[0].close()
             wait_until(lambda source=source: Probe(address, source).outcome(5) == "served")
         assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
@@ -299,7 +309,7 @@ def test_killed_worker_releases_every_slot_within_a_second():
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         address = broker.listeners["PLAINTEXT"]
         probes = served_probes(address, 6)
-        assert Probe(address).outcome(5) == "closed"  # the IP is full
+        assert Probe(address).outcome(5) == "refused"  # the IP is full
         victim = broker.worker_pids["data-0"]
         os.kill(victim, signal.SIGKILL)
         broker.wait_for_line(rf"pid {victim}\) was killed by SIGKILL")
@@ -308,7 +318,7 @@ def test_killed_worker_releases_every_slot_within_a_second():
         wait_until(lambda: active(broker) == 3, timeout=1.5)
         wait_until(lambda: broker.metric("broker_worker_up", worker="data-0") == 1)
         refill = served_probes(address, 3)  # exactly the freed slots, no more
-        assert Probe(address).outcome(5) == "closed"
+        assert Probe(address).outcome(5) == "refused"
         for probe in alive + refill:
             probe.close()
 

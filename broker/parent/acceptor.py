@@ -38,6 +38,7 @@ from broker.parent.admission import ConnectionQuotas, Verdict
 from broker.parent.handoff import Dispatcher
 from broker.parent.proxy_header import TrustedProxies
 from broker.parent.proxy_reader import ProxyReader
+from broker.parent.refusal_answer import RefusalAnswers
 from broker.shared.config import Listener
 from broker.shared.events import ConnectionAccepted, ConnectionRejected, EventLog
 from shm.block import REJECT_REASONS, SharedBlock
@@ -118,7 +119,8 @@ class Acceptor:
                  sock: socket.socket, dispatcher: Dispatcher, block: SharedBlock,
                  quotas: ConnectionQuotas, delayed: DelayedCloser, next_id: Callable[[], int],
                  over_limit: Callable[[], None], events: EventLog | None = None,
-                 proxy: tuple[TrustedProxies, float] | None = None):
+                 proxy: tuple[TrustedProxies, float] | None = None,
+                 refusal_delay: float | None = None):
         self.loop = loop
         self.index = index
         self.listener = listener
@@ -149,6 +151,9 @@ class Acceptor:
         self.proxy = None if proxy is None else ProxyReader(
             loop, proxy[0], proxy[1], self._header_read, self._proxy_refused)
         self._ready: deque[tuple[int, tuple]] = deque()
+        # Legible refusals: the first request of a socket over its IP's limit is answered.
+        self.refusals = None if refusal_delay is None else RefusalAnswers(
+            loop, delayed.hold, refusal_delay)
 
     def start(self) -> None:
         self._watch()
@@ -161,6 +166,8 @@ class Acceptor:
         self.sock.close()
         if self.proxy is not None:
             self.proxy.close_all()
+        if self.refusals is not None:
+            self.refusals.close_all()
         while self._ready:
             os.close(self._ready.popleft()[0])
 
@@ -288,7 +295,10 @@ class Acceptor:
         creation-rate pause it asks for)."""
         decision = self.quotas.admit(self.index, address[0], now)
         if decision.verdict is Verdict.REJECT_IP_LIMIT:
-            os.close(fd)
+            if self.refusals is not None:
+                self.refusals.start(fd)  # answered, then closed after a delay
+            else:
+                os.close(fd)
             self.rejected("per_ip_limit", ip=address[0])
             log.debug("listener %s: %s over max.connections.per.ip; closed",
                       self.listener.name, address[0])

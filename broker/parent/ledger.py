@@ -103,12 +103,21 @@ class ConnectionLedger:
         trusted = TrustedProxies(props.pybroker_proxy_protocol_trusted_cidrs.split(","))
         return trusted, props.pybroker_proxy_protocol_timeout_ms / 1000
 
+    def _refusal_delay(self) -> float | None:
+        """How long a refused connection is held after its answer; None: refusals are not
+        answered (pybroker.connection.refusal.answer.enable)."""
+        props = self.config.props
+        if not props.pybroker_connection_refusal_answer_enable:
+            return None
+        return props.pybroker_connection_refusal_delay_ms / 1000
+
     def start(self, sockets: list[socket.socket]) -> None:
         for index, (listener, sock) in enumerate(zip(self.config.listeners, sockets)):
             dispatcher = self.control_dispatcher if index == self.control_plane else self.dispatcher
             acceptor = Acceptor(self.loop, index, listener, sock, dispatcher, self.block,
                                 self.quotas, self.delayed, lambda: next(self._ids),
-                                self.maybe_evict, self.events, self._proxy(listener.name))
+                                self.maybe_evict, self.events, self._proxy(listener.name),
+                                self._refusal_delay())
             self.acceptors.append(acceptor)
             acceptor.start()
 

@@ -73,8 +73,8 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Listeners given to clients in Metadata; defaults to `listeners`. "
         "A port of 0 is replaced by the bound port of the listener with the same name.")] = ""
     listener_security_protocol_map: Annotated[str, _doc(
-        "Comma-separated LISTENER:PROTOCOL pairs. PLAINTEXT and SSL are supported; "
-        "SASL_PLAINTEXT and SASL_SSL not yet.")] = (
+        "Comma-separated LISTENER:PROTOCOL pairs: PLAINTEXT, SSL, SASL_PLAINTEXT and "
+        "SASL_SSL.")] = (
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL")
     ssl_keystore_type: Annotated[str, _doc(
         "SSL listeners: PEM or PKCS12 (Kafka's default, JKS, is Java's own format and is not "
@@ -174,6 +174,13 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_proxy_protocol_timeout_ms: Annotated[int, _doc(
         "A PROXY header not whole this long after the connection was accepted closes it "
         "(proxy_timeout).", ge=10)] = 3000
+    pybroker_connection_refusal_answer_enable: Annotated[bool, _doc(
+        "Answer the first request of a connection refused for max.connections.per.ip: an "
+        "ApiVersions gets POLICY_VIOLATION, which clients log, and the connection is closed "
+        "pybroker.connection.refusal.delay.ms later (Kafka just closes).")] = True
+    pybroker_connection_refusal_delay_ms: Annotated[int, _doc(
+        "How long a refused connection is held, unread, after its answer: the client backs "
+        "off instead of reconnecting at once.", ge=0, le=INT_MAX)] = 1000
     pybroker_connection_max_unsent_bytes: Annotated[int, _doc(
         "Answers written to a connection and not yet taken by its client beyond this many "
         "bytes close it at once (reason unsent_bytes): a worker never holds more for a client "
