@@ -5,7 +5,12 @@ timeline    one row per second from the first event to the last: connections acc
             used and depleted time, distinct throttled clients, and per plane the request rate
             with p50/p99 latency from the merged sketches
 top_n       the N biggest IPs, client ids, users and principals by connections, rejections,
-            bytes, throttle time and failed authentications
+            bytes, throttle time and failed authentications; and by what limits in shadow
+            mode would have done (shadow_rejections, shadow_throttle_ms)
+
+Shadow mode (issue 19): events with `dry_run` set are what a limit observing only would have
+done.  They are kept out of every enforced count (rejections, throttles, incidents) and
+counted apart: `shadow_rejected` and `shadow_throttle_ms` per second in the timeline.
 incidents   runs of seconds where rejections, acceptor blocking or pool depletion pass their
             thresholds (quiet gaps up to `gap` seconds joined), with start, end, peaks, the
             IP and client id that drove them, and the requests the ACLs denied meanwhile
@@ -37,8 +42,13 @@ class Thresholds:
     gap_seconds: int = 1
 
 
-def _of(events: DataFrame, kind: str) -> DataFrame:
-    return events.where(F.col("type") == kind)
+def _of(events: DataFrame, kind: str, dry_run: bool = False) -> DataFrame:
+    """Events of one type; of those that carry `dry_run` (rejections, throttles), the
+    enforced ones, or with `dry_run` the shadow mode's."""
+    frame = events.where(F.col("type") == kind)
+    if kind in ("connection_rejected", "throttle"):
+        frame = frame.where(F.coalesce(F.col("dry_run"), F.lit(False)) == F.lit(dry_run))
+    return frame
 
 
 def bucket_upper_ms(bucket):
@@ -99,15 +109,20 @@ def timeline(events: DataFrame) -> DataFrame:
     throttled = _of(events, "throttle").groupBy("second").agg(
         F.countDistinct("client_id").alias("throttled_clients"),
         F.sum("throttle_ms").alias("throttle_ms"))
+    shadow = (_of(events, "connection_rejected", dry_run=True).groupBy("second")
+              .agg(F.count(F.lit(1)).alias("shadow_rejected"))
+              .join(_of(events, "throttle", dry_run=True).groupBy("second")
+                    .agg(F.sum("throttle_ms").alias("shadow_throttle_ms")), "second", "full"))
     latency = latency_percentiles(events, ["second", "plane"])
     per_plane = latency.groupBy("second").pivot("plane", list(PLANES)).agg(
         F.first("requests").alias("requests"), F.first("p50_ms").alias("p50_ms"),
         F.first("p99_ms").alias("p99_ms"))
     table = seconds
-    for part in (accepted, rejected, stats, blocked, throttled, per_plane):
+    for part in (accepted, rejected, stats, blocked, throttled, shadow, per_plane):
         table = table.join(part, "second", "left")
     counts = ["accepted", *[f"rejected_{r}" for r in REJECT_REASONS], "throttled_clients",
-              "throttle_ms", "pool_depleted_ms", "acceptor_blocked_ratio",
+              "throttle_ms", "pool_depleted_ms", "acceptor_blocked_ratio", "shadow_rejected",
+              "shadow_throttle_ms",
               *[f"{plane}_requests" for plane in PLANES]]
     table = table.fillna(0, subset=counts)
     table = table.withColumn("rejected", sum(F.col(f"rejected_{r}") for r in REJECT_REASONS))
@@ -150,6 +165,10 @@ def top_n(events: DataFrame, n: int = 10) -> DataFrame:
              count, n),
         _top(_of(events, "authentication_failed"), "user", "user", "authentication_failures",
              count, n),
+        _top(_of(events, "connection_rejected", dry_run=True), "ip", "ip", "shadow_rejections",
+             count, n),
+        _top(_of(events, "throttle", dry_run=True), "client_id", "client_id",
+             "shadow_throttle_ms", F.sum("throttle_ms"), n),
     ]
     table = parts[0]
     for part in parts[1:]:

@@ -150,6 +150,12 @@ def terminal_summary(summary: dict, incidents: list, top: list) -> str:
     if throttled:
         lines.append(f"most throttled client: {throttled[0]['key']} "
                      f"({throttled[0]['value']:,.0f} ms)")
+    for metric, what, unit in (("shadow_rejections", "would have refused", "connections"),
+                               ("shadow_throttle_ms", "would have throttled", "ms")):
+        leader = [row for row in top if row["metric"] == metric and row["rank"] == 1]
+        if leader:
+            lines.append(f"shadow mode {what} {leader[0]['key']} most "
+                         f"({leader[0]['value']:,.0f} {unit}; nothing was enforced)")
     for plane in ("data", "control"):
         if summary.get(f"{plane}_p99_ms") is not None:
             lines.append(f"{plane} plane: {summary[f'{plane}_requests']:,} requests, p50 "

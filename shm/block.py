@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 7
+LAYOUT_VERSION = 8
 HEADER_BYTES = 128
 HEADER = struct.Struct("=8sqqqqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
@@ -88,6 +88,7 @@ WORKER_COUNTERS = (
     ("queued_requests", ()),  # a gauge: requests counted against queued.max.requests
     ("throttle_ns", ("quota_type",)),  # throttle time handed out (KIP-219)
     ("throttle_bucket", ("quota_type", "bucket")),  # histogram of single throttles
+    ("throttle_dry_run_ns", ("quota_type",)),  # shadow mode: throttle time not applied
     ("muted_channels", ("mute_reason",)),  # gauges
     ("cpu_ns", ()),  # CPU time this worker process used, refreshed every tick
     ("idle_ppm", ()),  # a gauge: share of the last tick not spent on CPU, in millionths
@@ -116,11 +117,15 @@ MUTE_REASONS = ("memory", "in_flight", "throttle", "queue")
 POOL_RING = 4096  # default of pybroker.pool.max.waiters: memory waiters per listener
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted", "per_user_limit", "per_user_rate",
                   "proxy_untrusted", "proxy_invalid", "proxy_timeout")
+# What a limit in shadow mode would have done (broker/parent/admission.py SHADOW_FAMILIES).
+DRY_RUN_REASONS = ("max_connections", "per_ip_limit", "per_user_limit", "per_ip_rate",
+                   "creation_rate", "per_user_rate")
 PARENT_COUNTERS = (
     ("metadata_epoch", ()),  # bumped under the topics lock by whoever changes topics
     ("connections_accepted", ("listener",)),
     ("connections_active", ("listener",)),  # a gauge: slots held, as admission counts them
     ("connections_rejected", ("listener", "reject_reason")),
+    ("connections_dry_run", ("listener", "dry_run_reason")),  # shadow mode: would have been
     ("acceptor_blocked_ns", ("listener",)),
     ("accept_throttle_ns", ("listener",)),
     ("authorization_denied", ("api",)),  # the parent's own: forwarded requests it refused
@@ -156,6 +161,7 @@ def _dimension_sizes(listeners: int, quota_entities: int = QUOTA_ENTITIES,
         "bucket": len(DURATION_BUCKETS) + 1,
         "invalid_reason": len(INVALID_REASONS),
         "reject_reason": len(REJECT_REASONS),
+        "dry_run_reason": len(DRY_RUN_REASONS),
         "mute_reason": len(MUTE_REASONS),
         "ring": pool_ring,
         "ring_field": 3,

@@ -84,9 +84,14 @@ def test_timeline_counts_ratios_and_percentiles(spark, tmp_path):
         requests(0, "b", 40, {fast: 38, slow: 2}),
         requests(0, "admin", 4, {fast: 4}, plane="control"),
         accepted(4),  # second 3 has nothing: it is still a row, of zeros
+        # Shadow mode: what limits observing only would have done, counted apart.
+        ev.ConnectionRejected(ts=at(1, 9), listener="CLIENT", ip="10.0.0.7",
+                              reason="per_ip_limit", dry_run=True),
+        ev.Throttle(ts=at(2, 4), client_id="z", quota="producer_byte_rate", throttle_ms=70,
+                    dry_run=True),
     ])
     loaded = load_events(spark, [directory])
-    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (16, 0, 0)
+    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (18, 0, 0)
     table = rows_by_second(aggregate.timeline(loaded.events))
     assert sorted(table) == [0, 1, 2, 3, 4]
     assert [table[s]["accepted"] for s in range(5)] == [3, 0, 0, 0, 1]
@@ -96,6 +101,8 @@ def test_timeline_counts_ratios_and_percentiles(spark, tmp_path):
     assert table[0]["pool_depleted_ms"] == 250.0
     assert table[1]["acceptor_blocked_ratio"] == 0.5  # the worst acceptor, not the sum
     assert table[2]["throttled_clients"] == 2 and table[2]["throttle_ms"] == 65
+    assert table[1]["shadow_rejected"] == 1 and table[2]["shadow_throttle_ms"] == 70
+    assert table[0]["shadow_rejected"] == 0 and table[1]["shadow_throttle_ms"] == 0
     assert table[0]["data_requests"] == 100 and table[0]["control_requests"] == 4
     assert table[0]["data_p50_ms"] == bucket_upper(fast) / 1000
     assert table[0]["data_p99_ms"] == bucket_upper(slow) / 1000
@@ -109,6 +116,12 @@ def test_top_n_ranks_ips_and_clients(spark, tmp_path):
         rejected(0, ip="10.0.0.3"),
         requests(0, "big", 1, {1: 1}, bytes_in=5000), requests(0, "small", 9, {1: 9}),
         ev.Throttle(ts=at(0), client_id="small", quota="producer_byte_rate", throttle_ms=40),
+        ev.ConnectionRejected(ts=at(0), listener="CLIENT", ip="10.0.0.8", reason="per_ip_limit",
+                              dry_run=True),
+        ev.ConnectionRejected(ts=at(0), listener="CLIENT", ip="10.0.0.8", reason="per_ip_limit",
+                              dry_run=True),
+        ev.Throttle(ts=at(0), client_id="big", quota="producer_byte_rate", throttle_ms=90,
+                    dry_run=True),
     ])
     top = aggregate.top_n(load_events(spark, [directory]).events, n=1).collect()
     found = {(row["dimension"], row["metric"]): (row["key"], row["value"]) for row in top}
@@ -117,6 +130,8 @@ def test_top_n_ranks_ips_and_clients(spark, tmp_path):
     assert found[("client_id", "bytes")] == ("big", 5010)
     assert found[("client_id", "requests")] == ("small", 9)
     assert found[("client_id", "throttle_ms")] == ("small", 40)
+    assert found[("ip", "shadow_rejections")] == ("10.0.0.8", 2)  # not among the enforced
+    assert found[("client_id", "shadow_throttle_ms")] == ("big", 90)
     assert all(row["rank"] == 1 for row in top)
 
 

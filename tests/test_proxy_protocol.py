@@ -184,3 +184,29 @@ def test_kafka_python_produces_and_consumes_through_haproxy(proxied):
     # Every connection came from the balancer's address, which may have none of its own
     # (max.connections.per.ip.overrides 127.0.0.2:0): each was admitted as its client.
     assert broker.metric("broker_connections_accepted_total", listener="PLAINTEXT") > accepted
+
+
+@pytest.mark.system
+def test_sockets_waiting_for_their_header_count_against_max_connections():
+    """Two balancer sockets that never finish their header fill a listener of
+    max.connections 2: a third waits in the kernel's backlog, and is served once the two
+    time out."""
+    overrides = {"pybroker.proxy.protocol.listeners": "PLAINTEXT",
+                 "pybroker.proxy.protocol.trusted.cidrs": f"{BALANCER}/32",
+                 "pybroker.proxy.protocol.timeout.ms": "1500", "max.connections": "2"}
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        slow = [balancer_socket(broker, v1_header("127.0.0.7")[:12]) for _ in range(2)]
+        wait_until(lambda: broker.metric("broker_acceptor_blocked_seconds_total",
+                                         listener="PLAINTEXT") > 0)  # both held: no room
+        third = balancer_socket(broker, v2_header("127.0.0.8")
+                                + api_versions_request(correlation_id=3))
+        third.sock.settimeout(0.7)
+        with pytest.raises(socket.timeout):  # not accepted: no room
+            third.sock.recv(8)
+        third.sock.settimeout(10)
+        assert struct.unpack_from(">i", third.receive())[0] == 3  # after the two timed out
+        for client in slow:
+            assert peer_closed(client.sock, wait=5)
+            client.close()
+        third.close()
+        assert rejected(broker, "proxy_timeout") == 2

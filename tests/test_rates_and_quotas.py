@@ -202,7 +202,7 @@ def test_quota_sensors_are_reused_after_idling_and_never_shared(tmp_path):
 def _authenticated(q: ConnectionQuotas, conn_id: int, user: str, now: float = 0.0,
                    listener: int = 0) -> Verdict:
     q.opened(conn_id, listener, f"10.0.0.{conn_id}")
-    return q.claim_user(conn_id, user, now)
+    return q.claim_user(conn_id, user, now).verdict
 
 
 def test_the_per_user_count_is_exact_and_released_on_close():
@@ -239,8 +239,8 @@ def test_per_user_claims_outside_the_data_plane_or_repeated_are_not_counted():
                          burst_windows=1, limits=Limits(max_connections_per_user=1))
     assert _authenticated(q, 1, "alice", listener=1) is Verdict.ADMIT  # the control plane
     assert _authenticated(q, 2, "alice") is Verdict.ADMIT
-    assert q.claim_user(2, "alice", 0.0) is Verdict.ADMIT  # asked twice: counted once
-    assert q.claim_user(99, "alice", 0.0) is Verdict.ADMIT  # gone already: nothing to count
+    assert q.claim_user(2, "alice", 0.0).verdict is Verdict.ADMIT  # asked twice: counted once
+    assert q.claim_user(99, "alice", 0.0).verdict is Verdict.ADMIT  # gone already: nothing to count
     assert q.per_user == {"alice": 1}
     assert _authenticated(q, 3, "alice") is Verdict.REJECT_USER_LIMIT
 
@@ -272,3 +272,46 @@ def test_per_user_limits_are_dynamic_keys_with_overrides(tmp_path):
     raw["pybroker.max.connections.per.user.overrides"] = "svc:-1"
     with pytest.raises(ConfigError, match="^pybroker.max.connections.per.user.overrides: "):
         load_config(raw)
+
+
+# --- shadow mode (issue 19, item 3) ---------------------------------------------------------
+
+
+def test_shadowed_connection_limits_admit_and_name_what_they_would_have_done():
+    q = quotas(max_connections=2, max_connections_per_ip=1, ip_creation_rate_default=1,
+               max_connection_creation_rate=1,
+               shadow=frozenset({"max.connections", "connections.per.ip",
+                                 "connection.creation.rate"}))
+    first = q.admit(0, "10.0.0.1", 0.0)
+    assert first.verdict is Verdict.ADMIT and first.would == () and first.delay == 0
+    q.opened(1, 0, "10.0.0.1")
+    q.opened(2, 0, "10.0.0.2")
+    assert q.room(0) > 1000 and q.excess() == 0  # max.connections observed, not enforced
+    second = q.admit(0, "10.0.0.1", 0.1)
+    assert second.verdict is Verdict.ADMIT and second.delay == 0
+    assert set(second.would) == {"per_ip_limit", "per_ip_rate", "max_connections",
+                                 "creation_rate"}
+
+
+def test_an_enforced_family_still_refuses_beside_a_shadowed_one():
+    q = quotas(max_connections_per_ip=1, ip_creation_rate_default=1,
+               shadow=frozenset({"connection.creation.rate"}))
+    q.opened(1, 0, "10.0.0.1")
+    assert q.admit(0, "10.0.0.1", 0.0).verdict is Verdict.REJECT_IP_LIMIT
+    q = quotas(max_connections_per_ip=1, ip_creation_rate_default=1,
+               shadow=frozenset({"connections.per.ip"}))
+    q.admit(0, "10.0.0.1", 0.0)
+    q.opened(1, 0, "10.0.0.1")
+    assert q.admit(0, "10.0.0.1", 0.1).verdict is Verdict.THROTTLE_IP  # the rate is enforced
+
+
+def test_shadowed_user_limits_admit_and_count():
+    q = quotas(max_connections_per_user=1, user_creation_rate=1,
+               shadow=frozenset({"connections.per.user", "connection.creation.rate"}))
+    q.opened(1, 0, "10.0.0.1")
+    q.opened(2, 0, "10.0.0.2")
+    assert q.claim_user(1, "alice", 0.0).would == ()
+    decision = q.claim_user(2, "alice", 0.1)
+    assert decision.verdict is Verdict.ADMIT
+    assert set(decision.would) == {"per_user_limit", "per_user_rate"}
+    assert q.per_user["alice"] == 2  # counted: the connection is there

@@ -108,9 +108,9 @@ class WorkerEvents:
             mechanism=mechanism, user=user))
 
     def throttled(self, quota: str, client_id: str | None, seconds: float,
-                  user: str = "ANONYMOUS") -> None:
+                  user: str = "ANONYMOUS", dry_run: bool = False) -> None:
         self.log.emit(events.Throttle(client_id=client_id, user=user, quota=quota,
-                                      throttle_ms=int(seconds * 1000)))
+                                      throttle_ms=int(seconds * 1000), dry_run=dry_run))
 
     def memory_muted(self, change: int) -> None:
         if change > 0:

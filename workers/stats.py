@@ -53,6 +53,7 @@ class WorkerStats:
         self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
                        for n, reason in enumerate(MUTE_REASONS)}
         self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
+        self._throttle_dry_run_ns = block.worker_cell(slot, "throttle_dry_run_ns", 0)
         self._throttle_buckets = block.worker_cell(slot, "throttle_bucket", 0, 0)
         self._block, self._slot = block, slot
 
@@ -95,9 +96,12 @@ class WorkerStats:
     def muted(self, reason: str, change: int) -> None:
         self.words[self._muted[reason]] += change
 
-    def throttled(self, quota: int, seconds: float) -> None:
+    def throttled(self, quota: int, seconds: float, dry_run: bool = False) -> None:
         nanoseconds = int(seconds * 1e9)
         words = self.words
+        if dry_run:  # shadow mode: what the quota would have imposed, kept apart
+            words[self._throttle_dry_run_ns + quota] += nanoseconds
+            return
         words[self._throttle_ns + quota] += nanoseconds
         words[self._throttle_buckets + quota * _BUCKETS + duration_bucket(nanoseconds)] += 1
 

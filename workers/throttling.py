@@ -74,9 +74,11 @@ class ClientQuotas:
         self._resolved: dict[tuple[int, str], tuple[float, int] | None] = {}
         self._last_log: dict[str, float] = {}
         self._last_full_log = 0.0
+        self.shadow = props.pybroker_shadow_client_quotas  # observe only: nothing throttled
 
-    def update(self, entries: dict[str, dict[str, float]]) -> None:
+    def update(self, entries: dict[str, dict[str, float]], shadow: bool = False) -> None:
         self.entries = entries
+        self.shadow = shadow
         self._resolved.clear()
 
     def active(self) -> bool:
@@ -145,10 +147,13 @@ class ClientQuotas:
                   client_id: str | None) -> float:
         seconds = min(self.sensors.throttle(quota, entity, limit), self.cap)
         if seconds > 0:
-            self.stats.throttled(quota, seconds)
+            shadow = self.shadow
+            self.stats.throttled(quota, seconds, dry_run=shadow)
             if self.events is not None:
-                self.events.throttled(QUOTA_KEYS[quota], client_id, seconds, user)
+                self.events.throttled(QUOTA_KEYS[quota], client_id, seconds, user, shadow)
             self._tell(quota, user, client_id, seconds)
+            if shadow:  # shadow mode: counted and logged as a dry run, not applied
+                return 0.0
         return seconds
 
     def _tell(self, quota: int, user: str, client_id: str | None, seconds: float) -> None:
@@ -159,7 +164,8 @@ class ClientQuotas:
             if len(self._last_log) > 10000:
                 self._last_log.clear()
             self._last_log[key] = now
-            log.info("throttled client-id=%s quota=%s throttle_ms=%d user=%s", client_id,
+            log.info("%s client-id=%s quota=%s throttle_ms=%d user=%s",
+                     "would throttle (shadow mode)" if self.shadow else "throttled", client_id,
                      QUOTA_KEYS[quota], seconds * 1000, user)
 
 

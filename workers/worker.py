@@ -411,7 +411,7 @@ class Worker:
                 self._user_verdict(message)
             elif isinstance(message, ipc.Quotas):
                 if self.services.quotas is not None:
-                    self.services.quotas.update(message.entries)
+                    self.services.quotas.update(message.entries, message.shadow)
             elif isinstance(message, ipc.Credentials):
                 self._scram = message.scram
             elif isinstance(message, ipc.Acls):

@@ -41,7 +41,7 @@ from broker.parent.proxy_reader import ProxyReader
 from broker.parent.refusal_answer import RefusalAnswers
 from broker.shared.config import Listener
 from broker.shared.events import ConnectionAccepted, ConnectionRejected, EventLog
-from shm.block import REJECT_REASONS, SharedBlock
+from shm.block import DRY_RUN_REASONS, REJECT_REASONS, SharedBlock
 
 log = logging.getLogger("broker.parent.acceptor")
 
@@ -137,6 +137,8 @@ class Acceptor:
         self._throttle_cell = block.parent_cell("accept_throttle_ns", index)
         self._rejected_cells = {reason: block.parent_cell("connections_rejected", index, n)
                                 for n, reason in enumerate(REJECT_REASONS)}
+        self._dry_run_cells = {reason: block.parent_cell("connections_dry_run", index, n)
+                               for n, reason in enumerate(DRY_RUN_REASONS)}
         self.events = events
         self._watching = False
         self._blocked_since = 0  # monotonic ns, 0 when not blocked
@@ -183,6 +185,15 @@ class Acceptor:
         if self.events is not None:
             self.events.emit(ConnectionRejected(listener=self.listener.name, ip=ip,
                                                 reason=reason, principal=principal))
+
+    def shadowed(self, reason: str, ip: str = "", principal: str | None = None) -> None:
+        """A connection a limit in shadow mode would have refused (or paused the acceptor
+        for): admitted, counted and logged as a dry run."""
+        self.block.words[self._dry_run_cells[reason]] += 1
+        if self.events is not None:
+            self.events.emit(ConnectionRejected(listener=self.listener.name, ip=ip,
+                                                reason=reason, principal=principal,
+                                                dry_run=True))
 
     def sync_active(self) -> None:
         self.block.words[self._active_cell] = self.quotas.per_listener[self.index]
@@ -307,6 +318,8 @@ class Acceptor:
             self.delayed.hold(fd, now + decision.delay)
             self.rejected("per_ip_rate", ip=address[0])
             return None, 0.0
+        for reason in decision.would:
+            self.shadowed(reason, ip=address[0])
         conn_id = self._next_id()
         self.quotas.opened(conn_id, self.index, address[0])
         if self.events is not None:

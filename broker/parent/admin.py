@@ -490,7 +490,9 @@ class AdminRouter:
 
     def send_quotas(self, worker: WorkerProcess) -> None:
         """The client quotas in force, to one worker (after a change, or when it starts)."""
-        quotas = ipc.Quotas(entries=self.dynamic.stored.client_quotas)
+        quotas = ipc.Quotas(entries=self.dynamic.stored.client_quotas,
+                            shadow=self.dynamic.value("pybroker.shadow.client.quotas")[0]
+                            == "true")
         try:
             worker.channel.send(quotas)
         except OSError:

@@ -17,6 +17,11 @@ decisions the acceptor acts on:
                       principal's count, then its rate: REJECT_USER_LIMIT (per_user_limit),
                       THROTTLE_USER (per_user_rate) or ADMIT, counted from then on
 
+Shadow mode (issue 19): a limit family named in `Limits.shadow` (SHADOW_FAMILIES) observes
+only.  Its connections are admitted, and what would have been done is named in the
+decision's `would` (the acceptor counts it as a dry-run rejection and logs it), so an operator
+sizes a limit on real traffic before enforcing it.
+
 Unlike Kafka, a connection refused for its IP is not charged to the broker and listener
 rates, and per-IP count rejections happen before any rate is touched.  The protected
 (inter-broker) listener, when there is more than one data listener, may exceed max.connections
@@ -41,6 +46,15 @@ from broker.shared.overrides import address_of
 SENSOR_EXPIRY = 3600.0  # an unused per-IP or per-user rate sensor is dropped after an hour, as Kafka
 
 
+# Limit families that can be set to observe only (pybroker.shadow.<family>), and the dry-run
+# reasons each gives (shm.block.DRY_RUN_REASONS counts them).
+SHADOW_FAMILIES = {"max.connections": ("max_connections",),
+                   "connections.per.ip": ("per_ip_limit",),
+                   "connections.per.user": ("per_user_limit",),
+                   "connection.creation.rate": ("per_ip_rate", "creation_rate",
+                                                "per_user_rate")}
+
+
 class Verdict(Enum):
     ADMIT = "admit"
     REJECT_IP_LIMIT = "per_ip_limit"
@@ -53,6 +67,7 @@ class Verdict(Enum):
 class Decision:
     verdict: Verdict
     delay: float = 0.0  # THROTTLE_IP: close after; ADMIT: pause the acceptor for
+    would: tuple[str, ...] = ()  # dry-run reasons: what a shadowed family would have done
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,7 @@ class Limits:
     user_overrides: dict[str, int] = field(default_factory=dict)
     user_creation_rate: int = INT_MAX
     user_rate_overrides: dict[str, int] = field(default_factory=dict)
+    shadow: frozenset[str] = frozenset()  # SHADOW_FAMILIES observing only
 
     def listener_max(self, listener: int) -> int:
         return self.listener_max_connections.get(listener, INT_MAX)
@@ -124,12 +140,16 @@ class ConnectionQuotas:
 
     def room(self, listener: int) -> int:
         """How many more connections this listener may have right now."""
+        if "max.connections" in self.limits.shadow and listener != self.control_plane:
+            return INT_MAX  # observed only: `admit` names what would have been blocked
         free = self.limits.listener_max(listener) - self.per_listener[listener]
         if listener != self.protected and listener != self.control_plane:
             free = min(free, self.limits.max_connections - self.total)
         return max(0, free)
 
     def excess(self) -> int:
+        if "max.connections" in self.limits.shadow:
+            return 0
         return max(0, self.total - self.limits.max_connections)
 
     # --- admission ------------------------------------------------------------------------
@@ -138,16 +158,37 @@ class ConnectionQuotas:
         """Judge one accepted socket; on ADMIT the caller must call `opened` for it."""
         if listener == self.control_plane:
             return Decision(Verdict.ADMIT, self._charge_rates(listener, now))
+        shadow, would = self.limits.shadow, []
         if self.per_ip.get(ip, 0) >= self.limits.per_ip_limit(ip):
-            return Decision(Verdict.REJECT_IP_LIMIT)
-        delay = self._over_rate(self._ip_rates, ip, self.limits.ip_rate(ip), now)
+            if "connections.per.ip" not in shadow:
+                return Decision(Verdict.REJECT_IP_LIMIT)
+            would.append("per_ip_limit")
+        rates_shadowed = "connection.creation.rate" in shadow
+        delay = self._over_rate(self._ip_rates, ip, self.limits.ip_rate(ip), now,
+                                keep=rates_shadowed)
         if delay > 0:
-            return Decision(Verdict.THROTTLE_IP, delay)
-        return Decision(Verdict.ADMIT, self._charge_rates(listener, now))
+            if not rates_shadowed:
+                return Decision(Verdict.THROTTLE_IP, delay)
+            would.append("per_ip_rate")
+        if "max.connections" in shadow and self._over_max(listener):
+            would.append("max_connections")
+        delay = self._charge_rates(listener, now)
+        if delay > 0 and rates_shadowed:
+            would.append("creation_rate")
+            delay = 0.0
+        return Decision(Verdict.ADMIT, delay, tuple(would))
 
-    def _over_rate(self, sensors: dict[str, Rate], key: str, limit: int, now: float) -> float:
+    def _over_max(self, listener: int) -> bool:
+        """Whether one more connection would pass the listener's or the broker's limit."""
+        if self.per_listener[listener] >= self.limits.listener_max(listener):
+            return True
+        return listener != self.protected and self.total >= self.limits.max_connections
+
+    def _over_rate(self, sensors: dict[str, Rate], key: str, limit: int, now: float,
+                   keep: bool = False) -> float:
         """Charge one connection to `key`'s sensor; if that puts it over `limit`, take the
-        charge back (a refused connection is not charged) and return the throttle delay."""
+        charge back (a refused connection is not charged; `keep`: it is admitted all the
+        same, in shadow mode) and return the throttle delay."""
         if limit >= INT_MAX:
             return 0.0
         sensor = sensors.get(key)
@@ -155,7 +196,7 @@ class ConnectionQuotas:
             sensor = sensors[key] = self._sensor()
         sensor.record(1, now)
         delay = sensor.throttle(limit, now, cap=self._window)
-        if delay > 0:
+        if delay > 0 and not keep:
             sensor.record(-1, now)
         return delay
 
@@ -195,20 +236,27 @@ class ConnectionQuotas:
         _decrement(self.per_ip, ip)
         return owner
 
-    def claim_user(self, conn_id: int, user: str, now: float) -> Verdict:
+    def claim_user(self, conn_id: int, user: str, now: float) -> Decision:
         """A connection authenticated as `user`: may it stay?  On ADMIT it counts for the user
         until `closed`.  A connection already gone, already counted, or on the control plane
         (outside the data plane's limits) is admitted without counting."""
         owner = self._owners.get(conn_id)
         if owner is None or owner[0] == self.control_plane or conn_id in self._users:
-            return Verdict.ADMIT
+            return Decision(Verdict.ADMIT)
+        shadow, would = self.limits.shadow, []
         if self.per_user.get(user, 0) >= self.limits.per_user_limit(user):
-            return Verdict.REJECT_USER_LIMIT
-        if self._over_rate(self._user_rates, user, self.limits.user_rate(user), now) > 0:
-            return Verdict.THROTTLE_USER
+            if "connections.per.user" not in shadow:
+                return Decision(Verdict.REJECT_USER_LIMIT)
+            would.append("per_user_limit")
+        rates_shadowed = "connection.creation.rate" in shadow
+        if self._over_rate(self._user_rates, user, self.limits.user_rate(user), now,
+                           keep=rates_shadowed) > 0:
+            if not rates_shadowed:
+                return Decision(Verdict.THROTTLE_USER)
+            would.append("per_user_rate")
         self._users[conn_id] = user
         self.per_user[user] = self.per_user.get(user, 0) + 1
-        return Verdict.ADMIT
+        return Decision(Verdict.ADMIT, would=tuple(would))
 
     def _release_user(self, conn_id: int) -> None:
         user = self._users.pop(conn_id, None)

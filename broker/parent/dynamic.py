@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from broker.parent.admission import Limits
+from broker.parent.admission import SHADOW_FAMILIES, Limits
 from broker.shared.config import LISTENER_KEYS, BrokerConfig, ServerProperties
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import (override_hosts, parse_ip_overrides, parse_user_overrides,
@@ -42,7 +42,7 @@ CONTROL_PLANE_MAX_CONNECTIONS = 100  # unless listener.name.<cp>.max.connections
 @dataclass(frozen=True)
 class DynamicKey:
     name: str
-    kind: str  # "int", "string", "list" (host:N entries) or "users" (user:N entries)
+    kind: str  # "int", "boolean", "string", "list" (host:N entries) or "users" (user:N)
     minimum: int = 0
     doc: str = ""
 
@@ -59,6 +59,10 @@ BROKER_KEYS = {key.name: key for key in (
                "Authenticated connections per second of one principal."),
     DynamicKey("pybroker.max.connection.creation.rate.per.user.overrides", "users", 0,
                "user:N entries."),
+    *(DynamicKey(f"pybroker.shadow.{family}", "boolean", 0,
+                 f"Shadow mode (observe only) for {family}.") for family in SHADOW_FAMILIES),
+    DynamicKey("pybroker.shadow.client.quotas", "boolean", 0,
+               "Shadow mode (observe only) for client quotas."),
 )}
 # Per listener, a dynamic limit must be positive (Kafka's rule).
 LISTENER_DYNAMIC = {name: DynamicKey(name, "int", 1) for name in LISTENER_KEYS}
@@ -197,6 +201,8 @@ class DynamicConfig:
             user_creation_rate=number("pybroker.max.connection.creation.rate.per.user"),
             user_rate_overrides=self._user_overrides(
                 "pybroker.max.connection.creation.rate.per.user.overrides"),
+            shadow=frozenset(family for family in SHADOW_FAMILIES
+                             if self.value(f"pybroker.shadow.{family}")[0] == "true"),
         )
 
     def _user_overrides(self, key: str) -> dict[str, int]:
@@ -237,6 +243,11 @@ class DynamicConfig:
             return
         if spec.kind == "int":
             layer[key] = str(_checked_int(spec, value))
+            return
+        if spec.kind == "boolean":
+            if value.strip().lower() not in ("true", "false"):
+                raise ConfigProblem("invalid_config", f"{key}: {value!r} is not true or false")
+            layer[key] = value.strip().lower()
             return
         current = [item for item in (layer.get(key) or self.value(key)[0] or "").split(",") if item]
         items = [item.strip() for item in value.split(",") if item.strip()]

@@ -145,8 +145,13 @@ class ConnectionLedger:
     def claim_user(self, worker: WorkerProcess, message: ipc.UserClaim) -> None:
         """A connection authenticated: count it for its principal, or refuse it (the worker
         answers the client with an authentication failure and closes it after the delay)."""
-        verdict = self.quotas.claim_user(message.conn_id, message.user, time.monotonic())
-        refused, limit = "", 0
+        decision = self.quotas.claim_user(message.conn_id, message.user, time.monotonic())
+        verdict, refused, limit = decision.verdict, "", 0
+        if decision.would:  # shadow mode: admitted, and counted as it would have been refused
+            listener, ip = self.quotas.owner(message.conn_id)
+            for reason in decision.would:
+                self.acceptors[listener].shadowed(reason, ip=ip,
+                                                  principal=f"User:{message.user}")
         if verdict is not Verdict.ADMIT:
             refused = verdict.value
             limits = self.quotas.limits

@@ -25,8 +25,9 @@ from broker.shared.client_quotas import DEFAULT, QUOTA_KEYS, QuotaSensors
 from broker.shared.config import BrokerConfig
 from broker.shared.constants import INT_MAX
 from broker.shared.pool import SharedPool
-from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BUCKETS, INVALID_REASONS, MUTE_REASONS,
-                       QUOTA_TYPES, REJECT_REASONS, SASL_MECHANISMS, STATE_SERVING, SharedBlock)
+from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DRY_RUN_REASONS, DURATION_BUCKETS,
+                       INVALID_REASONS, MUTE_REASONS, QUOTA_TYPES, REJECT_REASONS,
+                       SASL_MECHANISMS, STATE_SERVING, SharedBlock)
 
 log = logging.getLogger("broker.parent.metrics")
 
@@ -76,6 +77,10 @@ class BlockCollector:
         rejected = CounterMetricFamily("broker_connections_rejected",
                                        "Connections refused or closed by admission",
                                        labels=["listener", "reason"])
+        dry_run = CounterMetricFamily("broker_connections_rejected_dry_run",
+                                      "Connections a limit in shadow mode would have refused "
+                                      "(or paused the acceptor for): admitted",
+                                      labels=["listener", "reason"])
         throttled = CounterMetricFamily("broker_connection_accept_throttle_seconds",
                                         "Time each acceptor paused for a creation-rate limit "
                                         "(KIP-612)", labels=["listener"])
@@ -86,11 +91,14 @@ class BlockCollector:
             for reason_index, reason in enumerate(REJECT_REASONS):
                 rejected.add_metric([name, reason], block.words[
                     block.parent_cell("connections_rejected", index, reason_index)])
+            for reason_index, reason in enumerate(DRY_RUN_REASONS):
+                dry_run.add_metric([name, reason], block.words[
+                    block.parent_cell("connections_dry_run", index, reason_index)])
             accepted.add_metric([name], block.words[block.parent_cell("connections_accepted", index)])
             active.add_metric([name], block.words[block.parent_cell("connections_active", index)])
             blocked.add_metric([name], self.ledger.acceptor_blocked_ns(index) / 1e9)
             throttled.add_metric([name], block.words[block.parent_cell("accept_throttle_ns", index)] / 1e9)
-        yield from (active, accepted, closed, blocked, rejected, throttled)
+        yield from (active, accepted, closed, blocked, rejected, dry_run, throttled)
         yield from self._limits()
         yield self._authentications()
         yield self._denials()
@@ -269,10 +277,15 @@ class BlockCollector:
         block = self.block
         total = CounterMetricFamily("broker_throttle_time_seconds",
                                     "Throttle time handed to clients (KIP-219)", labels=["quota"])
+        dry_run = CounterMetricFamily("broker_throttle_time_dry_run_seconds",
+                                      "Throttle time quotas in shadow mode would have handed "
+                                      "out (not applied)", labels=["quota"])
         histogram = HistogramMetricFamily("broker_throttle_seconds",
                                           "Single throttles handed to clients", labels=["quota"])
         for quota_index, quota in enumerate(QUOTA_TYPES):
             total.add_metric([quota], block.worker_total("throttle_ns", quota_index) / 1e9)
+            dry_run.add_metric([quota],
+                               block.worker_total("throttle_dry_run_ns", quota_index) / 1e9)
             cumulative, buckets = 0, []
             for bucket, bound in enumerate(DURATION_BUCKETS + (float("inf"),)):
                 cumulative += block.worker_total("throttle_bucket", quota_index, bucket)
@@ -293,7 +306,7 @@ class BlockCollector:
                                    labels=["state"])
         in_use.add_metric(["in_use"], self.sensors.in_use())
         in_use.add_metric(["capacity"], self.sensors.entities)
-        yield from (total, histogram, rates, untracked, in_use)
+        yield from (total, dry_run, histogram, rates, untracked, in_use)
 
     def _quota_rates(self, top: int = 10) -> list[tuple[str, str, float]]:
         """(quota, entity, rate) of the busiest named entities, per quota type."""

@@ -174,6 +174,21 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_proxy_protocol_timeout_ms: Annotated[int, _doc(
         "A PROXY header not whole this long after the connection was accepted closes it "
         "(proxy_timeout).", ge=10)] = 3000
+    pybroker_shadow_max_connections: Annotated[bool, _doc(
+        "Shadow mode for max.connections and the listeners' max.connections: observe only "
+        "(what would have been blocked is counted in broker_connections_rejected_dry_run_"
+        "total and logged). Dynamic.")] = False
+    pybroker_shadow_connections_per_ip: Annotated[bool, _doc(
+        "Shadow mode for max.connections.per.ip and its overrides. Dynamic.")] = False
+    pybroker_shadow_connections_per_user: Annotated[bool, _doc(
+        "Shadow mode for pybroker.max.connections.per.user and its overrides. Dynamic.")] = False
+    pybroker_shadow_connection_creation_rate: Annotated[bool, _doc(
+        "Shadow mode for every connection creation rate (broker, listener, IP, user). "
+        "Dynamic.")] = False
+    pybroker_shadow_client_quotas: Annotated[bool, _doc(
+        "Shadow mode for client quotas (byte rates, request percentage): throttles are counted "
+        "in broker_throttle_time_dry_run_seconds_total and logged, not applied. The memory "
+        "pool's muting has no shadow mode. Dynamic.")] = False
     pybroker_connection_refusal_answer_enable: Annotated[bool, _doc(
         "Answer the first request of a connection refused for max.connections.per.ip: an "
         "ApiVersions gets POLICY_VIOLATION, which clients log, and the connection is closed "

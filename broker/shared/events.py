@@ -13,7 +13,10 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
     connection_rejected  parent      refused by admission           listener, ip, reason
                                      (per_ip_limit, per_ip_rate,    (per_ip_limit, per_ip_rate,
                                      evicted), or once              evicted, per_user_limit,
-                                     authenticated (per_user_*)     per_user_rate), principal
+                                     authenticated (per_user_*);    per_user_rate, proxy_*,
+                                     dry_run: a limit in shadow     max_connections,
+                                     mode would have (admitted)     creation_rate), principal,
+                                                                    dry_run
     connection_closed    worker      a registered connection ended  listener, ip, conn_id, reason,
                                                                     client_id, principal,
                                                                     lifetime_ms,
@@ -111,6 +114,7 @@ class ConnectionRejected(Event, tag="connection_rejected", kw_only=True):
     ip: str
     reason: str
     principal: str | None = None  # per_user_limit, per_user_rate: who was over the limit
+    dry_run: bool = False  # shadow mode: admitted; this is what the limit would have done
 
 
 class ConnectionClosed(Event, tag="connection_closed", kw_only=True):
@@ -174,6 +178,7 @@ class Throttle(Event, tag="throttle", kw_only=True):
     user: str = "ANONYMOUS"  # the principal's name (SASL, or a client certificate)
     quota: str
     throttle_ms: int
+    dry_run: bool = False  # shadow mode: not applied; this is what the quota would have done
 
 
 class ConfigChanged(Event, tag="config_changed", kw_only=True):

@@ -89,6 +89,7 @@ class Quotas(msgspec.Struct, tag=True, frozen=True):
     """The client quotas in force (entity key -> {quota key: value}), after every change."""
 
     entries: dict[str, dict[str, float]]
+    shadow: bool = False  # pybroker.shadow.client.quotas: throttles counted, not applied
 
 
 class Tls(msgspec.Struct, tag=True, frozen=True):

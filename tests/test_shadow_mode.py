@@ -1,0 +1,88 @@
+"""Shadow mode (issue 19, item 3): limits that observe only.  Connections over a shadowed
+per-IP limit are admitted and counted as dry runs until the limit is switched to enforce
+(dynamically); a client over a shadowed quota is not throttled, its would-be throttle is
+counted, and once switched it is throttled."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+
+import pytest
+
+from tests.batches import make_batch
+from tests.harness import BrokerProcess, wait_until
+from tests.wire import (KafkaSocket, alter_client_quota, alter_raw, api_versions_request,
+                        create_topic, decode_response, produce_request)
+
+pytestmark = pytest.mark.system
+POLICY_VIOLATION = 44
+
+
+@pytest.fixture(scope="module")
+def broker():
+    overrides = {"max.connections.per.ip.overrides": "127.0.0.1:1",
+                 "pybroker.shadow.connections.per.ip": "true",
+                 "pybroker.shadow.client.quotas": "true"}
+    with BrokerProcess(workers=2, overrides=overrides) as running:
+        yield running
+
+
+def dry_runs(broker, reason: str) -> float:
+    return broker.metric("broker_connections_rejected_dry_run_total", listener="PLAINTEXT",
+                         reason=reason)
+
+
+def first_answer_error(broker) -> int:
+    """Connect, ask ApiVersions; the error code answered (0: served)."""
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+        client.send(api_versions_request(version=0, correlation_id=4))
+        return decode_response(18, 0, client.receive())[1].error_code
+
+
+def test_a_shadowed_per_ip_limit_counts_then_enforces_after_a_dynamic_switch(broker):
+    address = broker.listeners["PLAINTEXT"]
+    assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "maybe") != 0
+    before = dry_runs(broker, "per_ip_limit")
+    held = [KafkaSocket(address) for _ in range(3)]  # the limit is 1
+    try:
+        for client in held:
+            client.send(api_versions_request(correlation_id=8))
+            assert struct.unpack_from(">i", client.receive())[0] == 8  # all served
+        wait_until(lambda: dry_runs(broker, "per_ip_limit") == before + 2)
+        assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
+                             reason="per_ip_limit") == 0
+        # The switch goes through one more connection: still admitted, one more dry run.
+        assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "false") == 0
+        assert first_answer_error(broker) == POLICY_VIOLATION  # enforced now
+        assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
+                             reason="per_ip_limit") == 1
+    finally:
+        for client in held:
+            client.close()
+    wait_until(lambda: first_answer_error(broker) == 0)  # back under the limit
+    assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "true") == 0
+
+
+def produce_throttle_ms(client: KafkaSocket, correlation: int) -> int:
+    client.send(produce_request("shadowed", make_batch(100, value_size=1000),
+                                correlation_id=correlation))
+    _, body = decode_response(0, 9, client.receive())
+    assert body.responses[0].partition_responses[0].error_code == 0
+    return body.throttle_time // datetime.timedelta(milliseconds=1)
+
+
+def test_a_shadowed_quota_throttles_no_one_and_counts_what_it_would_have(broker):
+    address = broker.listeners["PLAINTEXT"]
+    create_topic(broker.bootstrap, "shadowed")
+    assert alter_client_quota(address, {"client-id": "test"}, "producer_byte_rate", 50_000) == 0
+    with KafkaSocket(address) as client:  # 100 KB a request, twice the quota a second
+        throttles = [produce_throttle_ms(client, n) for n in range(10)]
+        assert throttles == [0] * 10
+        assert broker.metric("broker_throttle_time_dry_run_seconds_total",
+                             quota="producer_byte_rate") > 0
+        assert broker.metric("broker_throttle_time_seconds_total",
+                             quota="producer_byte_rate") == 0
+        assert alter_raw(address, "0", "pybroker.shadow.client.quotas", "false") == 0
+        wait_until(lambda: produce_throttle_ms(client, 99) > 0, timeout=10)
+    assert broker.metric("broker_throttle_time_seconds_total", quota="producer_byte_rate") > 0
