@@ -8,7 +8,7 @@ they are closed at once, as without this feature); a first request is read for a
 `read_timeout` and `MAX_FIRST_REQUEST_BYTES` (more, or anything else than ApiVersions, and the
 socket is closed without an answer); the held sockets go to the acceptor's DelayedCloser,
 which has its own bound.  Cost: about 35 us of the parent's loop per refused connection
-against 18 us for a plain close (connclient storms; the script is in the issue 19 note).
+against 18 us for a plain close (connclient storms: loadtest/bench/protections.py).
 
 The error code is POLICY_VIOLATION (44): what the clients print for it names a broker policy
 (kafka-python: PolicyViolationError, librdkafka: "Broker: Policy violation"), which is what a

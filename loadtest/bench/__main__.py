@@ -19,6 +19,7 @@ from loadtest.bench.groups import group_figures
 from loadtest.bench.log import produce_consume
 from loadtest.bench.memory import memory_burst
 from loadtest.bench.pipeline import pipeline_throughput
+from loadtest.bench.protections import never_readers, refusal_costs
 from loadtest.bench.report import summarize
 from loadtest.bench.requests import broker_rates, echo_rates
 from loadtest.bench.security import security_costs
@@ -41,6 +42,8 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures.update(authorization_costs(seconds))
     figures.update(handler_costs())
     figures.update(fetch_session_costs())
+    figures.update(never_readers())
+    figures.update(refusal_costs(seconds))
     return figures
 
 

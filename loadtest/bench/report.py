@@ -78,6 +78,9 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     session_missed, session_errors = _print_sessions(passes)
     errors += session_errors
     missed += session_missed
+    protection_missed, protection_errors = _print_protections(passes)
+    errors += protection_errors
+    missed += protection_missed
     print(f"\n{'ratio (same pass)':58} {'median (min-max)':>18}  target")
     for measured_names, baseline, target in TARGETS:
         best = 0.0
@@ -163,6 +166,37 @@ def _print_authorization(passes) -> tuple[int, int]:
             print(f"{kind + ', authorizer on / off, ' + where:58} "
                   f"{statistics.median(ratios):>6.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
                   f">= {ACL_TARGET} {'met' if met else 'MISSED'}")
+    return missed, errors
+
+
+NEVER_READERS_TARGET = 1.5  # issue 19: ApiVersions p99 with 300 never-readers / without
+REFUSAL_COST_TARGET = 2.5  # parent CPU per refused connection, answered / closed
+
+
+def _print_protections(passes) -> tuple[int, int]:
+    """Issue 19's protections; returns (goals missed, errors)."""
+    if "never readers quiet" not in passes[0]:
+        return 0, 0
+    quiet = [p["never readers quiet"]["p99_us"] for p in passes]
+    busy = [p["never readers 300"]["p99_us"] for p in passes]
+    errors = sum(p["never readers 300"]["errors"] for p in passes)
+    print(f"\n{'ApiVersions p99, one client':48} {'quiet us':>9} {'300 never-readers us':>21}")
+    print(f"{'median (min-max)':48} {statistics.median(quiet):>9,.0f} "
+          f"{statistics.median(busy):>21,.0f}")
+    errors += _print_rows(passes, "refused for the per-IP limit", "refusals ")
+    ratios = [b / max(q, 1e-9) for q, b in zip(quiet, busy)]
+    costs = [(p["refusals answered"]["server_cpu"] / max(1, p["refusals answered"]["count"]))
+             / max(1e-12, p["refusals closed"]["server_cpu"]
+                   / max(1, p["refusals closed"]["count"])) for p in passes]
+    missed = 0
+    for name, values, target, met in (
+            ("p99 with 300 never-readers / without", ratios, f"<= {NEVER_READERS_TARGET}",
+             statistics.median(ratios) <= NEVER_READERS_TARGET),
+            ("parent CPU per refusal, answered / closed", costs, f"<= {REFUSAL_COST_TARGET}",
+             statistics.median(costs) <= REFUSAL_COST_TARGET)):
+        missed += not met
+        print(f"{name:58} {statistics.median(values):>6.2f} ({min(values):.2f}-"
+              f"{max(values):.2f})  {target} {'met' if met else 'MISSED'}")
     return missed, errors
 
 
