@@ -69,10 +69,25 @@ class Parent:
         return service.handle(frame, 0, "127.0.0.1:1")
 
 
+def ask(loop: asyncio.AbstractEventLoop, router, frame: bytes):
+    """The router's answer to a frame, asked as a worker asks: inside its running loop.  An
+    answer that would take more turns (a long poll, a rebalance wait, CreatePartitions built
+    a slice per turn) is cancelled, and the loop turned once so its work sees that and stops."""
+    async def once():
+        answer = router.handle(memoryview(frame).toreadonly(), 0)
+        if isinstance(answer, asyncio.Future):
+            answer.cancel()
+            await asyncio.sleep(0)
+        return answer
+    return loop.run_until_complete(once())
+
+
 @pytest.fixture(scope="module")
 def services(tmp_path_factory):
     parent = Parent(str(tmp_path_factory.mktemp("parent")))
-    yield make_router(str(tmp_path_factory.mktemp("worker"))), parent
+    loop = asyncio.new_event_loop()
+    yield make_router(str(tmp_path_factory.mktemp("worker"))), parent, loop
+    loop.close()
     parent.close()
 
 
@@ -80,14 +95,35 @@ def services(tmp_path_factory):
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_every_advertised_version_is_answered(services, api_key, version, data):
-    router, parent = services
+    router, parent, loop = services
     body = data.draw(st.from_type(load_request_schema(api_key, version)))
     frame = frame_of(api_key, version, body)
     try:
-        answer = router.handle(memoryview(frame).toreadonly(), 0)
+        answer = ask(loop, router, frame)
     except InvalidRequest:
         return  # closed with a metric: what Kafka does with requests it cannot serve
     if isinstance(answer, ForwardRequest):
         answer = parent.handle(answer.frame)
     assert answer is None or isinstance(answer, (bytes, asyncio.Future)) or \
         type(answer).__name__ == "Throttled"
+
+
+def test_a_create_partitions_built_over_several_turns_is_asked_inside_the_loop(services):
+    """What the sweep once drew (CreatePartitions growing an existing topic by 68, more than
+    one loop turn builds): a worker always has a running loop, and so does the sweep now."""
+    import datetime
+
+    from tests.test_group_coordinator import request
+
+    router, _parent, loop = services
+    create = request(19, 5, {"topics": [{"name": "grown", "num_partitions": 1,
+                                         "replication_factor": 1, "assignments": [],
+                                         "configs": []}],
+                             "timeout": datetime.timedelta(seconds=5), "validate_only": False})
+    assert isinstance(ask(loop, router, create), bytes)
+    grow = request(37, 3, {"topics": [{"name": "grown", "count": 69, "assignments": None}],
+                           "timeout": datetime.timedelta(0), "validate_only": False})
+    answer = ask(loop, router, grow)
+    assert isinstance(answer, asyncio.Future) and answer.cancelled()
+    registry = router.apis[37].services.registry
+    assert registry.get("grown").partitions == 1  # cancelled mid-build: nothing committed

@@ -189,15 +189,17 @@ def handlers(data: bytes) -> None:
     """`data` is a whole request frame (a captured one, mutated)."""
     from workers.handlers import ForwardRequest, InvalidRequest
 
-    router, parent = _services()
+    from tests.test_api_sweep import ask
+
+    router, parent, loop = _services()
     try:
-        answer = router.handle(memoryview(data).toreadonly(), 0)
+        answer = ask(loop, router, data)  # in a running loop, as a worker asks
     except InvalidRequest:
         return
     if isinstance(answer, ForwardRequest):
         answer = parent.handle(answer.frame)
     if isinstance(answer, asyncio.Future):
-        answer.cancel()  # a long poll or a rebalance wait: not what this target looks at
+        answer.cancel()  # a rebalance wait: not what this target looks at
 
 
 def _services():
@@ -206,7 +208,8 @@ def _services():
         from tests.test_connection import make_router
 
         _WORKERS["services"] = (make_router(tempfile.mkdtemp(prefix="fuzz-worker-")),
-                                Parent(tempfile.mkdtemp(prefix="fuzz-parent-")))
+                                Parent(tempfile.mkdtemp(prefix="fuzz-parent-")),
+                                asyncio.new_event_loop())
     return _WORKERS["services"]
 
 
