@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 8
+LAYOUT_VERSION = 9
 HEADER_BYTES = 128
 HEADER = struct.Struct("=8sqqqqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
@@ -93,10 +93,12 @@ WORKER_COUNTERS = (
     ("cpu_ns", ()),  # CPU time this worker process used, refreshed every tick
     ("idle_ppm", ()),  # a gauge: share of the last tick not spent on CPU, in millionths
     # Client quota sensors (broker/shared/client_quotas.py): this worker's share of each
-    # entity's windows.
+    # entity's windows (the measured rate) and of its token bucket (the throttle).
     ("quota_window", ("quota_type", "quota_entity", "quota_window")),  # window id of the count
     ("quota_count", ("quota_type", "quota_entity", "quota_window")),
     ("quota_last", ("quota_entity",)),  # the last window this worker counted for the entity
+    ("quota_spent_ns", ("quota_type", "quota_entity")),  # quota time this worker charged
+    ("quota_origin_ns", ("quota_type", "quota_entity")),  # its latest bucket origin (a maximum)
     ("quota_untracked", ()),  # requests of clients the full sensor table could not track
     ("authentications", ("listener", "sasl_mechanism", "auth_result")),  # SASL outcomes
     ("authorization_denied", ("api",)),  # requests (resources) the ACLs refused
@@ -104,9 +106,12 @@ WORKER_COUNTERS = (
     ("fetch_session_partitions", ()),  # a gauge: partitions those sessions remember
     ("fetch_session_evictions", ()),
 )
+# Cells whose readers take the greatest over the slots: the archive keeps the greatest.
+WORKER_MAXIMA = frozenset({"quota_origin_ns"})
 # Cells that hold a current value, not a running total: a dead worker's are dropped, not archived.
 WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns",
                            "idle_ppm", "quota_window", "quota_count", "quota_last",
+
                            "fetch_sessions", "fetch_session_partitions"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -372,8 +377,12 @@ class SharedBlock:
         """Parent, after a worker died: add its counters to the archive, then free the slot."""
         base, archive = self.slot_base(slot), self.slot_base(self.archive_slot)
         gauges = {word for name in WORKER_GAUGES for word in self._cells_of(name)}
+        maxima = {word for name in WORKER_MAXIMA for word in self._cells_of(name)}
+        words = self.words
         for word in range(SLOT_FIELDS, self.worker_table.words):
-            if word not in gauges:
-                self.words[archive + word] += self.words[base + word]
-            self.words[base + word] = 0
+            if word in maxima:
+                words[archive + word] = max(words[archive + word], words[base + word])
+            elif word not in gauges:
+                words[archive + word] += words[base + word]
+            words[base + word] = 0
         self.words[base + 2] = STATE_FREE

@@ -2,6 +2,7 @@
 
 import asyncio
 import collections
+import os
 import threading
 import time
 
@@ -15,79 +16,83 @@ from tests.wire import (KafkaSocket, alter_client_quota, create_topic, decode_re
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 MB = 1_000_000
-QUOTA = {"pybroker.quota.burst.windows": "1"}  # a 1-window burst keeps 10 s measurements tight
+# Kafka's windowed rate overshot most with few windows (issue 19: 1.26 MB/s for one producer,
+# 1.74 MB/s for three sharing a client id): the token bucket holds the quota within 5 %.
+QUOTA = {"quota.window.num": "2"}  # a burst of 1 window: 2 s are past it
 
 
-def log_end(bootstrap, topic) -> int:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="probe")
-    try:
-        return consumer.end_offsets([TopicPartition(topic, 0)])[TopicPartition(topic, 0)]
-    finally:
-        consumer.close()
+def log_bytes(broker, topic) -> int:
+    """Bytes of record batches in the topic's log: what the quota counts, bar request headers."""
+    directory = os.path.join(broker.data_dir, "logs", f"{topic}-0")
+    return sum(os.path.getsize(os.path.join(directory, name))
+               for name in os.listdir(directory) if name.endswith(".log"))
 
 
-def measured_rate(bootstrap, topic, produce_forever, record_bytes=1000) -> float:
-    """Bytes per second appended between 2 s and 12 s while `produce_forever(stop)` runs."""
+def measured_rates(broker, feeders: dict) -> dict[str, float]:
+    """Bytes per second each topic grew by between 2 s and 12 s while every `feeders[topic]
+    (stop)` runs at once (each client has its own quota)."""
     stop = threading.Event()
-    thread = threading.Thread(target=produce_forever, args=(stop,))
-    thread.start()
+    threads = [threading.Thread(target=feed, args=(stop,)) for feed in feeders.values()]
+    for thread in threads:
+        thread.start()
     try:
         time.sleep(2.0)  # past the initial burst
-        start, started = log_end(bootstrap, topic), time.monotonic()
+        start, started = {t: log_bytes(broker, t) for t in feeders}, time.monotonic()
         time.sleep(10.0)  # the measured window itself
-        end, ended = log_end(bootstrap, topic), time.monotonic()
+        end, ended = {t: log_bytes(broker, t) for t in feeders}, time.monotonic()
     finally:
         stop.set()
-        thread.join(60)
-    return (end - start) * record_bytes / (ended - started)
+        for thread in threads:
+            thread.join(60)
+    return {topic: (end[topic] - start[topic]) / (ended - started) for topic in feeders}
 
 
 @pytest.fixture(scope="module")
 def broker():
     with BrokerProcess(workers=2, overrides=QUOTA) as running:
         address = running.listeners["PLAINTEXT"]
-        for client in ("confluent", "aio", "kpy"):
+        for client in ("confluent", "aio", "kpy", "shared"):
             assert alter_client_quota(address, {"client-id": client}, "producer_byte_rate", MB) == 0
             create_topic(running.bootstrap, f"q-{client}")
         yield running
 
 
-def test_confluent_kafka_is_held_to_its_byte_rate_without_timeouts(broker):
+def confluent_feeder(broker, client_id: str, connections: int, errors: list):
+    """`connections` confluent-kafka producers of one client id offering far more than 1 MB/s;
+    batches of at most 100 KB, a tenth of a second of quota each."""
     from confluent_kafka import Producer
 
-    errors = []
-    # Batches of 100 KB: one batch past the quota is how far a throttle can overshoot.
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "confluent",
-                         "acks": 1, "linger.ms": 5, "batch.size": 100000,
-                         "queue.buffering.max.kbytes": 2097151, "message.timeout.ms": 120000})
+    producers = [Producer({"bootstrap.servers": broker.bootstrap, "client.id": client_id,
+                           "acks": 1, "linger.ms": 5, "batch.size": 100000,
+                           "max.in.flight.requests.per.connection": 5,
+                           "queue.buffering.max.kbytes": 4096, "message.timeout.ms": 120000})
+                 for _ in range(connections)]
 
-    def produce_forever(stop):  # offers 10 MB/s
+    def feed(stop):
+        def delivered(err, _msg):
+            if err is not None and not stop.is_set():  # the purge at the end is no failure
+                errors.append(err)
+
         while not stop.is_set():
-            for _ in range(100):
-                try:
-                    producer.produce("q-confluent", b"x" * 1000,
-                                     on_delivery=lambda err, msg: err and errors.append(err))
-                except BufferError:
-                    producer.poll(0.01)
-            producer.poll(0)
-            time.sleep(0.01)
+            for producer in producers:
+                for _ in range(50):
+                    try:
+                        producer.produce(f"q-{client_id}", b"x" * 10240, on_delivery=delivered)
+                    except BufferError:
+                        break
+                producer.poll(0)
+            time.sleep(0.005)
+        for producer in producers:
+            producer.purge()  # the backlog offered beyond the quota is not this test's business
+            producer.flush(10)
 
-    rate = measured_rate(broker.bootstrap, "q-confluent", produce_forever)
-    assert 0.9 * MB <= rate <= 1.1 * MB, rate
-    assert errors == []  # no request timed out while held back
-    producer.purge()  # the backlog offered beyond the quota is not this test's business
-    producer.flush(10)
-    assert broker.metric("broker_throttle_time_seconds_total", quota="producer_byte_rate") > 1
+    return feed
 
 
-def test_aiokafka_is_held_to_its_byte_rate(broker):
+def aiokafka_feeder(broker, failures: list):
     from aiokafka import AIOKafkaProducer
 
-    failures = []
-
-    def produce_forever(stop):
+    def feed(stop):
         async def run():
             producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, client_id="aio",
                                         request_timeout_ms=60000, linger_ms=5)
@@ -105,15 +110,13 @@ def test_aiokafka_is_held_to_its_byte_rate(broker):
 
         asyncio.run(run())
 
-    rate = measured_rate(broker.bootstrap, "q-aio", produce_forever)
-    assert 0.9 * MB <= rate <= 1.1 * MB, rate
-    assert failures == []
+    return feed
 
 
-def test_kafka_python_honours_the_throttle_without_double_throttling(broker):
+def kafka_python_feeder(broker):
     from kafka import KafkaProducer
 
-    def produce_forever(stop):
+    def feed(stop):
         # At most 1,000 records (1 MB) in flight: the backlog drains within the close's
         # timeout (a close that times out leaves a producer whose finalizer raises).
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="kpy", acks=1,
@@ -127,34 +130,26 @@ def test_kafka_python_honours_the_throttle_without_double_throttling(broker):
         finally:
             producer.close(timeout=15)
 
-    # Were the client's own back-off and the broker's mute added up, the rate would halve.
-    rate = measured_rate(broker.bootstrap, "q-kpy", produce_forever)
-    assert 0.9 * MB <= rate <= 1.1 * MB, rate
+    return feed
 
 
-def test_one_client_id_on_two_workers_gets_one_quota():
-    with BrokerProcess(workers=2, overrides=QUOTA) as broker:
-        address = broker.listeners["PLAINTEXT"]
-        assert alter_client_quota(address, {"client-id": "test"}, "producer_byte_rate", 200_000) == 0
-        create_topic(broker.bootstrap, "shared-quota")
-        batch = make_batch(10, value_size=1000)  # ~10 KB per request
-
-        def produce_forever(stop):
-            def one_connection():  # consecutive connections land on different workers
-                with KafkaSocket(address, timeout=30) as client:
-                    while not stop.is_set():
-                        client.send(produce_request("shared-quota", batch))
-                        assert produce_errors(client.receive())[0][0] == 0
-
-            threads = [threading.Thread(target=one_connection) for _ in range(2)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-
-        rate = measured_rate(broker.bootstrap, "shared-quota", produce_forever,
-                             record_bytes=len(batch) / 10)
-        assert 0.85 * 200_000 <= rate <= 1.15 * 200_000, rate
+def test_every_client_is_held_to_its_byte_rate_within_five_percent(broker):
+    """Four clients at once, each under its own 1 MB/s quota:
+    - confluent-kafka (librdkafka ignores throttle_time_ms: the mute holds it) without a
+      request timing out;
+    - aiokafka (ignores it too);
+    - kafka-python, which honours it: were its back-off and the mute added up, it would halve;
+    - three confluent-kafka producers of one client id, which the acceptor deals over both
+      workers: each connection's throttle counts what the other two sent."""
+    errors, failures = [], []
+    rates = measured_rates(broker, {
+        "q-confluent": confluent_feeder(broker, "confluent", 1, errors),
+        "q-aio": aiokafka_feeder(broker, failures),
+        "q-kpy": kafka_python_feeder(broker),
+        "q-shared": confluent_feeder(broker, "shared", 3, errors)})
+    assert all(0.95 * MB <= rate <= 1.05 * MB for rate in rates.values()), rates
+    assert errors == [] and failures == []
+    assert broker.metric("broker_throttle_time_seconds_total", quota="producer_byte_rate") > 1
 
 
 def test_a_consumer_over_its_quota_gets_empty_throttled_fetches(tmp_path):

@@ -176,7 +176,8 @@ def test_quota_sensors_are_reused_after_idling_and_never_shared(tmp_path):
     block = SharedBlock.create(str(tmp_path / "block"), slots=2, listeners=1, quota_entities=16,
                                quota_windows=2)
     try:
-        first, second = (QuotaSensors(block, slot, 1.0, 2, None, slots=2) for slot in (0, 1))
+        first, second = (QuotaSensors(block, slot, 1.0, 2, None, slots=2, max_throttle_seconds=10)
+                         for slot in (0, 1))
         t0 = 1_000 * 10**9
         held = {}
         for n in range(16):  # from two workers: one table

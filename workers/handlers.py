@@ -134,7 +134,7 @@ class Router:
         if api.forwarded:  # decoded here first, so the parent only sees frames that decode
             return ForwardRequest(request)
         ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header, user,
-                             host)
+                             host, len(request))
         quotas = self.quotas
         if quotas is not None and quotas.active():
             return quotas.timed(api.handle, ctx, body)

@@ -1,10 +1,10 @@
 """Client quotas inside a worker: which throttle a request earns (KIP-219).
 
 The quota values come from the parent (IPC `Quotas`) and the static defaults; the sensors are
-broker-wide (broker.shared.client_quotas.QuotaSensors over the shared block).  Produce records
-the request size after the append; Fetch first checks whether the client is already over its quota (a
-throttled fetch is answered empty, without reading data that would be thrown away), then
-records what it returns.  Every throttle is capped by `pybroker.quota.max.throttle.ms`;
+broker-wide token buckets (broker.shared.client_quotas.QuotaSensors over the shared block).
+Produce charges the request's size, as Kafka, after the append; Fetch first checks whether the
+client already owes quota time (a throttled fetch is answered empty, without reading data that
+would be thrown away), then charges what it returns.  Every throttle is capped by `pybroker.quota.max.throttle.ms`;
 client ids in `pybroker.quota.exempt.client.ids` are never throttled.
 """
 
@@ -120,15 +120,15 @@ class ClientQuotas:
         if found is None:
             return 0.0
         limit, entity = found
-        self.sensors.record(quota, entity, amount)
-        return self._throttle(quota, entity, limit, user, client_id)
+        return self._throttle(quota, self.sensors.charge(quota, entity, amount, limit), user,
+                              client_id)
 
     def current(self, quota: int, user: str, client_id: str | None) -> float:
         """The throttle the client has already earned, recording nothing."""
         found = self._quota(quota, user, client_id)
         if found is None:
             return 0.0
-        return self._throttle(quota, found[1], found[0], user, client_id)
+        return self._throttle(quota, self.sensors.owed(quota, found[1]), user, client_id)
 
     def timed(self, handle, ctx, body):
         """Run a handler and charge its time to the request_percentage quota (percent of one
@@ -143,9 +143,10 @@ class ClientQuotas:
         return Throttled(response, max(1, int(seconds * 1000)),
                          delay=not throttle_applies_client_side(ctx.api_key, ctx.version))
 
-    def _throttle(self, quota: int, entity: int, limit: float, user: str,
-                  client_id: str | None) -> float:
-        seconds = min(self.sensors.throttle(quota, entity, limit), self.cap)
+    def _throttle(self, quota: int, owed: float, user: str, client_id: str | None) -> float:
+        """The throttle of a client owing `owed` seconds of quota: capped, counted, logged,
+        and 0 in shadow mode."""
+        seconds = min(owed, self.cap)
         if seconds > 0:
             shadow = self.shadow
             self.stats.throttled(quota, seconds, dry_run=shadow)

@@ -94,9 +94,7 @@ class Worker:
             tuple(item.name for item in config.listeners), API_NAMES)
         self.control_plane = boot.control_plane
         if not self.control_plane:  # the control plane is exempt from client quotas
-            sensors = QuotaSensors(block, boot.slot, props.quota_window_size_seconds,
-                                   props.quota_window_num, props.pybroker_quota_burst_windows,
-                                   props.num_network_threads)
+            sensors = QuotaSensors.of(block, boot.slot, props)
             self.services.quotas = ClientQuotas(props, sensors, self.stats, self.events)
         guard.limits.max_entries = props.pybroker_request_max_entries
         self.services.sessions = self._fetch_sessions(config, block, boot.slot)

@@ -314,10 +314,7 @@ class ParentServices:
     def _start_metrics(self) -> None:
         if self.config.prometheus is None:
             return
-        props = self.config.props
-        sensors = QuotaSensors(self.block, -1, props.quota_window_size_seconds,
-                               props.quota_window_num, props.pybroker_quota_burst_windows,
-                               props.num_network_threads)  # read-only: the parent never claims
+        sensors = QuotaSensors.of(self.block, -1, self.config.props)  # read-only: never claims
         collector = BlockCollector(self.block, self.config, self.ledger, self.pool, sensors,
                                    self.dynamic, self.workers, self.metrics_lock)
         host, port = self.config.prometheus

@@ -12,13 +12,34 @@ then the static defaults (`quota.producer.default`, `quota.consumer.default`,
 user or client its own allowance: the sensor is keyed by the real names.  The user is
 ANONYMOUS until authentication exists.
 
-**Broker-wide sensors.**  A client's connections may sit on several workers, so its rate is
+**Broker-wide sensors.**  A client's connections may sit on several workers, so its usage is
 summed over all of them: each sensor is an entity of the shared block's quota table (a hash of
-its key, claimed under `quota_lock`), and each worker counts into its own slot's windows of it
-(one writer per cell).  Windows are aligned to multiples of `quota.window.size.seconds`, so
-every worker agrees on them; the rate and the throttle time follow Kafka's Rate (see
-broker.parent.rates): sum of the last `quota.window.num` windows over the time since the oldest,
-never less than `pybroker.quota.burst.windows` windows, and throttle = (O - T) / T x that time.
+its key, claimed under `quota_lock`), and each worker writes only its own slot's cells of it.
+
+**The throttle: a token bucket in time units (GCRA).**  Kafka's windowed Rate lets a client
+overshoot: its estimate lags behind a burst, samples expire during long throttles, and
+connections of one client on other workers keep sending while one is muted.  Here a sensor
+keeps a "due" time instead: the moment the client's usage so far is paid for at its limit.
+
+    due      = max over workers of origin_w  +  sum over workers of spent_w
+    charge   : spent_self += amount / limit          (nanoseconds of quota; monotonic)
+    full     : due >= now - burst, else origin_self = now - burst - sum spent   (before charging)
+    throttle = due - now, when positive
+
+`burst` is `pybroker.quota.burst.windows` x `quota.window.size.seconds` (Kafka's fresh-sensor
+burst: limit x (N-1) x W events pass at once).  Every request is charged at the limit in force
+when it is served, so a changed quota applies from then on; a debt more than one rate span
+past `pybroker.quota.max.throttle.ms` is forgiven (as Kafka's samples expire), so a lowered or
+raised quota, or a sensor taken over by a new client, cannot carry an unbounded past.  Because
+each worker's spent only grows and the origin only moves forward, no update is lost to a race
+between workers, and a connection's throttle counts what the client's other connections sent:
+the held rate is the limit, give or take the requests in flight, for any number of connections.
+The parent archives a dead worker's spent (summed) and origin (the latest), so what a client
+owes survives a worker's restart.
+
+**The measured rate** (the `broker_quota_rate` metric) still follows Kafka's Rate over windows
+aligned to multiples of `quota.window.size.seconds`: sum of the last `quota.window.num` windows
+over the time since the oldest, never less than the burst windows (see broker.parent.rates).
 """
 
 from __future__ import annotations
@@ -84,7 +105,8 @@ class QuotaSensors:
     """
 
     def __init__(self, block: SharedBlock, slot: int, window_seconds: float, samples: int,
-                 burst_windows: int | None, slots: int | None = None):
+                 burst_windows: int | None, slots: int | None = None, *,
+                 max_throttle_seconds: float):
         if samples > block.quota_windows:
             raise ValueError(f"quota.window.num {samples} is above the block's "
                              f"{block.quota_windows} windows")
@@ -94,6 +116,8 @@ class QuotaSensors:
         self.window_ns = int(window_seconds * 1e9)
         self.samples = samples
         self.burst = samples - 1 if burst_windows is None else burst_windows
+        self.burst_ns = self.burst * self.window_ns
+        self.most_owed_ns = int(max_throttle_seconds * 1e9) + samples * self.window_ns
         self.entities = block.quota_entities
         self._windows = block.quota_windows
         self._entities: dict[str, tuple[int, int]] = {}  # key -> (index, hash), checked on use
@@ -101,7 +125,19 @@ class QuotaSensors:
         self._window_base = [block.worker_cell(s, "quota_window", 0, 0, 0) for s in self._slots]
         self._count_base = [block.worker_cell(s, "quota_count", 0, 0, 0) for s in self._slots]
         self._last_base = [block.worker_cell(s, "quota_last", 0) for s in self._slots]
+        bucket_slots = (*self._slots, block.archive_slot)  # a dead worker's bucket is archived
+        self._origin_base = [block.worker_cell(s, "quota_origin_ns", 0, 0) for s in bucket_slots]
+        self._spent_base = [block.worker_cell(s, "quota_spent_ns", 0, 0) for s in bucket_slots]
+        self._carry: dict[int, float] = {}  # bucket cell -> fraction of a nanosecond not charged
         self._table = block.parent_cell("quota_entity", 0)
+
+    @classmethod
+    def of(cls, block: SharedBlock, slot: int, props) -> "QuotaSensors":
+        """The sensors of worker `slot` (-1: the parent's read-only view) for a config's
+        ServerProperties."""
+        return cls(block, slot, props.quota_window_size_seconds, props.quota_window_num,
+                   props.pybroker_quota_burst_windows, props.num_network_threads,
+                   max_throttle_seconds=props.pybroker_quota_max_throttle_ms / 1000)
 
     # --- entities ---------------------------------------------------------------------------
 
@@ -146,22 +182,28 @@ class QuotaSensors:
                 if held == 0:
                     reusable = index if reusable is None else reusable
                     break
-                if reusable is None and self._idle(index, idle_before):
+                if reusable is None and self._idle(index, idle_before, now_ns):
                     reusable = index
             if reusable is None:
                 return None, wanted
             words[table + reusable] = wanted
             return reusable, wanted
 
-    def _idle(self, index: int, before_window: int) -> bool:
+    def _idle(self, index: int, before_window: int, now_ns: int) -> bool:
+        """Nothing counted for a whole rate span and nothing owed: a new key may take it."""
         words = self.words
-        return all(words[last + index] < before_window for last in self._last_base)
+        if any(words[last + index] >= before_window for last in self._last_base):
+            return False
+        return all(self._due(quota * self.entities + index) <= now_ns
+                   for quota in range(len(QUOTA_KEYS)))
 
     def in_use(self) -> int:
         """Sensors counted into within the last rate span (for the metrics)."""
-        idle_before = time.monotonic_ns() // self.window_ns - self.samples + 1
+        now_ns = time.monotonic_ns()
+        idle_before = now_ns // self.window_ns - self.samples + 1
         return sum(1 for index in range(self.entities)
-                   if self.words[self._table + index] and not self._idle(index, idle_before))
+                   if self.words[self._table + index]
+                   and not self._idle(index, idle_before, now_ns))
 
     # --- recording and measuring ----------------------------------------------------------
 
@@ -203,9 +245,45 @@ class QuotaSensors:
         size = max(elapsed, 0.001)
         return total / size, size
 
-    def throttle(self, quota: int, entity: int, limit: float, now_ns: int | None = None) -> float:
-        """Seconds the client must wait for its rate to fall back to `limit` (0 if within)."""
-        rate, size = self.measure(quota, entity, now_ns)
-        if rate <= limit:
-            return 0.0
-        return (rate - limit) / limit * size if limit > 0 else size
+    # --- the token bucket -------------------------------------------------------------------
+
+    def _bucket(self, cell: int) -> tuple[int, int]:
+        """(origin, spent) of a bucket cell: its due time is their sum (monotonic ns)."""
+        words = self.words
+        return (max(words[base + cell] for base in self._origin_base),
+                sum(words[base + cell] for base in self._spent_base))
+
+    def _due(self, cell: int) -> int:
+        return sum(self._bucket(cell))
+
+    def charge(self, quota: int, entity: int, amount: float, limit: float,
+               now_ns: int | None = None) -> float:
+        """Count `amount` against a quota of `limit` per second: the seconds the client now owes
+        (its throttle, 0 within the quota).  Also counted into the measured rate."""
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        self.record(quota, entity, amount, now_ns)
+        if limit <= 0:
+            return self.most_owed_ns / 1e9
+        words, cell = self.words, quota * self.entities + entity
+        spent = self._spent_base[self.slot] + cell
+        origin, spent_by_all = self._bucket(cell)
+        due, full = origin + spent_by_all, now_ns - self.burst_ns
+        if due < full:  # a bucket holds no more than the burst: this origin becomes the latest
+            words[self._origin_base[self.slot] + cell] = full - spent_by_all
+            due = full
+        cost = amount / limit * 1e9 + self._carry.pop(cell, 0.0)
+        whole = int(cost)
+        if len(self._carry) >= _CACHED_SENSORS:
+            self._carry.clear()
+        self._carry[cell] = cost - whole
+        words[spent] += whole
+        due += whole
+        if due - now_ns > self.most_owed_ns:  # forgive what lies beyond the longest debt
+            words[spent] -= due - now_ns - self.most_owed_ns
+            due = now_ns + self.most_owed_ns
+        return max(0, due - now_ns) / 1e9
+
+    def owed(self, quota: int, entity: int, now_ns: int | None = None) -> float:
+        """Seconds the client still owes (0 when within its quota), charging nothing."""
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        return max(0, self._due(quota * self.entities + entity) - now_ns) / 1e9

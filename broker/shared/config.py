@@ -269,7 +269,8 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Length of one rate sample.", ge=1, le=3600)] = 1
     pybroker_quota_burst_windows: Annotated[int, _doc(
         "Initial burst of a fresh rate quota, in windows: limit x this x window size events "
-        "pass at once. Default quota.window.num - 1, as Kafka.", ge=0, le=999)] | None = None
+        "pass at once (a client quota's full bucket holds as much). Default quota.window.num "
+        "- 1, as Kafka.", ge=0, le=999)] | None = None
     queued_max_request_bytes: Annotated[int, _doc(
         "Bytes all workers together may hold for requests being read or served (KIP-72); "
         "-1 or 0 disables the pool. At least socket.request.max.bytes.", ge=-1)] = -1
@@ -298,7 +299,8 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         ge=16, le=1 << 20)] = 4096
     pybroker_quota_max_throttle_ms: Annotated[int, _doc(
         "Cap on one throttle: Kafka's byte-rate throttles are uncapped and push clients into "
-        "request timeouts.", ge=1)] = 10000
+        "request timeouts. A client quota debt beyond it and one rate span is forgiven.",
+        ge=1)] = 10000
     pybroker_quota_exempt_client_ids: Annotated[str, _doc(
         "Comma-separated client ids never throttled by client quotas.")] = ""
     auto_create_topics_enable: Annotated[bool, _doc(

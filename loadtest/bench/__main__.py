@@ -1,5 +1,7 @@
 """The runner: `python -m loadtest.bench [--passes N] [--seconds S] [--pipeline-gb G]` runs every
-scenario once per pass (passes interleave), then the pipeline once, and prints the table."""
+scenario once per pass (passes interleave), then the quota matrix and the pipeline once (each
+takes minutes and measures against a fixed quota or size, not a baseline), and prints the
+table."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from loadtest.bench.log import produce_consume
 from loadtest.bench.memory import memory_burst
 from loadtest.bench.pipeline import pipeline_throughput
 from loadtest.bench.protections import never_readers, refusal_costs
+from loadtest.bench.quotas import print_quota_accuracy, quota_accuracy
 from loadtest.bench.report import summarize
 from loadtest.bench.requests import broker_rates, echo_rates
 from loadtest.bench.security import security_costs
@@ -66,8 +69,11 @@ def main(argv=None) -> int:
             passes.append(one_pass(frames, args.seconds))
             print(f"pass {number + 1}/{args.passes} done in {time.monotonic() - started:.0f}s",
                   flush=True)
+        quotas = quota_accuracy()
         pipeline = pipeline_throughput(args.pipeline_gb, tmp) if args.pipeline_gb > 0 else None
     status = summarize(passes)
+    if any(print_quota_accuracy(quotas)):
+        status = 1
     if pipeline is not None:
         print(f"\n{'PySpark pipeline, local[*]':32} {'GB':>6} {'events':>12} {'seconds':>9} "
               f"{'events/s':>10} {'MB/s':>7}")

@@ -82,7 +82,7 @@ class Produce(Api, api="Produce"):
         acks = body.acks
         if acks == 0 and failed:  # the only way to tell an acks=0 producer: Kafka closes
             raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
-        seconds = self._charge(ctx, body)
+        seconds = self._charge(ctx)
         if seconds <= 0:
             return None if acks == 0 else ctx.respond({"responses": topics,
                                                        "throttle_time": NO_THROTTLE})
@@ -93,14 +93,12 @@ class Produce(Api, api="Produce"):
                             "throttle_time": datetime.timedelta(milliseconds=ms)})
         return Throttled(frame, ms, delay=not throttle_applies_client_side(0, ctx.version))
 
-    def _charge(self, ctx: RequestContext, body) -> float:
-        """Record the produced bytes against the producer quota; the throttle earned."""
+    def _charge(self, ctx: RequestContext) -> float:
+        """Charge the request's size to the producer quota, as Kafka; the throttle earned."""
         quotas = self.services.quotas
         if quotas is None or not quotas.active():
             return 0.0
-        size = sum(len(data.records or b"") for topic in body.topic_data
-                   for data in topic.partition_data)
-        return quotas.record(PRODUCE, ctx.user, ctx.header.client_id, size)
+        return quotas.record(PRODUCE, ctx.user, ctx.header.client_id, ctx.size)
 
     @staticmethod
     def _refusal(ctx: RequestContext, data) -> str | None:

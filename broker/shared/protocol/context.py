@@ -17,11 +17,13 @@ NO_THROTTLE = datetime.timedelta(0)
 class RequestContext:
     """One request being served: who asked, in which version, and how to answer."""
 
-    __slots__ = ("correlation", "api_key", "version", "listener_index", "header", "user", "host")
+    __slots__ = ("correlation", "api_key", "version", "listener_index", "header", "user", "host",
+                 "size")
 
     def __init__(self, correlation, api_key: int, version: int, listener_index: int, header,
-                 user: str = "ANONYMOUS", host: str = ""):
+                 user: str = "ANONYMOUS", host: str = "", size: int = 0):
         self.correlation = correlation
+        self.size = size  # the request's bytes after its length prefix (Kafka's sizeInBytes)
         self.user = user  # the principal's name: the quota `user` entity (KIP-55), for ACLs
         self.host = host  # the client's IP address, for ACLs
         self.api_key = api_key
