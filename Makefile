@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
-.PHONY: install run test bench fuzz soak loadgen loadtest report java haproxy clean
+.PHONY: install run test bench fuzz soak loadgen loadtest report java haproxy prometheus chromium \
+	clean
 
 install: $(STAMP)
 
@@ -21,23 +22,34 @@ java:
 	@command -v java >/dev/null 2>&1 || { echo "Spark needs Java 17+: install it with" \
 	  "'apt-get install default-jre-headless' (Debian/Ubuntu)" >&2; exit 1; }
 
-# The PROXY protocol tests put a real HAProxy in front of the broker: Debian's package,
-# installed here when missing (as root), else the command that does it is printed.
+# Debian packages the system tests drive for real, installed when missing (as root), else the
+# command that does it is printed: HAProxy in front of the broker (PROXY protocol), Prometheus
+# and promtool (scraping, alert rules), Chromium (the report in a headless browser).
+define debian_package
+@command -v $(1) >/dev/null 2>&1 || test -x /usr/sbin/$(1) || { \
+  echo "installing Debian's $(2) package: $(3)" >&2; \
+  export DEBIAN_FRONTEND=noninteractive; \
+  apt-get install -y --no-install-recommends $(2) >/dev/null 2>&1 || \
+  { apt-get update >/dev/null 2>&1 && \
+    apt-get install -y --no-install-recommends $(2) >/dev/null 2>&1; } || \
+  { echo "the tests need $(2): install it with 'apt-get install $(2)'" >&2; exit 1; }; }
+endef
+
 haproxy:
-	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
-	  echo "installing Debian's haproxy package (the PROXY protocol tests use it)" >&2; \
-	  apt-get install -y --no-install-recommends haproxy >/dev/null 2>&1 || \
-	  { apt-get update >/dev/null 2>&1 && \
-	    apt-get install -y --no-install-recommends haproxy >/dev/null 2>&1; } || \
-	  { echo "the tests need HAProxy: install it with 'apt-get install haproxy'" >&2; \
-	    exit 1; }; }
+	$(call debian_package,haproxy,haproxy,the PROXY protocol tests put it in front of the broker)
+
+prometheus:
+	$(call debian_package,promtool,prometheus,alert rule tests and a real scraping server)
+
+chromium:
+	$(call debian_package,chromium,chromium,the report is checked in a headless browser)
 
 run: install
 	mkdir -p data
 	$(PY) -m broker --config config/server.properties
 
 # The import contracts first (pyproject.toml: which process may import what), then the suite.
-test: install loadgen java haproxy
+test: install loadgen java haproxy prometheus chromium
 	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest -q tests
 
