@@ -53,8 +53,9 @@ def decode_response(api_key: int, version: int, body: bytes):
 class KafkaSocket:
     """A blocking client socket speaking size-prefixed frames."""
 
-    def __init__(self, address: tuple[str, int], timeout: float = 5.0):
-        self.sock = socket.create_connection(address, timeout=timeout)
+    def __init__(self, address: tuple[str, int], timeout: float = 5.0, source: str | None = None):
+        self.sock = socket.create_connection(address, timeout=timeout,
+                                             source_address=None if source is None else (source, 0))
         self._buffer = b""
 
     def close(self) -> None:

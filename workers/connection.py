@@ -158,7 +158,9 @@ class Connection(asyncio.BufferedProtocol):
         self.user = "ANONYMOUS"  # the principal's name: the quota `user` entity
         self.session_expires = 0.0  # KIP-368: when the SASL session ends (monotonic); 0: never
         self._claiming = False  # a certificate's user waits for the per-user limits' verdict
-        self._need_client_id = host.events is not None
+        self._need_client_id = True  # the first request's, for the event log and the live view
+        self.requests = 0  # answered (or acks=0) requests
+        self.throttle_ms = 0  # throttle time earned over the connection's life
 
     # --- Protocol interface ---------------------------------------------------------------
 
@@ -332,6 +334,7 @@ class Connection(asyncio.BufferedProtocol):
         if type(response) is not Throttled:
             self._park(response, api_key, queued=False)  # a long poll waits in purgatory
             return True
+        self.throttle_ms += response.ms
         if response.delay:  # an old version: the broker holds the response back itself
             loop = self.host.loop
             future = loop.create_future()
@@ -419,6 +422,7 @@ class Connection(asyncio.BufferedProtocol):
                          self.transport.get_write_buffer_size())
                 self.close("unsent_bytes")
         if handled:
+            self.requests += len(handled)
             self.host.requests_served(self, handled,
                                       self.last_active if received_at is None else received_at,
                                       parked)
@@ -521,6 +525,21 @@ class Connection(asyncio.BufferedProtocol):
     def owes_answer(self) -> bool:
         """A request is being served and its answer is not written yet (shutdown waits)."""
         return self.state in (MuteState.RESPONSE_PENDING, MuteState.THROTTLED_RESPONSE_PENDING)
+
+    def waiting_for(self) -> list[str]:
+        """Why the connection is not being read now (empty while it is): the live view's."""
+        why = []
+        if self.state in (MuteState.THROTTLED, MuteState.THROTTLED_RESPONSE_PENDING):
+            why.append("throttle")
+        if self.owes_answer():
+            why.append("answer")  # a request in flight: answers leave in request order
+        if self._write_paused:
+            why.append("client_reading")  # the client does not take our answers fast enough
+        if self._queue_wait:
+            why.append("request_queue")  # queued.max.requests
+        if self._claiming:
+            why.append("user_limit")  # the per-user limits' verdict
+        return why
 
     def is_idle(self) -> bool:
         """Nothing in flight and nothing half-read: safe to close for idleness."""
@@ -656,6 +675,9 @@ class PooledConnection(Connection):
             return
         if not self.memory_wait:
             super()._update_reading()
+
+    def waiting_for(self) -> list[str]:
+        return super().waiting_for() + (["memory"] if self.memory_wait else [])  # KIP-72
 
     def is_idle(self) -> bool:
         return (super().is_idle() and not self.memory_wait and self._size_got == 0

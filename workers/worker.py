@@ -48,6 +48,7 @@ from workers.apis.fetch import FetchWaits
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
 from workers.connection import Connection, PooledConnection, client_id_of
+from workers.connection_list import top_connections
 from workers.events import WorkerEvents
 from workers.fetch_sessions import FetchSessionCache
 from workers.handlers import BrokerView, Router
@@ -403,6 +404,8 @@ class Worker:
                 self._close_ids(message.conn_ids, message.reason)
             elif isinstance(message, ipc.EvictQuery):
                 self._answer_evict_query(message)
+            elif isinstance(message, ipc.ConnectionsQuery):
+                self._reply(top_connections(self.connections, message))
             elif isinstance(message, ipc.AdminResponse):
                 self._admin_answered(message)
             elif isinstance(message, ipc.UserVerdict):
@@ -523,9 +526,12 @@ class Worker:
         candidates = sorted((c for c in self.connections
                              if c.listener_index in allowed and not c.closing),
                             key=lambda c: c.last_active)[:query.count]
-        reply = ipc.EvictCandidates(round=query.round, candidates=[
-            (c.conn_id, int(c.last_active * 1e9)) for c in candidates])
+        self._reply(ipc.EvictCandidates(round=query.round, candidates=[
+            (c.conn_id, int(c.last_active * 1e9)) for c in candidates]))
+
+    def _reply(self, message) -> None:
+        """Answer a query of the parent's; it finishes without us if the channel is gone."""
         try:
-            self.channel.send(reply)
+            self.channel.send(message)
         except OSError:
-            pass  # the parent finishes the round without us
+            pass

@@ -1,4 +1,5 @@
-"""Prometheus `/metrics`, served by the parent from the shared counter block.
+"""Prometheus `/metrics`, served by the parent from the shared counter block (the HTTP side is
+broker.parent.status_http).
 
 Workers never touch prometheus-client on the request path: they bump plain 64-bit cells in
 their own slot of the shared block (shm.block).  At scrape time `BlockCollector` sums the
@@ -14,7 +15,6 @@ import logging
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, start_wsgi_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from broker.parent.dynamic import DynamicConfig
@@ -323,11 +323,3 @@ class BlockCollector:
                     rates.append((self.sensors.measure(quota_index, entity)[0] / unit, key))
             found += [(quota, key, rate) for rate, key in sorted(rates, reverse=True)[:top]]
         return found
-
-
-def serve_metrics(host: str, port: int, collector: BlockCollector):
-    """Start the HTTP endpoint on a thread; return (server, bound port)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    server, _thread = start_wsgi_server(port, addr=host, registry=registry)
-    return server, server.server_port

@@ -21,15 +21,17 @@ import msgspec
 from broker.parent.acceptor import bind_listener
 from broker.parent.acls import AclService, AclStore
 from broker.parent.admin import AdminRouter, AdminService
+from broker.parent.connection_list import ConnectionListing
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.ledger import ConnectionLedger
 from broker.parent.log_manager import LogManager
-from broker.parent.metrics import BlockCollector, serve_metrics
+from broker.parent.metrics import BlockCollector
 from broker.parent.resolver import HostResolver
 from broker.parent.runtime import Runtime
 from broker.parent.scram import ScramStore
+from broker.parent.status_http import serve_status
 from broker.parent.ticker import EventTicker
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
@@ -112,6 +114,7 @@ class ParentServices:
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
         self._ticker: EventTicker | None = None
         self._metrics_server = None
+        self.listing = ConnectionListing(loop, workers, [item.name for item in config.listeners])
         # The SSL listeners' settings in force; when they differ from the Boot config's
         # (dynamic key stores, a SIGHUP), every worker starting is told after its Boot.
         self._tls = self._tls_at_start()
@@ -224,6 +227,8 @@ class ParentServices:
             self.router.serve(worker, message)
         elif isinstance(message, ipc.UserClaim):
             self.ledger.claim_user(worker, message)
+        elif isinstance(message, ipc.ConnectionsList):
+            self.listing.answered(worker, message)
         else:
             return False
         return True
@@ -318,8 +323,8 @@ class ParentServices:
         collector = BlockCollector(self.block, self.config, self.ledger, self.pool, sensors,
                                    self.dynamic, self.workers, self.metrics_lock)
         host, port = self.config.prometheus
-        self._metrics_server, bound = serve_metrics(host, port, collector)
-        log.info("metrics listening address=%s:%d", host, bound)
+        self._metrics_server, bound = serve_status(host, port, collector, self.listing)
+        log.info("metrics listening address=%s:%d (/metrics, /connections)", host, bound)
 
     def _stop_metrics(self) -> None:
         if self._metrics_server is not None:

@@ -10,10 +10,12 @@ sockets themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same o
                        Quotas (after Boot and after every client-quota change), Tls (after a
                        SIGHUP changed the SSL listeners' certificates), Credentials
                        (after Boot and after every SCRAM credential change), UserVerdict,
-                       Acls (after Boot and after every ACL change, with an authorizer)
+                       Acls (after Boot and after every ACL change, with an authorizer),
+                       ConnectionsQuery (an operator asked GET /connections)
     worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
                        ids), EvictCandidates, AdminRequest, UserClaim (a connection
-                       authenticated: may it stay, under the per-user limits?)
+                       authenticated: may it stay, under the per-user limits?),
+                       ConnectionsList
 """
 
 from __future__ import annotations
@@ -138,9 +140,43 @@ class AdminResponse(msgspec.Struct, tag=True, frozen=True):
     busy_ns: int = 0  # the parent's handling time, charged to the client's request quota
 
 
+class ConnectionsQuery(msgspec.Struct, tag=True, frozen=True):
+    query: int
+    top: int  # at most this many rows back (the parent bounds it)
+    by: str  # the sort key, one of CONNECTION_SORT_KEYS, largest first
+
+
+CONNECTION_SORT_KEYS = ("bytes", "requests", "throttle", "age")
+
+
+class ConnectionRow(msgspec.Struct, frozen=True):
+    """One connection as the operator's live view shows it."""
+
+    conn_id: int
+    listener: int  # index into the config's listeners
+    ip: str
+    port: int
+    client_id: str | None  # from its first request
+    principal: str
+    age_s: float
+    bytes_in: int
+    bytes_out: int
+    requests: int
+    in_flight: int  # requests read and not yet answered
+    throttle_ms: int  # throttle time earned over the connection's life
+    state: str  # the mute state: not_muted, muted, response_pending, throttled, ...
+    waiting_for: list[str]  # why it is not being read now, if it is not (empty when read)
+
+
+class ConnectionsList(msgspec.Struct, tag=True, frozen=True):
+    query: int
+    total: int  # connections this worker holds
+    rows: list[ConnectionRow]  # its top `top` by the key, largest first
+
+
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
            | AdminRequest | AdminResponse | Quotas | Tls | Credentials | UserClaim | UserVerdict
-           | Acls)
+           | Acls | ConnectionsQuery | ConnectionsList)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)
