@@ -71,7 +71,13 @@ class BrokerProcess:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, env=self.env)
         threading.Thread(target=self._read_stderr, daemon=True).start()
-        self.wait_for_line(_READY, timeout)
+        try:
+            self.wait_for_line(_READY, timeout)
+        except BaseException:  # never ready: stopped here, for __exit__ will not run
+            self.stop()
+            if self._tmp is not None:
+                self._tmp.cleanup()
+            raise
         return self
 
     def __enter__(self) -> "BrokerProcess":

@@ -56,12 +56,28 @@ class BlockCollector:
         self.workers = workers
         self.queue_capacity = _queue_capacity(config)
         self.lock = lock
+        self.planes = [(listener.name,  # (listener, plane, inter_broker): static
+                        "control" if listener.name == config.control_plane_listener else "data",
+                        str(listener.name == config.inter_broker_listener).lower())
+                       for listener in config.listeners]
 
     def collect(self):
         with self.lock:  # the supervisor folds a dead worker's slot into the archive under it
+            yield self._listeners()
             yield from self._connections()
             yield from self._requests()
             yield from self._workers()
+
+    def _listeners(self):
+        """Which plane each listener serves, for joins (`* on(listener) group_left ...`): alert
+        rules and dashboards then need no listener names of their own."""
+        info = GaugeMetricFamily("broker_listener_info", "1 per listener; plane is control "
+                                 "(the KIP-291 control-plane listener) or data, inter_broker "
+                                 "marks inter.broker.listener.name", labels=["listener", "plane",
+                                                                              "inter_broker"])
+        for labels in self.planes:
+            info.add_metric(labels, 1)
+        return info
 
     def _connections(self):
         block = self.block
