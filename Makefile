@@ -75,7 +75,7 @@ bench: install loadgen java
 	$(PY) -m loadtest.bench
 
 # A short incident on a real broker (storm, throttled producer, large-request burst; 127.0.0.1
-# only, about 20 s), then the PySpark report about it: prints the report's path.
+# only, about 25 s), then the PySpark report about it: prints the report's path.
 report: install java
 	$(PY) -m loadtest.demo --out reports/demo
 

@@ -1,9 +1,10 @@
 """The incident tables, each a function from the events DataFrame (pipeline.load) to a table.
 
 timeline    one row per second from the first event to the last: connections accepted and
-            rejected (by reason), active connections, the worst acceptor's blocked ratio, pool
-            used and depleted time, distinct throttled clients, and per plane the request rate
-            with p50/p99 latency from the merged sketches
+            rejected (in all and by reason), active connections, the worst acceptor's blocked
+            ratio, pool used and depleted time, memory mutes, distinct throttled clients and
+            their throttle time, and per plane the request rate with p50/p99 latency from the
+            merged sketches
 top_n       the N biggest IPs, client ids, users and principals by connections, rejections,
             bytes, throttle time and failed authentications; and by what limits in shadow
             mode would have done (shadow_rejections, shadow_throttle_ms)
@@ -11,10 +12,16 @@ top_n       the N biggest IPs, client ids, users and principals by connections, 
 Shadow mode (issue 19): events with `dry_run` set are what a limit observing only would have
 done.  They are kept out of every enforced count (rejections, throttles, incidents) and
 counted apart: `shadow_rejected` and `shadow_throttle_ms` per second in the timeline.
-incidents   runs of seconds where rejections, acceptor blocking or pool depletion pass their
-            thresholds (quiet gaps up to `gap` seconds joined), with start, end, peaks, the
-            IP and client id that drove them, and the requests the ACLs denied meanwhile
-            (how many, and the principal and resource denied most)
+incidents   runs of seconds where rejections, acceptor blocking, pool depletion, throttling or
+            control-plane requests pass their thresholds (quiet gaps up to `gap` seconds
+            joined), with start, end, peaks, and per dimension of what happened inside (IPs
+            and principals refused, refusals by reason, clients by bytes, clients and quotas
+            by throttle time, control-plane clients, acceptor blocking by reason, mutes, ACL
+            denials) the total, the leaders and how many keys: `totals`, `leaders` and `keys`
+            maps, and the leaders that name an incident as columns of their own (top_ip,
+            top_client_id, ...)
+impact      per incident, the clients that were already there (served both in the quiet
+            `before` seconds ahead of it and during it): requests and p99 before and during
 denied      the requests the ACLs denied: per principal, API, resource and operation, how
             many, from how many addresses, first and last second
 fairness    per window of `window` seconds, Jain's index over the clients' served requests:
@@ -28,10 +35,14 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted")
+# shm.block.REJECT_REASONS: a column per known reason; `rejected` counts any reason.
+REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted", "per_user_limit", "per_user_rate",
+                  "proxy_untrusted", "proxy_invalid", "proxy_timeout")
 OTHER = "<other>"  # workers.events: clients past a worker's key limit, not one client
 MAX_FILLED_SECONDS = 7 * 86400
 PLANES = ("data", "control")
+LEADERS = 5  # leaders kept per incident and dimension
+BEFORE_SECONDS = 30  # how far before an incident `impact` looks for its quiet baseline
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,8 @@ class Thresholds:
     rejected_per_second: int = 10
     blocked_ratio: float = 0.5
     depleted_ms: float = 500.0
+    throttled_ms: float = 500.0  # throttle time handed out in one second, all clients
+    control_requests_per_second: int = 100
     gap_seconds: int = 1
 
 
@@ -57,10 +70,17 @@ def bucket_upper_ms(bucket):
         F.pow(F.lit(2.0), F.floor(bucket / 4)) * (5 + bucket % 4) / 4) / 1000.0
 
 
-def latency_percentiles(events: DataFrame, keys: list[str],
-                        quantiles=(("p50_ms", 0.5), ("p99_ms", 0.99))) -> DataFrame:
+QUANTILES = (("p50_ms", 0.5), ("p99_ms", 0.99))
+
+
+def latency_percentiles(events: DataFrame, keys: list[str], quantiles=QUANTILES) -> DataFrame:
     """Per `keys`: requests, and each quantile as the upper bound of the bucket reaching it."""
-    buckets = (_of(events, "requests")
+    return sketch_percentiles(_of(events, "requests"), keys, quantiles)
+
+
+def sketch_percentiles(requests: DataFrame, keys: list[str], quantiles=QUANTILES) -> DataFrame:
+    """latency_percentiles over `requests` events already chosen (and tagged with `keys`)."""
+    buckets = (requests
                .select(*keys, F.explode("latency").alias("bucket", "n"))
                .withColumn("bucket", F.col("bucket").cast("int"))
                .groupBy(*keys, "bucket").agg(F.sum("n").alias("n")))
@@ -81,9 +101,9 @@ def latency_percentiles(events: DataFrame, keys: list[str],
 def timeline(events: DataFrame) -> DataFrame:
     span = events.agg(F.min("second").alias("lo"), F.max("second").alias("hi")).first()
     spark = events.sparkSession
-    if span["lo"] is None:
-        return spark.createDataFrame([], "second long")
-    if span["hi"] - span["lo"] <= MAX_FILLED_SECONDS:  # every second, quiet ones as zeros
+    if span["lo"] is None:  # no events: no rows, but every column the other tables read
+        seconds = spark.createDataFrame([], "second long")
+    elif span["hi"] - span["lo"] <= MAX_FILLED_SECONDS:  # every second, quiet ones as zeros
         seconds = spark.range(span["lo"], span["hi"] + 1).withColumnRenamed("id", "second")
     else:  # logs far apart in time: only the seconds that have events
         seconds = events.select("second").distinct()
@@ -93,6 +113,9 @@ def timeline(events: DataFrame) -> DataFrame:
                 .pivot("reason", list(REJECT_REASONS)).agg(F.count(F.lit(1))))
     for reason in REJECT_REASONS:
         rejected = rejected.withColumnRenamed(reason, f"rejected_{reason}")
+    rejected = rejected.join(_of(events, "connection_rejected").groupBy("second").agg(
+        F.count(F.lit(1)).alias("rejected")), "second")
+    mutes = _of(events, "memory_mutes").groupBy("second").agg(F.sum("muted").alias("muted"))
     # Per broker (node) first, then summed: several brokers' logs make one cluster's view.
     stats = (_of(events, "broker_stats").groupBy("second", "node").agg(
         F.max(F.aggregate(F.map_values("active"), F.lit(0).cast("long"),
@@ -118,15 +141,14 @@ def timeline(events: DataFrame) -> DataFrame:
         F.first("requests").alias("requests"), F.first("p50_ms").alias("p50_ms"),
         F.first("p99_ms").alias("p99_ms"))
     table = seconds
-    for part in (accepted, rejected, stats, blocked, throttled, shadow, per_plane):
+    for part in (accepted, rejected, mutes, stats, blocked, throttled, shadow, per_plane):
         table = table.join(part, "second", "left")
-    counts = ["accepted", *[f"rejected_{r}" for r in REJECT_REASONS], "throttled_clients",
+    counts = ["accepted", "rejected", *[f"rejected_{r}" for r in REJECT_REASONS], "muted",
+              "throttled_clients",
               "throttle_ms", "pool_depleted_ms", "acceptor_blocked_ratio", "shadow_rejected",
               "shadow_throttle_ms",
               *[f"{plane}_requests" for plane in PLANES]]
-    table = table.fillna(0, subset=counts)
-    table = table.withColumn("rejected", sum(F.col(f"rejected_{r}") for r in REJECT_REASONS))
-    return table.orderBy("second")
+    return table.fillna(0, subset=counts).orderBy("second")
 
 
 def _top(frame: DataFrame, dimension: str, key: str, metric: str, value, n: int) -> DataFrame:
@@ -176,15 +198,22 @@ def top_n(events: DataFrame, n: int = 10) -> DataFrame:
     return table.orderBy("dimension", "metric", "rank")
 
 
-def incidents(events: DataFrame, per_second: DataFrame,
-              limits: Thresholds = Thresholds()) -> DataFrame:
-    """Join flagged seconds into incidents; name who drove each one."""
-    flagged = per_second.where(
+def flagged_seconds(per_second: DataFrame, limits: Thresholds) -> DataFrame:
+    """The seconds where something passed its threshold."""
+    return per_second.where(
         (F.col("rejected") >= limits.rejected_per_second)
         | (F.col("acceptor_blocked_ratio") >= limits.blocked_ratio)
-        | (F.col("pool_depleted_ms") >= limits.depleted_ms))
+        | (F.col("pool_depleted_ms") >= limits.depleted_ms)
+        | (F.col("throttle_ms") >= limits.throttled_ms)
+        | (F.col("control_requests") >= limits.control_requests_per_second))
+
+
+def incidents(events: DataFrame, per_second: DataFrame,
+              limits: Thresholds = Thresholds()) -> DataFrame:
+    """Join flagged seconds into incidents; total and name who and what drove each one."""
     ordered = Window.orderBy("second")
-    islands = (flagged.withColumn("previous", F.lag("second").over(ordered))
+    islands = (flagged_seconds(per_second, limits)
+               .withColumn("previous", F.lag("second").over(ordered))
                .withColumn("starts", F.when(F.col("previous").isNull() |
                                             (F.col("second") - F.col("previous")
                                              > limits.gap_seconds + 1), 1).otherwise(0))
@@ -194,30 +223,117 @@ def incidents(events: DataFrame, per_second: DataFrame,
         F.max("rejected").alias("peak_rejected_per_s"),
         F.max("acceptor_blocked_ratio").alias("peak_blocked_ratio"),
         F.max("pool_depleted_ms").alias("peak_depleted_ms"),
-        F.max("throttled_clients").alias("peak_throttled_clients"))
+        F.max("throttled_clients").alias("peak_throttled_clients"),
+        F.max("throttle_ms").alias("peak_throttle_ms"),
+        F.max("control_requests").alias("peak_control_requests"))
     summary = summary.withColumn("seconds", F.col("end") - F.col("start") + 1)
-    windowed = F.col("e.second").between(F.col("s.start"), F.col("s.end"))
-    events = events.where(F.coalesce(F.col("client_id"), F.lit("")) != OTHER)
-    connections = events.where(F.col("type").isin("connection_accepted", "connection_rejected"))
-    by_ip = _leader(summary, connections, windowed, "ip", F.count(F.lit(1)), "top_ip")
-    clients = events.where(F.col("type") == "requests")
-    by_client = _leader(summary, clients, windowed, "client_id",
-                        F.sum(F.col("bytes_in") + F.col("bytes_out")), "top_client_id")
-    throttled = events.where(F.col("type") == "throttle")
-    by_throttle = _leader(summary, throttled, windowed, "client_id", F.sum("throttle_ms"),
-                          "most_throttled_client_id")
-    denials = events.where(F.col("type") == "authorization_denied")
-    by_principal = _leader(summary, denials, windowed, "principal", F.sum("count"),
-                           "most_denied_principal")
-    by_resource = _leader(summary, denials, windowed, "resource", F.sum("count"),
-                          "most_denied_resource")
-    denied_count = (summary.alias("s").join(denials.alias("e"), windowed)
-                    .groupBy(F.col("s.incident").alias("incident"))
-                    .agg(F.sum("e.count").alias("denied_requests")))
-    return (summary.join(by_ip, "incident", "left").join(by_client, "incident", "left")
-            .join(by_throttle, "incident", "left").join(denied_count, "incident", "left")
-            .join(by_principal, "incident", "left").join(by_resource, "incident", "left")
-            .fillna(0, subset=["denied_requests"]).orderBy("start"))
+    found = summary.join(_inside(events, summary), "incident", "left")
+    named = {"top_ip": "ip", "top_client_id": "client_bytes",
+             "most_throttled_client_id": "throttled_client",
+             "most_denied_principal": "denied_principal",
+             "most_denied_resource": "denied_resource"}
+    for column, dimension in named.items():
+        found = found.withColumn(column, _first_leader(dimension))
+    denied_total = F.try_element_at("totals", F.lit("denied_principal"))
+    return (found.withColumn("denied_requests", F.coalesce(denied_total, F.lit(0.0))
+                             .cast("long")).orderBy("start"))
+
+
+def _first_leader(dimension: str):
+    leaders = F.try_element_at("leaders", F.lit(dimension))
+    return F.try_element_at(leaders, F.lit(1)).getField("key")
+
+
+def _contributions(events: DataFrame) -> DataFrame:
+    """Each event as (second, dimension, key, value) rows: what it adds to which dimension of
+    an incident.  One pass over the events for every dimension."""
+    kind = F.col("type")
+    enforced = F.coalesce(F.col("dry_run"), F.lit(False)) == F.lit(False)
+    rejected = (kind == "connection_rejected") & enforced
+    served = kind == "requests"
+    throttled = (kind == "throttle") & enforced
+    denials = kind == "authorization_denied"
+    one = F.lit(1)
+    parts = [
+        (kind.isin("connection_accepted", "connection_rejected"), "ip", F.col("ip"), one),
+        (rejected, "rejected_ip", F.col("ip"), one),
+        # Only the per-user reasons name a principal: no null key to total.
+        (rejected & F.col("principal").isNotNull(), "rejected_principal", F.col("principal"),
+         one),
+        (rejected, "rejected_reason", F.col("reason"), one),
+        (served, "client_bytes", F.col("client_id"), F.col("bytes_in") + F.col("bytes_out")),
+        (served & (F.col("plane") == "control"), "control_client", F.col("client_id"),
+         F.col("count")),
+        (throttled, "throttled_client", F.col("client_id"), F.col("throttle_ms")),
+        (throttled, "throttle_quota", F.col("quota"), F.col("throttle_ms")),
+        (denials, "denied_principal", F.col("principal"), F.col("count")),
+        (denials, "denied_resource", F.col("resource"), F.col("count")),
+        (kind == "acceptor_blocked", "blocked_reason", F.col("reason"), F.col("blocked_ms")),
+        (kind == "broker_stats", "depleted_node", F.col("node"), F.col("depleted_ms")),
+        (kind == "memory_mutes", "muted_proc", F.col("proc"), F.col("muted")),
+    ]
+    entries = F.array(*[F.when(test, F.struct(F.lit(dimension).alias("dimension"),
+                                              key.cast("string").alias("key"),
+                                              amount.cast("double").alias("value")))
+                        for test, dimension, key, amount in parts])
+    return (events.select("second", F.explode(F.filter(entries, lambda e: e.isNotNull()))
+                          .alias("c"))
+            .select("second", "c.*"))
+
+
+def _inside(events: DataFrame, summary: DataFrame) -> DataFrame:
+    """Per incident: `totals` {dimension: sum}, `leaders` {dimension: [{key, value}]} (the
+    LEADERS largest, named keys only: not a client past a worker's key limit) and `keys`
+    {dimension: how many named keys}."""
+    inside = (_contributions(events).join(_seconds_of(summary, "start", "end"), "second")
+              .groupBy("incident", "dimension", "key").agg(F.sum("value").alias("value")))
+    totals = (inside.groupBy("incident", "dimension").agg(F.sum("value").alias("total"))
+              .groupBy("incident").agg(F.map_from_entries(
+                  F.collect_list(F.struct("dimension", "total"))).alias("totals")))
+    named = inside.where(F.col("key").isNotNull() & (F.col("key") != OTHER))
+    keys = (named.groupBy("incident", "dimension").agg(F.count(F.lit(1)).alias("n"))
+            .groupBy("incident").agg(F.map_from_entries(
+                F.collect_list(F.struct("dimension", "n"))).alias("keys")))
+    best = Window.partitionBy("incident", "dimension").orderBy(F.col("value").desc(), "key")
+    ranked = (named.withColumn("rank", F.row_number().over(best)).where(F.col("rank") <= LEADERS)
+              .groupBy("incident", "dimension")
+              .agg(F.array_sort(F.collect_list(F.struct("rank", "key", "value"))).alias("top"))
+              .withColumn("top", F.transform("top", lambda e: F.struct(
+                  e.getField("key").alias("key"), e.getField("value").alias("value"))))
+              .groupBy("incident").agg(F.map_from_entries(
+                  F.collect_list(F.struct("dimension", "top"))).alias("leaders")))
+    return totals.join(ranked, "incident", "left").join(keys, "incident", "left")
+
+
+def _seconds_of(spans: DataFrame, first: str, last: str) -> DataFrame:
+    """(incident, second) for every second from `first` to `last` of each incident, small
+    enough to broadcast: events then join it on equal seconds (a hash join, not a range
+    comparison of every event with every incident)."""
+    return F.broadcast(spans.select("incident", F.explode(F.sequence(first, last))
+                                    .alias("second")))
+
+
+def impact(events: DataFrame, incident_table: DataFrame,
+           before_seconds: int = BEFORE_SECONDS) -> DataFrame:
+    """Per incident, each client served both before it (in the `before_seconds` ahead of its
+    start that are in no incident) and during it: requests and p99 in both."""
+    during = _seconds_of(incident_table, "start", "end")
+    ahead = (incident_table.withColumn("from", F.col("start") - before_seconds)
+             .withColumn("to", F.col("start") - 1))
+    quiet_before = (_seconds_of(ahead, "from", "to")
+                    .join(during.select("second"), "second", "left_anti"))
+    served = (_of(events, "requests")
+              .where(F.col("client_id").isNotNull() & (F.col("client_id") != OTHER))
+              .select("second", "client_id", "latency"))
+    tagged = (served.join(during, "second").withColumn("phase", F.lit("during"))
+              .unionByName(served.join(F.broadcast(quiet_before), "second")
+                           .withColumn("phase", F.lit("before"))))
+    found = sketch_percentiles(tagged, ["incident", "client_id", "phase"],
+                               quantiles=(("p99_ms", 0.99),))
+    return (found.groupBy("incident", "client_id").pivot("phase", ["before", "during"])
+            .agg(F.first("requests").alias("requests"), F.first("p99_ms").alias("p99_ms"))
+            .where(F.col("before_requests").isNotNull() & F.col("during_requests").isNotNull())
+            .orderBy("incident", "client_id"))
 
 
 def denied(events: DataFrame) -> DataFrame:
@@ -227,18 +343,6 @@ def denied(events: DataFrame) -> DataFrame:
             .agg(F.sum("count").alias("denials"), F.countDistinct("ip").alias("ips"),
                  F.min("second").alias("first_second"), F.max("second").alias("last_second"))
             .orderBy(F.col("denials").desc(), "principal", "api", "resource"))
-
-
-def _leader(summary: DataFrame, events: DataFrame, windowed, key: str, value,
-            name: str) -> DataFrame:
-    """Per incident, the `key` with the largest `value` among the events inside it."""
-    joined = (summary.alias("s").join(events.alias("e"), windowed)
-              .where(F.col(f"e.{key}").isNotNull())
-              .groupBy(F.col("s.incident").alias("incident"), F.col(f"e.{key}").alias("key"))
-              .agg(value.alias("value")))
-    best = Window.partitionBy("incident").orderBy(F.col("value").desc(), F.col("key"))
-    return (joined.withColumn("rank", F.row_number().over(best)).where(F.col("rank") == 1)
-            .select("incident", F.col("key").alias(name)))
 
 
 def fairness(events: DataFrame, window: int = 10) -> DataFrame:

@@ -1,164 +1,288 @@
-"""The operator's report: one self-contained HTML file with matplotlib PNGs embedded, and a
-short terminal summary.  Works on rows collected from the small result tables."""
+"""The report for a person: one self-contained HTML file, and a short terminal summary.
+
+The first screen says in sentences what happened (pipeline.words: each incident's time, cause,
+what the broker did, whether existing clients were hurt); then, with --baseline, this run and
+an earlier one side by side (pipeline.compare); then the plots (pipeline.plots, PNGs embedded
+as base64); then the tables, every one narrow enough for the page, numbers rounded for people.
+Works on plain rows (dicts) collected from the small result tables.
+"""
 
 from __future__ import annotations
 
-import base64
-import datetime
 import html
-import io
+from dataclasses import dataclass, field
 
-import matplotlib
+from pipeline import compare, plots, words
 
-matplotlib.use("Agg")  # no display: render to PNG bytes
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+CSS = """
+body{margin:0;background:#f6f6f6;color:#222;font:15px/1.5 system-ui,-apple-system,"Segoe UI",
+Roboto,"DejaVu Sans",sans-serif}
+main{max-width:1200px;margin:0 auto;padding:20px 28px 40px;box-sizing:border-box;
+overflow-wrap:anywhere}
+h1{font-size:26px;margin:0 0 4px}
+h2{font-size:20px;margin:36px 0 10px;padding-bottom:4px;border-bottom:1px solid #ddd}
+h3{font-size:16px;margin:0 0 4px}
+.lede{font-size:17px;margin:4px 0 12px}
+.incident{background:#fff;border-left:4px solid #d62728;padding:10px 16px;margin:12px 0}
+.incident .when{color:#555;font-weight:normal;white-space:nowrap}
+.incident p{margin:2px 0}
+.quiet{border-left-color:#2ca02c}
+figure{margin:14px 0;background:#fff;padding:8px}
+img{display:block;max-width:100%;height:auto}
+table{border-collapse:collapse;background:#fff;font-size:14px;max-width:100%}
+table.wide{width:100%}
+th,td{padding:4px 10px;border-bottom:1px solid #e4e4e4;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
+th{background:#eee;font-weight:600}
+.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+.cards{display:flex;flex-wrap:wrap;gap:16px}
+.card{flex:1 1 300px;min-width:0}
+.card h3{font-size:14px}
+.card table{width:100%}
+.note{color:#555;font-size:14px}
+.details th{width:30%;background:none;font-weight:normal;color:#555}
+"""
 
-NAN = float("nan")
-
-
-def _clock(second: int) -> str:
-    return datetime.datetime.fromtimestamp(second, datetime.timezone.utc).strftime("%H:%M:%S")
-
-
-def _png(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _series(rows, name, missing=0.0):
-    """A column as a list; seconds without a value get `missing` (NaN draws a gap)."""
-    return [row[name] if row[name] is not None else missing for row in rows]
-
-
-def plots(timeline: list, fairness: list) -> dict[str, str]:
-    """Title -> base64 PNG."""
-    if not timeline:
-        return {}
-    start = timeline[0]["second"]
-    x = [row["second"] - start for row in timeline]
-    found = {}
-    figure, axis = plt.subplots(figsize=(10, 3.2))
-    axis.plot(x, _series(timeline, "accepted"), label="accepted/s")
-    axis.plot(x, _series(timeline, "rejected"), label="rejected/s", color="red")
-    axis.plot(x, _series(timeline, "active"), label="active", color="gray", linestyle="--")
-    axis.set_xlabel(f"seconds since {_clock(start)} UTC")
-    axis.legend(loc="upper right")
-    found["Connections"] = _png(figure)
-
-    figure, axis = plt.subplots(figsize=(10, 3.2))
-    axis.plot(x, _series(timeline, "acceptor_blocked_ratio"), label="acceptor blocked ratio")
-    axis.plot(x, [v / 1000 for v in _series(timeline, "pool_depleted_ms")],
-              label="pool depleted (s per s)", color="purple")
-    axis.set_ylim(0, 1.05)
-    axis.set_xlabel(f"seconds since {_clock(start)} UTC")
-    axis.legend(loc="upper right")
-    found["Acceptor blocking and memory pool depletion"] = _png(figure)
-
-    figure, (rate, latency) = plt.subplots(1, 2, figsize=(12, 3.2))
-    for plane, colour in (("data", "tab:blue"), ("control", "tab:green")):
-        rate.plot(x, _series(timeline, f"{plane}_requests"), label=f"{plane} plane", color=colour)
-        latency.plot(x, _series(timeline, f"{plane}_p99_ms", NAN), label=f"{plane} p99",
-                     color=colour, marker=".")
-        latency.plot(x, _series(timeline, f"{plane}_p50_ms", NAN), label=f"{plane} p50",
-                     color=colour, linestyle=":", marker=".")
-    rate.set_title("requests per second")
-    latency.set_title("latency, ms (log)")
-    latency.set_yscale("symlog", linthresh=0.1)
-    for axis in (rate, latency):
-        axis.legend(loc="upper right")
-    found["Requests by plane"] = _png(figure)
-
-    figure, (throttled, fair) = plt.subplots(1, 2, figsize=(12, 3.2))
-    throttled.bar(x, _series(timeline, "throttled_clients"), color="orange")
-    throttled.set_title("throttled clients per second")
-    if fairness:
-        fair.plot([row["window_start"] - start for row in fairness],
-                  [row["jain_index"] for row in fairness], marker="o")
-    fair.set_ylim(0, 1.05)
-    fair.set_title("Jain's fairness index over served requests")
-    found["Throttling and fairness"] = _png(figure)
-    return found
+TOLD = 12  # incidents told in sentences; the table lists them all
+LATENCY_NOTE = ("Latencies are the broker's own measure, from reading a request to answering "
+                "it: time a client waited before its request was read (muted while memory "
+                "was short, or throttled) is not in them.")
+TOP_TITLES = {
+    ("ip", "rejections"): "IPs by refused connections",
+    ("principal", "rejections"): "Principals by refused connections",
+    ("ip", "connections"): "IPs by accepted connections",
+    ("ip", "bytes"): "IPs by bytes in and out",
+    ("client_id", "bytes"): "Clients by bytes in and out",
+    ("client_id", "requests"): "Clients by requests",
+    ("client_id", "connections"): "Clients by connections",
+    ("client_id", "throttle_ms"): "Clients by throttle time",
+    ("user", "throttle_ms"): "Users by throttle time",
+    ("principal", "connections"): "Principals by connections",
+    ("principal", "denials"): "Principals by requests denied",
+    ("ip", "authentication_failures"): "IPs by failed authentications",
+    ("user", "authentication_failures"): "User names by failed authentications",
+    ("ip", "shadow_rejections"): "IPs shadow mode would have refused",
+    ("client_id", "shadow_throttle_ms"): "Clients shadow mode would have throttled",
+}
+KEY_HEADINGS = {"ip": "IP", "client_id": "client id", "user": "user", "principal": "principal"}
+METRIC_WORDS = {"bytes": ("bytes", words.size), "throttle_ms": ("delay", words.duration),
+                "shadow_throttle_ms": ("delay", words.duration)}
 
 
-def _table(rows: list, columns: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns)
-                   + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>" if rows else "<p>none</p>"
+@dataclass
+class Report:
+    """Everything the page shows: the run's summary and rows, the thresholds, a baseline."""
+    summary: dict
+    tables: dict[str, list[dict]]
+    limits: dict
+    window: int = 10
+    baseline: dict | None = None  # compare.load_run's tables of an earlier run
+    stories: list = field(init=False)  # pipeline.words.Story per incident
+
+    def __post_init__(self):
+        impact = self.tables.get("impact") or []
+        self.stories = [words.story(row, impact, self.limits)
+                        for row in self.tables.get("incidents") or []]
 
 
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
-    return "" if value is None else str(value)
-
-
-def write_html(path: str, summary: dict, timeline: list, incidents: list, top: list,
-               fairness: list, denied: list = ()) -> None:
-    figures = plots(timeline, fairness)
-    incident_rows = [dict(row.asDict(), start=_clock(row["start"]), end=_clock(row["end"]))
-                     for row in incidents]
-    denied_rows = [dict(row.asDict(), first_second=_clock(row["first_second"]),
-                        last_second=_clock(row["last_second"])) for row in denied]
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>Broker incident report</title>",
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>",
-        "<h1>Broker incident report</h1>",
-        _table([summary], list(summary)),
-        "<h2>Incidents</h2>",
-        _table(incident_rows, ["incident", "start", "end", "seconds", "peak_rejected_per_s",
-                               "peak_blocked_ratio", "peak_depleted_ms",
-                               "peak_throttled_clients", "top_ip", "top_client_id",
-                               "most_throttled_client_id", "denied_requests",
-                               "most_denied_principal", "most_denied_resource"]),
-        "<h2>Denied requests</h2>",
-        _table(denied_rows, ["principal", "api", "resource_type", "resource", "operation",
-                             "denials", "ips", "first_second", "last_second"]),
-    ]
-    for title, png in figures.items():
-        parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-                     f"src='data:image/png;base64,{png}'>")
-    parts += ["<h2>Top IPs and client ids</h2>",
-              _table(top, ["dimension", "metric", "rank", "key", "value"]),
-              "<h2>Fairness windows</h2>",
-              _table(fairness, ["window_start", "clients", "requests", "jain_index"]),
-              "</body></html>"]
+def write_html(path: str, report: Report) -> None:
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(parts))
+        handle.write(page(report))
 
 
-def terminal_summary(summary: dict, incidents: list, top: list) -> str:
+def page(report: Report) -> str:
+    tables = report.tables
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>Broker incident report</title><style>{CSS}</style></head><body><main>",
+        "<h1>Broker incident report</h1>",
+        _what_happened(report),
+    ]
+    if report.baseline is not None:
+        parts.append(_comparison(report))
+    parts += [_plots(report), _incident_table(report), _denied(tables.get("denied") or []),
+              _top(tables.get("top_n") or []), _fairness(tables.get("fairness") or [],
+                                                         report.window),
+              _details(report), "</main></body></html>"]
+    return "\n".join(parts)
+
+
+# --- sections --------------------------------------------------------------------------------
+
+def _what_happened(report: Report) -> str:
+    lede = words.lede(report.summary, report.tables["timeline"], report.stories)
+    parts = [f"<p class='lede'>{_e(lede)}</p>",
+             "<section id='what-happened'><h2>What happened</h2>"]
+    for story in report.stories[:TOLD]:
+        parts.append(
+            f"<article class='incident' id='incident-{story.number}'><h3>{story.number}. "
+            f"{_e(story.title)} <span class='when'>{_e(story.when)}</span></h3>"
+            f"<p>{_e(' '.join(story.causes))}</p><p>{_e(story.action)}</p>"
+            f"<p>{_e(story.existing)}</p></article>")
+    if len(report.stories) > TOLD:
+        parts.append(f"<p>{_e(words.plural(len(report.stories) - TOLD, 'more incident'))} "
+                     "in the incidents table below.</p>")
+    if not report.stories:
+        parts.append("<article class='incident quiet'><p>No connection storm, memory burst, "
+                     "throttling or control-plane load passed its threshold.</p></article>")
+    for sentence in words.overall(report.summary, report.tables.get("top_n") or []):
+        parts.append(f"<p>{_e(sentence)}</p>")
+    if report.stories:
+        parts.append(f"<p class='note'>{_e(LATENCY_NOTE)}</p>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _comparison(report: Report) -> str:
+    current = compare.figures(report.tables, report.limits)
+    baseline = compare.figures(report.baseline, report.limits)
+    rows = compare.rows(current, baseline)
+    body = "".join(f"<tr><td>{_e(label)}</td><td class='n'>{_e(now)}</td>"
+                   f"<td class='n'>{_e(before)}</td><td class='n'>{_e(moved)}</td></tr>"
+                   for label, now, before, moved in rows)
+    png = plots.comparison(report.tables["timeline"], report.baseline["timeline"])
+    return ("<section id='baseline'><h2>Compared with the baseline</h2>"
+            f"<p>{_e(compare.sentence(current, baseline))}</p>"
+            "<table><tr><th>figure</th><th class='n'>this run</th><th class='n'>baseline</th>"
+            f"<th class='n'>change</th></tr>{body}</table>"
+            f"<figure><img alt='This run against the baseline' "
+            f"src='data:image/png;base64,{png}'></figure></section>")
+
+
+def _plots(report: Report) -> str:
+    figures = plots.figures(report.tables["timeline"], report.tables.get("fairness") or [],
+                            report.tables.get("incidents") or [], report.window)
+    parts = ["<section id='plots'><h2>Over time</h2>",
+             "<p class='note'>Wall-clock time, UTC; incidents are shaded and numbered.</p>"]
+    for title, png in figures.items():
+        parts.append(f"<figure><img alt='{_e(title)}' src='data:image/png;base64,{png}'>"
+                     "</figure>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _incident_table(report: Report) -> str:
+    rows = []
+    for story, row in zip(report.stories, report.tables.get("incidents") or []):
+        rows.append([story.number, story.when, story.title,
+                     words.count(words.total(row, "rejected_reason")),
+                     words.duration(words.total(row, "depleted_node")),
+                     words.count(words.total(row, "muted_proc")),
+                     words.duration(words.total(row, "throttled_client")),
+                     words.count(row.get("denied_requests") or 0)])
+    return _section("Incidents", _table(
+        ["#", "when", "cause", "refused", "pool exhausted", "mutes", "throttled", "denied"],
+        rows, numeric={0, 3, 4, 5, 6, 7}))
+
+
+def _denied(rows: list[dict]) -> str:
+    cells = [[row["principal"], row["api"], f"{row['resource_type']} {row['resource']}",
+              row["operation"], words.count(row["denials"]), words.count(row["ips"]),
+              f"{words.clock(row['first_second'])}{words.DASH}"
+              f"{words.clock(row['last_second'])}"] for row in rows]
+    return _section("Denied requests", _table(
+        ["principal", "API", "resource", "operation", "denied", "IPs", "when (UTC)"], cells,
+        numeric={4, 5}))
+
+
+def _top(rows: list[dict]) -> str:
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["dimension"], row["metric"]), []).append(row)
+    order = [key for key in TOP_TITLES if key in groups]
+    order += sorted(key for key in groups if key not in TOP_TITLES)
+    cards = []
+    for key in order:
+        dimension, metric = key
+        heading, write = METRIC_WORDS.get(metric, (metric.replace("_", " "), words.count))
+        title = TOP_TITLES.get(key, f"{dimension} by {metric}".replace("_", " "))
+        cells = [[row["rank"], row["key"], write(row["value"])]
+                 for row in sorted(groups[key], key=lambda row: row["rank"])]
+        cards.append(f"<div class='card'><h3>{_e(title)}</h3>"
+                     + _table(["#", KEY_HEADINGS.get(dimension, dimension), heading], cells,
+                              numeric={0, 2}) + "</div>")
+    body = f"<div class='cards'>{''.join(cards)}</div>" if cards else "<p>none</p>"
+    return _section("Top IPs, clients and principals", body)
+
+
+def _fairness(rows: list[dict], window: int) -> str:
+    cells = [[f"{words.clock(row['window_start'])}{words.DASH}"
+              f"{words.clock(row['window_start'] + window - 1)}", words.count(row["clients"]),
+              words.count(row["requests"]), f"{row['jain_index']:.2f}"] for row in rows]
+    return _section(f"Fairness between clients, per {window} s", _table(
+        ["window (UTC)", "clients", "requests", "Jain's index"], cells, numeric={1, 2, 3}))
+
+
+def _details(report: Report) -> str:
+    summary, limits = report.summary, report.limits
+    items = [
+        ("event lines read", words.count(summary.get("lines"))),
+        ("events used", words.count(summary.get("events"))),
+        ("unreadable lines", words.count(summary.get("bad_lines"))),
+        ("lines of an unknown version", words.count(summary.get("unknown_version"))),
+        ("brokers", words.count(summary.get("brokers"))),
+        ("seconds covered", words.count(summary.get("seconds"))),
+        ("an incident is a second with", "; ".join([
+            f"{words.count(limits['rejected_per_second'])} or more connections refused",
+            f"the acceptor blocked {words.percent(limits['blocked_ratio'])} of it or more",
+            f"the memory pool exhausted {words.duration(limits['depleted_ms'])} or more",
+            f"{words.duration(limits['throttled_ms'])} or more of throttle delay",
+            f"{words.count(limits['control_requests_per_second'])} or more control-plane "
+            "requests"])),
+        ("seconds joined across", words.seconds(limits["gap_seconds"]) + " of quiet"),
+        ("job time", words.duration((summary.get("job_seconds") or 0) * 1000)),
+    ]
+    rows = "".join(f"<tr><th scope='row'>{_e(key)}</th><td>{_e(value)}</td></tr>"
+                   for key, value in items)
+    return _section("Run details", f"<table class='wide details'>{rows}</table>")
+
+
+# --- pieces ----------------------------------------------------------------------------------
+
+def _e(text) -> str:
+    return html.escape(str(text))
+
+
+def _section(title: str, body: str) -> str:
+    return f"<h2>{_e(title)}</h2>\n{body}"
+
+
+def _table(columns: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
+    if not rows:
+        return "<p>none</p>"
+
+    def cell(tag, index, value):
+        kind = " class='n'" if index in numeric else ""
+        return f"<{tag}{kind}>{_e(value)}</{tag}>"
+
+    head = "<tr>" + "".join(cell("th", i, c) for i, c in enumerate(columns)) + "</tr>"
+    body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>"
+                   for row in rows)
+    return f"<table class='wide'>{head}{body}</table>"
+
+
+# --- the terminal ----------------------------------------------------------------------------
+
+def terminal_summary(report: Report) -> str:
+    summary, top = report.summary, report.tables.get("top_n") or []
     lines = [f"events: {summary['events']:,} valid of {summary['lines']:,} lines "
              f"({summary['bad_lines']:,} unreadable, {summary['unknown_version']:,} unknown "
-             f"version skipped); {summary['seconds']:,} seconds covered"]
-    for row in incidents[:5]:
-        lines.append(f"incident {row['incident']}: {_clock(row['start'])}-{_clock(row['end'])} UTC "
-                     f"({row['seconds']} s), peak {row['peak_rejected_per_s']} rejected/s, "
-                     f"blocked {row['peak_blocked_ratio']:.2f}, depleted "
-                     f"{row['peak_depleted_ms']:.0f} ms/s; ip {row['top_ip']}, client "
-                     f"{row['top_client_id']}, throttled {row['most_throttled_client_id']}")
-    if not incidents:
-        lines.append("no incidents")
-    denied = [row for row in top if row["metric"] == "denials" and row["rank"] == 1]
-    if denied:
-        lines.append(f"most denied principal: {denied[0]['key']} "
-                     f"({denied[0]['value']:,.0f} requests)")
-    throttled = [row for row in top if row["metric"] == "throttle_ms" and row["rank"] == 1]
-    if throttled:
-        lines.append(f"most throttled client: {throttled[0]['key']} "
-                     f"({throttled[0]['value']:,.0f} ms)")
-    for metric, what, unit in (("shadow_rejections", "would have refused", "connections"),
-                               ("shadow_throttle_ms", "would have throttled", "ms")):
+             f"version skipped); {summary['seconds']:,} seconds covered",
+             words.lede(summary, report.tables["timeline"], report.stories)]
+    for story in report.stories[:5]:
+        lines.append(f"incident {story.number}, {story.when}: {story.title}. "
+                     + " ".join(story.sentences))
+    if len(report.stories) > 5:
+        lines.append(f"... and {words.plural(len(report.stories) - 5, 'more incident')}")
+    for metric, what, write in (("denials", "most denied principal",
+                                 lambda v: words.plural(v, "request")),
+                                ("throttle_ms", "most throttled client", words.duration)):
         leader = [row for row in top if row["metric"] == metric and row["rank"] == 1]
         if leader:
-            lines.append(f"shadow mode {what} {leader[0]['key']} most "
-                         f"({leader[0]['value']:,.0f} {unit}; nothing was enforced)")
-    for plane in ("data", "control"):
-        if summary.get(f"{plane}_p99_ms") is not None:
-            lines.append(f"{plane} plane: {summary[f'{plane}_requests']:,} requests, p50 "
-                         f"{summary[f'{plane}_p50_ms']:.2f} ms, p99 "
-                         f"{summary[f'{plane}_p99_ms']:.2f} ms")
+            lines.append(f"{what}: {leader[0]['key']} ({write(leader[0]['value'])})")
+    lines += words.overall(summary, top)
+    if report.baseline is not None:
+        lines.append(compare.sentence(compare.figures(report.tables, report.limits),
+                                      compare.figures(report.baseline, report.limits)))
     return "\n".join(lines)

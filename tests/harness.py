@@ -67,6 +67,8 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         check_system_marker()
+        if self.proc is not None and self.proc.poll() is None:  # a second one would leak
+            raise RuntimeError(f"broker pid {self.proc.pid} is already running")
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, env=self.env)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import msgspec
 import pytest
@@ -69,7 +70,8 @@ def test_timeline_counts_ratios_and_percentiles(spark, tmp_path):
     fast, slow = latency_bucket(100), latency_bucket(10_000)
     directory = write(tmp_path, [
         accepted(0), accepted(0), accepted(0, ip="10.0.0.2"),
-        rejected(1), rejected(1), rejected(1, "per_ip_rate"),
+        rejected(1), rejected(1), rejected(1, "per_ip_rate"), rejected(1, "per_user_limit"),
+        ev.MemoryMutes(ts=at(2), muted=7, unmuted=5),
         ev.BrokerStats(ts=at(0), active={"CLIENT": 2, "CONTROLLER": 3}, pool_used=7,
                        pool_limit=10, depleted_ms=250.0),
         ev.AcceptorBlocked(ts=at(1), listener="CLIENT", reason="connection_limit",
@@ -91,12 +93,14 @@ def test_timeline_counts_ratios_and_percentiles(spark, tmp_path):
                     dry_run=True),
     ])
     loaded = load_events(spark, [directory])
-    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (18, 0, 0)
+    assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (20, 0, 0)
     table = rows_by_second(aggregate.timeline(loaded.events))
     assert sorted(table) == [0, 1, 2, 3, 4]
     assert [table[s]["accepted"] for s in range(5)] == [3, 0, 0, 0, 1]
     assert table[1]["rejected_per_ip_limit"] == 2 and table[1]["rejected_per_ip_rate"] == 1
-    assert table[1]["rejected"] == 3 and table[0]["rejected"] == 0
+    assert table[1]["rejected_per_user_limit"] == 1
+    assert table[1]["rejected"] == 4 and table[0]["rejected"] == 0  # any reason counts
+    assert table[2]["muted"] == 7 and table[1]["muted"] == 0
     assert table[0]["active"] == 5 and table[0]["pool_used"] == 7
     assert table[0]["pool_depleted_ms"] == 250.0
     assert table[1]["acceptor_blocked_ratio"] == 0.5  # the worst acceptor, not the sum
@@ -165,33 +169,61 @@ def denial(second, principal, resource, count, api="Produce", operation="WRITE",
 
 
 def test_incidents_join_close_seconds_and_name_who_drove_them(spark, tmp_path):
+    fast, slow = latency_bucket(200), latency_bucket(40_000)
     storm = [rejected(s, ip="10.6.6.6") for s in (10, 11, 13) for _ in range(12)]
     directory = write(tmp_path, [
         accepted(0), *storm, rejected(11, ip="10.0.0.1"),
+        *[rejected(12, "per_user_limit", ip="10.0.0.5") for _ in range(2)],
+        ev.ConnectionRejected(ts=at(12), listener="SASL", ip="10.0.0.5", reason="per_user_limit",
+                              principal="User:svc"),
         denial(11, "User:mallory", "payments", 40), denial(12, "User:alice", "orders", 3),
         denial(50, "User:bob", "late", 9),  # outside every incident
-        requests(11, "hog", 5, {1: 5}, bytes_in=10**6), requests(11, "mouse", 5, {1: 5}),
+        # "mouse" was served before the storm (quiet second 5) and during it, slower.
+        requests(5, "mouse", 20, {fast: 20}), requests(11, "mouse", 5, {slow: 5}),
+        requests(11, "hog", 5, {1: 5}, bytes_in=10**6),
         ev.BrokerStats(ts=at(30), active={"CLIENT": 1}, depleted_ms=800.0),
+        ev.MemoryMutes(ts=at(30), muted=9, unmuted=9),
         ev.Throttle(ts=at(30), client_id="hog", quota="producer_byte_rate", throttle_ms=700),
-        accepted(40),
+        # Throttling alone, then control-plane load alone, each past its threshold.
+        ev.Throttle(ts=at(60), client_id="greedy", quota="producer_byte_rate", throttle_ms=600),
+        requests(70, "admin", 150, {fast: 150}, plane="control"),
+        accepted(80),
     ])
     events = load_events(spark, [directory]).events
-    per_second = aggregate.timeline(events)
-    found = aggregate.incidents(events, per_second).collect()
+    per_second = aggregate.timeline(events).cache()  # read three times below
+    table = aggregate.incidents(events, per_second).cache()
+    found = table.collect()
     assert [(row["start"] - T0, row["end"] - T0, row["seconds"]) for row in found] == \
-        [(10, 13, 4), (30, 30, 1)]
-    storm_incident, depletion = found
+        [(10, 13, 4), (30, 30, 1), (60, 60, 1), (70, 70, 1)]
+    storm_incident, depletion, throttling, control = found
     assert storm_incident["peak_rejected_per_s"] == 13
     assert storm_incident["top_ip"] == "10.6.6.6"
     assert storm_incident["top_client_id"] == "hog"
+    assert storm_incident["totals"]["rejected_reason"] == 40
+    assert [(e["key"], e["value"]) for e in storm_incident["leaders"]["rejected_ip"]] == \
+        [("10.6.6.6", 36), ("10.0.0.5", 3), ("10.0.0.1", 1)]
+    assert [(e["key"], e["value"]) for e in storm_incident["leaders"]["rejected_reason"]] == \
+        [("per_ip_limit", 37), ("per_user_limit", 3)]
+    assert [e["key"] for e in storm_incident["leaders"]["rejected_principal"]] == ["User:svc"]
+    assert storm_incident["keys"]["rejected_ip"] == 3
     assert (storm_incident["denied_requests"], storm_incident["most_denied_principal"],
             storm_incident["most_denied_resource"]) == (43, "User:mallory", "payments")
     assert depletion["denied_requests"] == 0 and depletion["most_denied_principal"] is None
     assert depletion["peak_depleted_ms"] == 800.0
     assert depletion["most_throttled_client_id"] == "hog"
-    stricter = aggregate.incidents(events, per_second,
-                                   aggregate.Thresholds(rejected_per_second=14)).collect()
+    assert (depletion["totals"]["muted_proc"], depletion["totals"]["depleted_node"]) == (9, 800)
+    assert (throttling["peak_throttle_ms"], throttling["most_throttled_client_id"]) == \
+        (600, "greedy")
+    assert control["peak_control_requests"] == 150
+    assert control["leaders"]["control_client"][0]["key"] == "admin"
+    stricter = aggregate.incidents(events, per_second, aggregate.Thresholds(
+        rejected_per_second=14, throttled_ms=1000, control_requests_per_second=200)).collect()
     assert [row["start"] - T0 for row in stricter] == [30]
+    # Existing clients: served in the quiet seconds before and during the incident.
+    hurt = [(row["incident"], row["client_id"], row["before_requests"], row["before_p99_ms"],
+             row["during_requests"], row["during_p99_ms"])
+            for row in aggregate.impact(events, table).collect()]
+    assert hurt == [(1, "mouse", 20, bucket_upper(fast) / 1000, 5, bucket_upper(slow) / 1000)]
 
 
 def test_the_denied_requests_table_says_who_was_refused_what(spark, tmp_path):
@@ -233,6 +265,9 @@ def test_garbage_and_unknown_versions_are_counted_and_skipped(spark, tmp_path):
     # Unreadable: cut short, not JSON, a time that is text, a time in 1970.
     assert (loaded.lines, loaded.bad_lines, loaded.unknown_version) == (8, 4, 2)
     assert loaded.events.count() == 2
+    # A log with nothing readable still makes (empty) tables, not an error.
+    nothing = loaded.events.where("false")
+    assert aggregate.incidents(nothing, aggregate.timeline(nothing)).collect() == []
 
 
 def test_the_job_writes_parquet_a_report_with_plots_and_a_summary(spark, tmp_path, capsys):
@@ -318,11 +353,17 @@ def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
                          "--webui-port", str(free_port()))
     try:
         wait_until(lambda: worker.said("Successfully registered with master"), timeout=60)
+        # The local run's tables are the baseline: the cluster's figures are the same.
         done = subprocess.run(
             [sys.executable, "-m", "pipeline", "--events", directory, "--out",
-             str(tmp_path / "cluster"), "--master", f"spark://127.0.0.1:{port}"],
+             str(tmp_path / "cluster"), "--master", f"spark://127.0.0.1:{port}",
+             "--baseline", str(tmp_path / "local"), "--progress-seconds", "1"],
             env=master.env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
+        assert "pipeline " in done.stderr and "computing incidents" in done.stderr
+        assert re.search(r"read 15 lines, 1 unreadable.*: [\d,]+ events/s", done.stderr)
+        assert "Against the baseline (" in done.stdout and \
+            "this run's figures are about the same" in done.stdout
         assert master.said("Registering app pybroker-incidents")
         wait_until(lambda: worker.said("Asked to launch executor"), timeout=10)
     finally:
@@ -332,3 +373,7 @@ def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
         remote = json.load(handle)
     for key in ("lines", "events", "bad_lines", "incidents", "seconds", "data_p99_ms"):
         assert remote[key] == local[key], key
+    with open(remote["report"], encoding="utf-8") as handle:
+        page = handle.read()
+    compared = page[page.index("<h2>Compared with the baseline</h2>"):page.index("<h2>Over")]
+    assert "connections refused</td><td class='n'>12</td><td class='n'>12</td>" in compared
