@@ -37,7 +37,7 @@ class Echo(asyncio.Protocol):
 
 async def main(port):
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(Echo, "127.0.0.1", port, backlog=1024)
+    server = await loop.create_server(Echo, "127.0.0.1", port, backlog=4096)
     print(f"listening 127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):

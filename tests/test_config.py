@@ -27,11 +27,24 @@ def test_defaults_are_kafkas():
     assert config.props.socket_request_max_bytes == 104857600
     assert config.props.num_network_threads == 3
     assert config.props.connections_max_idle_ms == 600000
-    assert config.props.socket_listen_backlog_size == 50
     assert [(l.name, l.host, l.port) for l in config.listeners] == [("PLAINTEXT", "", 9092)]
     assert config.inter_broker_listener == "PLAINTEXT"
     assert config.prometheus == ("127.0.0.1", 9404)
     assert config.log_dirs == ("/tmp/kafka-logs",)
+
+
+def test_the_listen_backlog_absorbs_bursts_unless_set(tmp_path):
+    """Kafka's 50 drops SYNs while the parent hands off (issue 21): min(somaxconn, 4096)."""
+    from broker.shared.config import listen_backlog
+
+    somaxconn = tmp_path / "somaxconn"
+    props = load_config({}).props
+    for kernel, expected in (("128\n", 128), ("65535\n", 4096), ("4096", 4096)):
+        somaxconn.write_text(kernel)
+        assert listen_backlog(props, str(somaxconn)) == expected
+    assert listen_backlog(props, str(tmp_path / "absent")) == 4096
+    assert listen_backlog(load_config({"socket.listen.backlog.size": "50"}).props,
+                          str(somaxconn)) == 50
 
 
 def test_listeners_advertised_and_inter_broker():

@@ -16,6 +16,7 @@ import socket
 import sys
 
 from broker.shared.constants import LOG_FORMAT, WORKER_BOOT_ERROR
+from broker.shared.gc_tuning import tune_after_start
 
 PR_SET_PDEATHSIG = 1
 
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("workers").exception("worker failed to boot")
         return WORKER_BOOT_ERROR
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C reaches all
+    tune_after_start()
     runner = uvloop.new_event_loop()
     runner.add_signal_handler(signal.SIGTERM, worker.begin_shutdown, worker.shutdown_seconds)
     try:

@@ -5,6 +5,10 @@ life, so two brokers never share a directory) and `meta.properties` (cluster.id 
 created on first start).  It also holds `.pybroker-runtime`, naming the shared-memory file of
 the running broker: if a previous parent was killed with SIGKILL, the next start finds that
 name and deletes the stale file before creating its own.
+
+It also raises the process's open-files limit to its hard limit (the workers inherit it):
+every connection is a descriptor, and a default soft limit of 1,024 would cap the broker far
+below what the machine holds.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import base64
 import fcntl
 import logging
 import os
+import resource
 import uuid
 
 from broker.shared.config import BrokerConfig, ConfigError, parse_properties
@@ -22,6 +27,22 @@ log = logging.getLogger("broker.parent.runtime")
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
 SHM_PREFIX = "pybroker-"
 RUNTIME_FILE = ".pybroker-runtime"
+
+
+def raise_open_files_limit() -> int:
+    """Raise RLIMIT_NOFILE's soft limit to the hard one; log and return what it got."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as error:
+            log.warning("open files limit stays %d: raising it to %d failed: %s", soft,
+                        wanted, error)
+            return soft
+    log.info("open files limit %d (was %d, hard limit %s)", max(soft, wanted), soft,
+             "unlimited" if hard == resource.RLIM_INFINITY else hard)
+    return max(soft, wanted)
 
 
 class StartupError(RuntimeError):
@@ -42,6 +63,7 @@ class Runtime:
                 os.makedirs(directory, exist_ok=True)
             except OSError as error:
                 raise StartupError(f"log.dirs: cannot create {directory}: {error.strerror}") from None
+        raise_open_files_limit()
         self._lock()
         self.cluster_id = self._meta_properties()
         self._remove_stale_shm()

@@ -38,7 +38,7 @@ from broker.shared import ipc
 from broker.shared.access import Access
 from broker.shared.apis import API_NAMES
 from broker.shared.client_quotas import QuotaSensors
-from broker.shared.config import BrokerConfig
+from broker.shared.config import BrokerConfig, listen_backlog
 from broker.shared.events import EventLog
 from broker.shared.log.topics import Epoch
 from broker.shared.overrides import override_hosts
@@ -55,7 +55,7 @@ def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
     props, sockets = config.props, []
     try:
         for listener in config.listeners:
-            sockets.append(bind_listener(listener, props.socket_listen_backlog_size,
+            sockets.append(bind_listener(listener, listen_backlog(props),
                                          props.socket_receive_buffer_bytes))
     except OSError as error:
         for sock in sockets:
@@ -64,7 +64,8 @@ def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
                                    f"{listener.address()}: {error.strerror}") from None
     for listener, sock in zip(config.listeners, sockets):
         host, port = sock.getsockname()[:2]
-        log.info("listening listener=%s address=%s:%d", listener.name, host, port)
+        log.info("listening listener=%s address=%s:%d backlog=%d", listener.name, host, port,
+                 listen_backlog(props))
     return sockets
 
 

@@ -35,6 +35,7 @@ from broker.parent.worker_process import WorkerProcess
 from broker.shared import events, ipc
 from broker.shared.config import BrokerConfig, ConfigError, load_config
 from broker.shared.constants import WORKER_BOOT_ERROR
+from broker.shared.gc_tuning import tune_after_start
 
 log = logging.getLogger("broker.parent.supervisor")
 
@@ -90,6 +91,7 @@ class Supervisor:
                 self._spawn(worker)
             if await self._wait_until_ready():
                 services.start(sockets)
+                tune_after_start()
                 log.info("broker ready node.id=%d workers=%d pid=%d", self.config.node_id,
                          len(self.workers), os.getpid())
                 await self._main_loop()

@@ -148,7 +148,9 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Largest request frame accepted; a larger size prefix closes the connection.",
         ge=1, le=INT_MAX)] = 100 * MIB
     socket_listen_backlog_size: Annotated[int, _doc(
-        "Kernel accept backlog of each listening socket.", ge=1, le=65535)] = 50
+        "Kernel accept backlog of each listening socket. Default min(net.core.somaxconn, "
+        "4096): Kafka's 50 drops SYNs of a burst while the parent hands off (clients then "
+        "retry after 1 s).", ge=1, le=65535)] | None = None
     socket_send_buffer_bytes: Annotated[int, _doc(
         "SO_SNDBUF of accepted sockets; -1 keeps the OS default.", ge=-1)] = 102400
     socket_receive_buffer_bytes: Annotated[int, _doc(
@@ -860,6 +862,18 @@ def _convert_listener_keys(per_listener: dict[str, dict[str, str]], listeners) -
                 raise ConfigError(f"{key}: invalid value {value!r} (expected int >= 0)")
             result.setdefault(name, {})[suffix] = number
     return result
+
+
+def listen_backlog(props: ServerProperties, somaxconn: str = "/proc/sys/net/core/somaxconn") -> int:
+    """socket.listen.backlog.size, or min(somaxconn, 4096) when it is not set (the kernel caps
+    any backlog at somaxconn anyway)."""
+    if props.socket_listen_backlog_size is not None:
+        return props.socket_listen_backlog_size
+    try:
+        with open(somaxconn) as handle:
+            return max(1, min(int(handle.read()), 4096))
+    except (OSError, ValueError):
+        return 4096
 
 
 def _check_quota_settings(props: ServerProperties) -> None:

@@ -1,7 +1,7 @@
 """The runner: `python -m loadtest.bench [--passes N] [--seconds S] [--pipeline-gb G]` runs every
-scenario once per pass (passes interleave), then the quota matrix and the pipeline once (each
-takes minutes and measures against a fixed quota or size, not a baseline), and prints the
-table."""
+scenario once per pass (passes interleave), then the quota matrix, the connection figures and
+the pipeline once (each takes minutes, or holds tens of thousands of connections), and prints
+the table."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 from loadtest.bench.accepts import raw_accept_close
 from loadtest.bench.acls import authorization_costs, handler_costs
 from loadtest.bench.common import api_versions_frame, metadata_frame
+from loadtest.bench.connects import connection_figures, print_connects
 from loadtest.bench.control import control_plane_latency
 from loadtest.bench.events import event_log_off
 from loadtest.bench.fairness import storm_fairness
@@ -70,9 +71,12 @@ def main(argv=None) -> int:
             print(f"pass {number + 1}/{args.passes} done in {time.monotonic() - started:.0f}s",
                   flush=True)
         quotas = quota_accuracy()
+        connects = connection_figures()
         pipeline = pipeline_throughput(args.pipeline_gb, tmp) if args.pipeline_gb > 0 else None
     status = summarize(passes)
     if any(print_quota_accuracy(quotas)):
+        status = 1
+    if any(print_connects(connects)):
         status = 1
     if pipeline is not None:
         print(f"\n{'PySpark pipeline, local[*]':32} {'GB':>6} {'events':>12} {'seconds':>9} "
