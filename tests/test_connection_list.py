@@ -31,6 +31,10 @@ def test_a_worker_answers_its_top_n_whatever_it_holds():
     assert [row.conn_id for row in answer.rows] == [9999, 9998, 9997, 9996, 9995]
     assert answer.rows[0].port == 1000 + 9999 and answer.rows[0].bytes_out == 2 * 9999
     assert ipc.decode(ipc.encode(answer)) == answer  # it crosses the channel as it is
+    long_name = fake_connection(1)
+    long_name.client_id = "c" * 32767  # a client chooses it: a listing stays small
+    [row] = top_connections([long_name], ipc.ConnectionsQuery(query=8, top=1, by="age")).rows
+    assert len(row.client_id) == 256 and row.client_id.endswith("…")
 
 
 class FakeWorker:

@@ -3,7 +3,8 @@
 The parent asks every worker for its top N connections by one key (ipc.ConnectionsQuery);
 the worker answers with at most N rows, whatever the number of connections it holds: one pass
 over them with a bounded heap, so the answer's size and the worker's memory for it are bounded
-by N, and the pass is a few microseconds per connection between two loop callbacks.
+by N (names a client chose are cut at MAX_NAME_CHARS), and the pass is a few microseconds per
+connection between two loop callbacks.
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ _SORT_KEYS = {
 assert tuple(_SORT_KEYS) == ipc.CONNECTION_SORT_KEYS
 
 
+MAX_NAME_CHARS = 255  # a client id (up to 32 KiB on the wire) or a certificate's DN, shortened
+
+
+def _short(name: str | None) -> str | None:
+    return name if name is None or len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + "…"
+
+
 def _row(conn, now: float) -> ipc.ConnectionRow:
     ip, _, port = conn.peer.rpartition(":")
     return ipc.ConnectionRow(
         conn_id=conn.conn_id, listener=conn.listener_index, ip=conn.ip,
-        port=int(port) if port.isdigit() else 0, client_id=conn.client_id,
-        principal=conn.principal, age_s=round(now - conn.opened_at, 3),
+        port=int(port) if port.isdigit() else 0, client_id=_short(conn.client_id),
+        principal=_short(conn.principal), age_s=round(now - conn.opened_at, 3),
         bytes_in=conn.bytes_in, bytes_out=conn.bytes_out, requests=conn.requests,
         in_flight=int(conn.owes_answer()), throttle_ms=conn.throttle_ms,
         state=conn.state.name.lower(), waiting_for=conn.waiting_for())
