@@ -60,7 +60,7 @@ from workers.throttling import (UNITS, ClientQuotas, Throttled, throttle_applies
 log = logging.getLogger("workers.worker")
 
 SCRATCH_BYTES = 256 * 1024
-# An incomplete frame above this is read into a growing buffer of its own; below it, bytes
+# An incomplete frame above this is read into a buffer of its own; below it, bytes
 # accumulate with the next read's (a frame dripped a byte at a time then costs at most
 # LARGE_FRAME_BYTES**2 / 2 bytes of copying: 8 MB, not 2 GB as at 64 KiB).
 LARGE_FRAME_BYTES = 4 * 1024
