@@ -448,6 +448,18 @@ def test_compressed_batches_are_decompressed_and_walked(codec, xerial):
         records.validate(bomb, 1 << 24, max_decompressed=1 << 20)
 
 
+def test_a_snappy_java_frame_cut_inside_a_block_length_is_a_corrupt_message():
+    """Found by the records fuzz target: a snappy-java frame ending two bytes into a block's
+    length raised struct.error (a produce then closed the connection as a broker bug)."""
+    import base64
+
+    found = base64.b64decode("AAAAAAAAAAAAAACKAAAAAAKhoOM1AAIAAAAEAAABogzz/////4WBaOk4Wv////////"
+                             "//////////AAAABYJTTkFQUFkAAAAAAQAAFwAANA==")
+    assert records.record_timestamps(found) is None  # its records cannot be believed
+    with pytest.raises(records.BatchError, match="snappy-java block length"):
+        records.decompress(2, b"\x82SNAPPY\x00" + b"\0" * 8 + b"\0\0", 1 << 20)
+
+
 def test_delete_records_moves_the_log_start_and_survives_a_restart(tmp_path):
     """DeleteRecords (issue 18): the log start offset moves, whole segments below it go, a
     restart (recovery from the files) keeps it, and it never moves back."""

@@ -227,6 +227,8 @@ def _snappy(data, limit: int):
         return memoryview(bytes(cramjam.snappy.decompress_raw(data)))
     out, position, total = [], 16, 0
     while position < len(data):
+        if position + 4 > len(data):
+            raise ValueError("a snappy-java block length runs past the batch")
         (length,) = struct.unpack_from(">i", data, position)
         block = data[position + 4:position + 4 + length]
         if length < 0 or len(block) != length:
