@@ -165,7 +165,8 @@ def resident_bytes() -> int:
 
 def test_a_claimed_size_is_not_allocated_before_the_bytes_arrive():
     """32 connections each claim 64 MiB and send 8 bytes: 2 GiB claimed, and resident memory
-    grows by what arrived (the pages written), not by the claims."""
+    grows by what arrived (the pages written), not by the claims; a frame too small for a
+    mapping gets a buffer of what arrived, doubled as more does."""
     before, held = resident_bytes(), []
     for _ in range(32):
         conn, transport, worker = connect(large_frame_bytes=64 * 1024, max_request_bytes=1 << 27)
@@ -173,18 +174,25 @@ def test_a_claimed_size_is_not_allocated_before_the_bytes_arrive():
         assert not transport.closed and conn.receive_overdue(conn.last_active + 3600)
         held.append(conn)
     assert resident_bytes() - before < 16 << 20
-    request = metadata_request(12, correlation_id=9, topics=[f"t{i}" for i in range(20000)])
-    assert len(request) > 256 * 1024  # a mapped frame buffer, not a bytearray
-    conn, transport, worker = connect(large_frame_bytes=1024, max_request_bytes=1 << 20)
-    view = memoryview(request)
-    while view:  # fed in 1 KiB reads
-        buffer = conn.get_buffer(-1)
-        n = min(len(buffer), len(view), 1024)
-        buffer[:n] = view[:n]
-        conn.buffer_updated(n)
-        view = view[n:]
-    assert transport.responses() == [9]
-    assert not conn.receive_overdue(conn.last_active + 3600)  # nothing half-read now
+    conn, transport, worker = connect(large_frame_bytes=4096, max_request_bytes=1 << 20)
+    feed(conn, struct.pack(">i", 200_000) + b"\0" * 8)  # a small frame: a small buffer
+    assert len(conn._large) == 4096
+    for topics, mapped in ((20000, True), (5000, False)):
+        request = metadata_request(12, correlation_id=9, topics=[f"t{i}" for i in range(topics)])
+        assert (len(request) > 256 * 1024) is mapped
+        conn, transport, worker = connect(large_frame_bytes=1024, max_request_bytes=1 << 20)
+        view, grown = memoryview(request), []
+        while view:  # fed in 1 KiB reads
+            buffer = conn.get_buffer(-1)
+            n = min(len(buffer), len(view), 1024)
+            buffer[:n] = view[:n]
+            conn.buffer_updated(n)
+            view = view[n:]
+            if conn._large is not None and not mapped:
+                grown.append((len(conn._large), conn._large_got))
+        assert all(size <= max(2 * got, 1024) for size, got in grown)  # at most doubled
+        assert transport.responses() == [9]
+        assert not conn.receive_overdue(conn.last_active + 3600)  # nothing half-read now
 
 
 def test_write_backpressure_stops_serving_until_the_peer_reads():

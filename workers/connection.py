@@ -48,16 +48,18 @@ MAPPED_FRAME_BYTES = 256 * 1024
 _MAP_NORESERVE = 0x4000  # Linux: no swap reserved up front (the mmap module does not name it)
 
 
-def frame_buffer(size: int):
-    """A writable buffer for a frame of `size` bytes, read into as its bytes arrive.
+def frame_buffer(size: int, arrived: int):
+    """A writable buffer for a frame of `size` bytes, read into as its bytes arrive; memory
+    follows what arrived (`arrived` so far), never the size a client claims.
 
     Above MAPPED_FRAME_BYTES it is an anonymous private mapping of the whole size: the kernel
-    gives it zeroed pages only as bytes land in them, so memory follows what arrived, not the
-    size a client claims, and nothing is ever zero-filled or copied to grow it (a doubling
-    bytearray cost a fifth of a worker's produce CPU: issue 21, py-spy).  It is unmapped when
-    the last view of the request is gone."""
+    gives it zeroed pages only as bytes land in them, and nothing is zero-filled or copied to
+    grow it (a doubling bytearray cost a fifth of a worker's produce CPU: issue 21, py-spy).
+    It is unmapped when the last view of the request is gone.  Below, a bytearray that
+    starts at what arrived and doubles (Connection._grow_frame_buffer): a mapping per small
+    frame would cost more than the copies."""
     if size <= MAPPED_FRAME_BYTES:
-        return bytearray(size)
+        return bytearray(min(size, arrived))
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
 
 
@@ -240,6 +242,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int):
         if self._large_view is not None:
+            if self._large_got == len(self._large):
+                self._grow_frame_buffer()
             return self._large_view[self._large_got:]
         return self._scratch
 
@@ -259,6 +263,14 @@ class Connection(asyncio.BufferedProtocol):
         if self._large_got == self._large_size:
             self._finish_large_frame()
         return True
+
+    def _grow_frame_buffer(self) -> None:
+        """A small frame's buffer is full but the frame is not: double it (at most to the
+        frame's size).  A mapped one is never full before its frame is whole."""
+        grown = bytearray(min(2 * len(self._large), self._large_size))
+        grown[:self._large_got] = self._large_view[:self._large_got]
+        self._large_view.release()
+        self._large, self._large_view = grown, memoryview(grown)
 
     # --- Framing and serving --------------------------------------------------------------
 
@@ -439,7 +451,7 @@ class Connection(asyncio.BufferedProtocol):
     def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
         """Receive the rest of a big frame straight into a buffer of its own (frame_buffer)."""
         got = len(data) - body_start
-        self._large = frame_buffer(size)
+        self._large = frame_buffer(size, max(got, self._large_bytes))
         self._large_view = memoryview(self._large)
         self._large_view[:got] = data[body_start:]
         self._large_got, self._large_size = got, size
@@ -656,7 +668,7 @@ class PooledConnection(Connection):
         self._update_reading()
 
     def _begin_body(self, size: int) -> None:
-        self._large = frame_buffer(size)  # the pool granted these bytes: the bound is the pool's
+        self._large = frame_buffer(size, size)  # the pool granted these bytes: its bound
         self._large_view = memoryview(self._large)
         self._large_got, self._large_size = 0, size
         self._partial_since = time.monotonic()  # the receive deadline runs from the grant
