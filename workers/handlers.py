@@ -114,6 +114,7 @@ class Router:
             api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
             return self._unroutable(request, api_key, api_version)
         header_reader, body_reader, api, memo, api_version = route
+        key = None  # the memo's key: the request as it came, before any tag was skipped
         if memo is not None and len(request) - 8 <= _MEMO_KEY_BYTES:
             key = request[8:]  # the memo is per API version: all but the correlation id
             if type(key) is not bytes:
@@ -139,7 +140,7 @@ class Router:
         if quotas is not None and quotas.active():
             return quotas.timed(api.handle, ctx, body)
         response = api.handle(ctx, body)
-        if memo is not None and len(request) - 8 <= _MEMO_KEY_BYTES:
+        if key is not None:  # not len(request): skipping unknown tags may have shortened it
             memo.put(key, (response[:4], response[8:]), len(key), len(response))
         return response
 
