@@ -195,6 +195,27 @@ def test_a_claimed_size_is_not_allocated_before_the_bytes_arrive():
         assert not conn.receive_overdue(conn.last_active + 3600)  # nothing half-read now
 
 
+def test_a_frame_without_a_mapping_falls_back_to_a_growing_buffer(monkeypatch):
+    """mmap can fail (vm.max_map_count reached): the frame is still read, into a buffer of what
+    arrived, doubled as more does, and served."""
+    import mmap
+
+    from workers import connection
+
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(connection.mmap, "mmap", refuse)
+    assert connection.frame_buffer(1 << 26, 8) == bytearray(8)
+    monkeypatch.setattr(connection.mmap, "mmap", mmap.mmap)
+    request = metadata_request(12, correlation_id=4, topics=[f"t{i}" for i in range(20000)])
+    monkeypatch.setattr(connection.mmap, "mmap", refuse)
+    conn, transport, worker = connect(large_frame_bytes=1024, max_request_bytes=1 << 20)
+    for start in range(0, len(request), 4096):
+        feed(conn, request[start:start + 4096])
+    assert transport.responses() == [4]
+
+
 def test_write_backpressure_stops_serving_until_the_peer_reads():
     conn, transport, _ = connect()
     feed(conn, api_versions_request(3, correlation_id=1))

@@ -58,9 +58,13 @@ def frame_buffer(size: int, arrived: int):
     It is unmapped when the last view of the request is gone.  Below, a bytearray that
     starts at what arrived and doubles (Connection._grow_frame_buffer): a mapping per small
     frame would cost more than the copies."""
-    if size <= MAPPED_FRAME_BYTES:
-        return bytearray(min(size, arrived))
-    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+    if size > MAPPED_FRAME_BYTES:
+        try:
+            return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+        except OSError as error:  # e.g. vm.max_map_count reached: the doubling buffer will do
+            log.warning("no mapping for a %d-byte frame (%s): reading it into a growing buffer",
+                        size, error)
+    return bytearray(min(size, arrived))
 
 
 # A TLS record header read as a Kafka size: 0x16 (handshake), 0x03 (major version) - the

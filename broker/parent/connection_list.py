@@ -53,7 +53,10 @@ class ConnectionListing:
             raise ListingBusy("another connection listing is being gathered")
         try:
             done: concurrent.futures.Future = concurrent.futures.Future()
-            self.loop.call_soon_threadsafe(self._start, top, by, done)
+            try:
+                self.loop.call_soon_threadsafe(self._start, top, by, done)
+            except RuntimeError:  # the loop is closed: the broker is stopping
+                raise ListingBusy("the broker is shutting down") from None
             return done.result(timeout=ANSWER_TIMEOUT + ASK_TIMEOUT)
         except concurrent.futures.TimeoutError:  # the parent's loop itself is stuck
             raise ListingBusy("the parent did not gather the listing in time") from None
