@@ -30,6 +30,8 @@ from broker.shared.acl import canonical_host
 from broker.shared.apis import api_key_of
 from broker.shared.pool import QueueFull
 from broker.shared.tls import ANONYMOUS
+from workers.fetch_response import FileResponse
+from workers.file_sender import FileSender
 from workers.handlers import ForwardRequest, InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           response_sent, transition, unmute)
@@ -170,6 +172,8 @@ class Connection(asyncio.BufferedProtocol):
         # A request whose answer is still being prepared (Fetch long poll).
         self._waiting = None
         self._waiting_since = 0.0
+        self._sender: FileSender | None = None  # a zero-copy answer being sent
+        self._zero_copy = False  # file regions may go to the socket as they are (plaintext)
         self._queue_wait = False  # waiting in the host's queue for room
         # For the event log: bytes both ways, and the client id of the first request.
         self.opened_at = self.last_active
@@ -193,6 +197,8 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         sock = transport.get_extra_info("socket")
         self.fd = sock.fileno() if sock is not None else -1
+        # TLS must encrypt every byte in Python: file regions are read into memory there.
+        self._zero_copy = self.fd >= 0 and transport.get_extra_info("ssl_object") is None
         self.principal = self.host.principal_of(self.listener_index, transport)
         if self.principal != ANONYMOUS:  # a client certificate: quotas know the user
             self.user = self.principal.partition(":")[2]
@@ -356,6 +362,8 @@ class Connection(asyncio.BufferedProtocol):
             # Queued for the parent, unless it waits there by design (a rebalance).
             self._park(response, api_key, queued=api_key not in WAITING_APIS)
             return True
+        if type(response) is FileResponse:
+            return self._send_file(response, api_key, out)
         if type(response) is not Throttled:
             self._park(response, api_key, queued=False)  # a long poll waits in purgatory
             return True
@@ -374,6 +382,20 @@ class Connection(asyncio.BufferedProtocol):
         self.host.loop.call_later(response.ms / 1000, self._throttle_over)
         return False
 
+    def _send_file(self, response: FileResponse, api_key: int, out: list[bytes]) -> bool:
+        """A zero-copy answer: the answers before it are written, then it is sent by a
+        FileSender while the connection stays muted (True); on TLS it is read into `out`."""
+        if not self._zero_copy or self.closing:
+            out.append(response.materialize())
+            return False
+        self._flush(out, [])
+        out.clear()
+        sender = self._sender = FileSender(self.host.loop, self.transport, self.fd, response)
+        self.bytes_out += response.size
+        self._park(sender.future, api_key, queued=False)
+        sender.start()
+        return True
+
     def _throttle_over(self) -> None:
         self.host.stats.muted("throttle", -1)
         if self.closing:
@@ -389,6 +411,8 @@ class Connection(asyncio.BufferedProtocol):
         """Close this connection for `error`; a handler bug never costs the worker."""
         if isinstance(error, InvalidRequest):
             self._reject(error)
+        elif isinstance(error, (ConnectionResetError, BrokenPipeError)):  # while we sent
+            self.close("client")
         elif isinstance(error, IllegalMuteTransition):
             log.error("connection %s from %s: %s; closing", self.conn_id, self.peer, error)
             self.close("error")
@@ -419,9 +443,13 @@ class Connection(asyncio.BufferedProtocol):
         future.add_done_callback(lambda done: self._parked_done(done, api_key, queued))
 
     def _parked_done(self, future, api_key: int, queued: bool) -> None:
-        self._waiting = None
+        self._waiting = self._sender = None
         self._queue.done(queued)
-        if self.closing or future.cancelled():
+        if future.cancelled():
+            return
+        if self.closing:
+            if future.exception() is None and type(future.result()) is FileResponse:
+                future.result().close()  # its descriptors: the answer will never be sent
             return
         error = future.exception()
         if error is not None:
@@ -429,8 +457,9 @@ class Connection(asyncio.BufferedProtocol):
             return
         response = future.result()
         out = [response] if type(response) is bytes else []
-        if type(response) is Throttled and self._park_or_throttle(response, api_key, out):
-            return  # held back once more (a delayed throttle)
+        if type(response) in (Throttled, FileResponse) and \
+                self._park_or_throttle(response, api_key, out):
+            return  # held back once more (a delayed throttle, an answer being sent)
         self.state = response_sent(self.state)
         self._flush(out, [api_key], self._waiting_since, parked=True)
         self._serve(b"")  # frames that queued up behind it
@@ -540,6 +569,8 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or self.closing:
             return False
         unsent = transport.get_write_buffer_size()
+        if self._sender is not None:
+            unsent += self._sender.unsent
         taken = self.bytes_out - unsent
         if unsent == 0 or taken != self._sent_mark:
             self._sent_mark, self._stalled_since = taken, now

@@ -19,6 +19,7 @@ from broker.shared.client_quotas import (FETCH, PRODUCE, QUOTA_KEYS, REQUEST,
                                          QuotaSensors, resolve)
 from broker.shared.config import ServerProperties
 from broker.shared.protocol.codec import response_header_is_flexible
+from workers.fetch_response import FileResponse
 
 log = logging.getLogger("workers.throttling")
 
@@ -138,6 +139,8 @@ class ClientQuotas:
         response = handle(ctx, body)
         busy = (time.perf_counter() - started) * 100 * UNITS[REQUEST]
         seconds = self.record(REQUEST, ctx.user, ctx.header.client_id, busy)
+        if seconds > 0 and type(response) is FileResponse:  # a throttled answer goes as bytes
+            response = response.materialize()
         if seconds <= 0 or type(response) is not bytes:
             return response  # already throttled for bytes, parked, or no answer
         return Throttled(response, max(1, int(seconds * 1000)),

@@ -66,8 +66,10 @@ class Server:
 
 
 class Broker:
-    def __init__(self, workers: int, overrides: dict[str, str] | None = None):
-        self.process = BrokerProcess(workers=workers, overrides=overrides).start()
+    def __init__(self, workers: int, overrides: dict[str, str] | None = None,
+                 data_dir: str | None = None):
+        self.process = BrokerProcess(workers=workers, overrides=overrides,
+                                     data_dir=data_dir).start()
         self.port = self.process.port
         self.pids = [self.process.pid] + list(self.process.worker_pids.values())
 

@@ -1,6 +1,7 @@
 """log: confluent-kafka (loadtest/kafka_load.py) producing 1 KiB records (acks=1, no
-compression) to a topic of 2 partitions for --seconds, then a consumer reading them all back;
-and the same producer on a broker where other clients have quotas (the cost of quota
+compression) to a topic of 2 partitions for --seconds, then a consumer reading them all back
+(zero-copy fetch), then the same consumer on the same log with `pybroker.fetch.zero.copy=false`
+(records copied through Python, the path before issue 21); and the same producer on a broker where other clients have quotas (the cost of quota
 accounting).  Reported in MB/s, records/s and broker CPU seconds (all processes) per MB.
 No baseline."""
 
@@ -10,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 from loadtest.bench.common import HERE, Broker, cpu_seconds
 
@@ -24,16 +26,26 @@ def run_kafka_load(*args) -> dict:
 def produce_consume(seconds: float) -> dict[str, dict]:
     from tests.wire import alter_client_quota, create_topic
 
-    broker = Broker(2)
-    try:
-        create_topic(broker.process.bootstrap, "bench", 2)
-        before = cpu_seconds(broker.pids)
-        produced = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
-        middle = cpu_seconds(broker.pids)
-        consumed = run_kafka_load("consume", broker.process.bootstrap, "bench", produced["records"])
-        after = cpu_seconds(broker.pids)
-    finally:
-        broker.close()
+    with tempfile.TemporaryDirectory(prefix="pybroker-bench-log-") as data_dir:
+        broker = Broker(2, data_dir=data_dir)
+        try:
+            create_topic(broker.process.bootstrap, "bench", 2)
+            before = cpu_seconds(broker.pids)
+            produced = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
+            middle = cpu_seconds(broker.pids)
+            consumed = run_kafka_load("consume", broker.process.bootstrap, "bench",
+                                      produced["records"])
+            after = cpu_seconds(broker.pids)
+        finally:
+            broker.close()
+        broker = Broker(2, {"pybroker.fetch.zero.copy": "false"}, data_dir=data_dir)
+        try:
+            copied_before = cpu_seconds(broker.pids)
+            copied = run_kafka_load("consume", broker.process.bootstrap, "bench",
+                                    produced["records"])
+            copied_after = cpu_seconds(broker.pids)
+        finally:
+            broker.close()
     # The cost of quota accounting: the same producer, unthrottled, on a fresh broker where
     # other clients have quotas (so every request resolves its quotas).
     broker = Broker(2)
@@ -50,5 +62,7 @@ def produce_consume(seconds: float) -> dict[str, dict]:
     return {"produce 1KiB acks=1": dict(produced, server_cpu=middle - before,
                                         errors=produced["failed"]),
             "consume 1KiB": dict(consumed, server_cpu=after - middle, errors=consumed["missing"]),
+            "consume 1KiB, copying": dict(copied, server_cpu=copied_after - copied_before,
+                                          errors=copied["missing"]),
             "produce 1KiB, others quoted": dict(quoted, server_cpu=quoted_after - quoted_before,
                                                 errors=quoted["failed"])}

@@ -6,6 +6,12 @@ a Future and the connection stays muted (its response order is kept).  The wait 
 at once; appends in other workers are noticed by a poll of the partitions' high watermarks
 every POLL_SECONDS, which runs only while some fetch waits.
 
+Zero-copy (issue 21): with `pybroker.fetch.zero.copy` (the default) a partition's records are
+answered as where they lie in the segment files (Partition.read_regions) and the answer is
+encoded by hand (workers.fetch_response); the connection sends those regions with
+`os.sendfile`.  With the key off, records are copied into memory and kio encodes the answer:
+the path kept for comparison in `make bench`.
+
 Fetch sessions (KIP-227, workers/fetch_sessions.py): a full fetch with epoch 0 creates one
 with its answer; an incremental fetch serves every partition of its session and answers only
 those with news.
@@ -20,6 +26,7 @@ import logging
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import FETCH
 from broker.shared.protocol import errors
+from workers.fetch_response import FileResponse, encode_fetch
 from workers.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition,
                                     FetchSession, next_epoch)
 from workers.handlers import NO_THROTTLE, Api, RequestContext
@@ -38,6 +45,7 @@ class Fetch(Api, api="Fetch"):
     def __init__(self, services):
         super().__init__(services)
         self._max_wait_seconds = services.props.pybroker_fetch_max_wait_ms / 1000
+        self._zero_copy = services.props.pybroker_fetch_zero_copy
 
     def handle(self, ctx: RequestContext, body):
         session_id = getattr(body, "session_id", NO_SESSION)  # fields of v7+
@@ -104,8 +112,16 @@ class Fetch(Api, api="Fetch"):
             seconds = quotas.record(FETCH, ctx.user, ctx.header.client_id, total)
             if seconds > 0:
                 return self._throttled(ctx, topics, seconds, session_id)
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
-                            "session_id": session_id, "responses": topics})
+        return self._encode(ctx, topics, session_id)
+
+    def _encode(self, ctx: RequestContext, topics: list, session_id: int,
+                throttle_ms: int = 0) -> FileResponse | bytes:
+        if self._zero_copy:
+            return encode_fetch(ctx.correlation, ctx.version, throttle_ms, errors.NONE,
+                                session_id, topics)
+        return ctx.respond({"throttle_time": datetime.timedelta(milliseconds=throttle_ms),
+                            "error_code": errors.NONE, "session_id": session_id,
+                            "responses": topics})
 
     def _create_session(self, ctx: RequestContext, wanted: list, topics: list) -> int:
         """A session for a full fetch's partitions, remembering what this answer tells."""
@@ -142,13 +158,12 @@ class Fetch(Api, api="Fetch"):
         return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": NO_SESSION,
                             "responses": [], "error_code": code})
 
-    @staticmethod
-    def _throttled(ctx: RequestContext, topics: list, seconds: float,
+    def _throttled(self, ctx: RequestContext, topics: list, seconds: float,
                    session_id: int = NO_SESSION) -> Throttled:
         ms = max(1, int(seconds * 1000))
-        frame = ctx.respond({"throttle_time": datetime.timedelta(milliseconds=ms),
-                             "error_code": errors.NONE, "session_id": session_id,
-                             "responses": topics})
+        frame = self._encode(ctx, topics, session_id, ms)
+        if type(frame) is FileResponse:  # a throttled answer is rare: it goes as bytes
+            frame = frame.materialize()
         return Throttled(frame, ms, delay=not throttle_applies_client_side(1, ctx.version))
 
     def _resolve(self, ctx: RequestContext, topics) -> list:
@@ -191,7 +206,7 @@ class Fetch(Api, api="Fetch"):
             answers = []
             for request, partition in parts:
                 answer, size = self._read_partition(ctx.version, info, request, partition,
-                                                    room, first=total == 0)
+                                                    room, total == 0, self._zero_copy)
                 failed |= answer["error_code"] != errors.NONE
                 total += size
                 room -= size
@@ -200,7 +215,10 @@ class Fetch(Api, api="Fetch"):
         return topics, total, failed
 
     @staticmethod
-    def _read_partition(version: int, info, request, partition, room: int, first: bool):
+    def _read_partition(version: int, info, request, partition, room: int, first: bool,
+                        regions: bool):
+        """The partition's answer and its record bytes; the records are (segment, position,
+        length) regions with `regions`, else bytes."""
         answer = {"partition_index": request.partition, "high_watermark": -1,
                   "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                   "preferred_read_replica": -1, "records": b""}
@@ -219,11 +237,16 @@ class Fetch(Api, api="Fetch"):
             return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
         limit = min(request.partition_max_bytes, room)
         try:
-            data, high = partition.read(offset, max(limit, 0), at_least_one=first)
+            if regions:
+                data, high = partition.read_regions(offset, max(limit, 0), at_least_one=first)
+                size = sum(length for _segment, _position, length in data)
+            else:
+                data, high = partition.read(offset, max(limit, 0), at_least_one=first)
+                size = len(data)
         except FileNotFoundError:  # retention deleted the segment between two looks
             return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
-        answer.update(high_watermark=high, last_stable_offset=high, records=data)
-        return dict(answer, error_code=errors.NONE), len(data)
+        answer.update(high_watermark=high, last_stable_offset=high, records=data or b"")
+        return dict(answer, error_code=errors.NONE), size
 
 
 class _SessionTopic:
@@ -332,6 +355,8 @@ class _Waiter:
     def _resolve(self, response) -> None:
         if not self.future.done():
             self.future.set_result(response)
+        elif type(response) is FileResponse:  # nobody will send it: its descriptors go now
+            response.close()
         self._forget()
 
     def _forget(self) -> None:

@@ -415,44 +415,51 @@ class Partition:
     # --- reading --------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, at_least_one: bool = True) -> tuple[bytes, int]:
-        """Batches from the one holding `offset` on, up to `max_bytes` (but at least one whole
-        batch if `at_least_one`), never past the high watermark.  Returns (bytes, high mark)."""
-        high = self.state[W_HIGH_WATERMARK]
+        """The bytes of `read_regions`, copied: (bytes, high mark)."""
+        regions, high = self.read_regions(offset, max_bytes, at_least_one)
+        return b"".join(segment.read(position, length)
+                        for segment, position, length in regions), high
+
+    def read_regions(self, offset: int, max_bytes: int,
+                     at_least_one: bool = True) -> tuple[list[tuple[Segment, int, int]], int]:
+        """Where the batches from the one holding `offset` on lie, up to `max_bytes` (but at
+        least one whole batch if `at_least_one`), never past the high watermark:
+        ([(segment, position, length)], high mark).  Only batch headers are read (the index
+        leads to them), so the data itself can go to a socket without entering Python."""
+        state = self.state
+        high = state[W_HIGH_WATERMARK]  # first: every batch below it is whole on disk
         if offset >= high:
-            return b"", high
+            return [], high
         self._refresh_segments()
-        out, room = [], max_bytes
-        bases = self._bases
+        regions, room, bases = [], max_bytes, self._bases
         slot = max(0, bisect.bisect_right(bases, offset) - 1)
         while slot < len(bases) and offset < high:
             base = bases[slot]
-            active = base == self.state[W_ACTIVE_BASE]
+            active = base == state[W_ACTIVE_BASE]
+            valid = state[W_INDEX_ENTRIES] if active else None
             segment = self._segment(base)
-            end = self.state[W_ACTIVE_SIZE] if active else segment.size()
-            found = segment.find_position(offset, end, self.state[W_INDEX_ENTRIES] if active else None)
+            end = state[W_ACTIVE_SIZE] if active else segment.size()
+            if slot + 1 == len(bases) or bases[slot + 1] > high:  # may hold batches past high
+                cut = segment.find_position(high, end, valid)
+                end = end if cut is None else cut[0]
+            found = segment.find_position(offset, end, valid)
             if found is None:
                 slot += 1
                 continue
             position = found[0]
-            chunk = segment.read(position, min(max(room, records.HEADER_BYTES), end - position))
-            taken, next_offset = _whole_batches(chunk, high)
-            if taken == 0 and (at_least_one and not out):
-                # The first batch is bigger than max_bytes: return it whole (KIP-74).
-                header = records.read_header(segment.read(position, records.HEADER_BYTES))
-                if header.base_offset < high:
-                    out.append(segment.read(position, header.size))
-                    next_offset = header.next_offset
-                    room -= header.size
+            stop = segment.whole_batches_end(position, min(end, position + max(room, 0)), valid)
+            if stop == position:
+                if at_least_one and not regions:  # bigger than max_bytes: whole (KIP-74)
+                    size = records.read_header(segment.read(position, records.HEADER_BYTES)).size
+                    regions.append((segment, position, size))
                 break
-            if taken == 0:
-                break
-            out.append(chunk[:taken])
-            room -= taken
-            offset = next_offset
-            if room <= 0 or taken < len(chunk):
+            regions.append((segment, position, stop - position))
+            room -= stop - position
+            if stop < end or room <= 0:
                 break
             slot += 1
-        return b"".join(out), high
+            offset = bases[slot] if slot < len(bases) else high
+        return regions, high
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped at or after `timestamp`.
@@ -622,16 +629,3 @@ def _fsync_directory(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _whole_batches(chunk: bytes, high: int) -> tuple[int, int]:
-    """Bytes of the whole batches at the start of `chunk` that lie below `high`, and the
-    offset after them."""
-    taken, next_offset = 0, -1
-    for batch in records.headers_in(chunk):
-        if batch.base_offset >= high:
-            break
-        taken = batch.position + batch.size
-        next_offset = batch.next_offset
-    return taken, next_offset
-

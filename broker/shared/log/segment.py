@@ -28,6 +28,10 @@ from broker.shared.log import records
 INDEX_ENTRY = struct.Struct(">II")
 TIME_ENTRY = struct.Struct(">q")
 READ_CHUNK = 1 << 20
+# A walk over batch headers (finding a position, cutting whole batches) reads this much at a
+# time: the index leaves at most log.index.interval.bytes plus one batch to walk, and a batch
+# longer than this costs one read for its header alone, never a read of its body.
+HEADER_CHUNK = 16 << 10
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka's: offsets relative to a segment's base are int32
 
 
@@ -163,10 +167,11 @@ class Segment:
         return len(written)
 
     def batches_from(self, position: int, end: int):
-        """Yield (position, header) of the batches from `position` to `end`."""
+        """Yield (position, header) of the batches from `position` to `end` (headers only)."""
         while position < end:
-            chunk = self.read(position, min(READ_CHUNK, end - position))
+            chunk = self.read(position, min(HEADER_CHUNK, end - position))
             advanced = 0
+            # A batch larger than the chunk is yielded by its header (partial).
             for batch in records.headers_in(chunk, partial=True):
                 yield position + batch.position, batch
                 advanced = batch.position + batch.size
@@ -174,23 +179,29 @@ class Segment:
                 return
             position += advanced
 
-    def find_position(self, offset: int, end: int, valid_entries: int | None = None) -> tuple[int, int] | None:
+    def find_position(self, offset: int, end: int,
+                      valid_entries: int | None = None) -> tuple[int, int] | None:
         """(position, base offset) of the batch holding `offset`, scanning up to byte `end`."""
         entries = self.index_entries(valid_entries)
         slot = bisect.bisect_right(entries, (offset, 2**63)) - 1
         position = entries[slot][1] if slot >= 0 else 0
-        while position < end:
-            chunk = self.read(position, min(READ_CHUNK, end - position))
-            advanced = 0
-            # A batch larger than the chunk is judged by its header (it may be the one).
-            for batch in records.headers_in(chunk, partial=True):
-                if batch.last_offset >= offset:
-                    return position + batch.position, batch.base_offset
-                advanced = batch.position + batch.size
-            if advanced == 0:
-                return None
-            position += advanced
+        for at, batch in self.batches_from(position, end):
+            if batch.last_offset >= offset:
+                return at, batch.base_offset
         return None
+
+    def whole_batches_end(self, start: int, limit: int, valid_entries: int | None = None) -> int:
+        """Where the last whole batch from `start` (a batch boundary) ending at or before
+        byte `limit` ends: `start` itself if the first batch is longer.  The index skips to
+        the last entry at or before `limit`, so only its region's headers are read."""
+        entries = self.index_entries(valid_entries)
+        slot = bisect.bisect_right(entries, limit, key=_position) - 1
+        position = max(start, entries[slot][1]) if slot >= 0 else start
+        for at, batch in self.batches_from(position, limit):
+            if at + batch.size > limit:
+                break
+            position = at + batch.size
+        return position
 
     def scan(self, start: int = 0):
         """Yield (position, header) of the sound batches from `start`; stop at the first bad."""
@@ -218,6 +229,10 @@ class Segment:
                 yield position, batch
                 offset_in_chunk = batch.size
             position += offset_in_chunk
+
+
+def _position(entry: tuple[int, int]) -> int:
+    return entry[1]
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -1,0 +1,184 @@
+"""Fetch responses encoded by hand, their record data left on disk as file regions.
+
+kio encodes in Python (tens of microseconds per nested entity) and wants every partition's
+records as bytes in memory, which is a copy of all the data a consumer reads.  This module
+writes the fields around the records with `struct` and leaves each partition's records as
+FileRegions: a descriptor of its own (a dup of the segment's), a position and a length, which
+the connection sends with `os.sendfile` (workers.file_sender), as Kafka's
+`FileRecords.writeTo`.  Where the bytes must pass through Python (a TLS listener, a throttled
+answer), `FileResponse.materialize()` reads them once.
+
+It serves the Fetch versions the API table does (4-16); the tests compare its output with
+kio's, byte for byte, for every version.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I64_PAIR = struct.Struct(">qq")
+_ZERO_UUID = bytes(16)
+FIRST_FLEXIBLE = 12  # Fetch v12: compact arrays, strings and records, tagged fields
+FIRST_TOPIC_ID = 13
+
+
+class FileRegion:
+    """`length` bytes at `position` of a file; `fd` belongs to the response holding it."""
+
+    __slots__ = ("fd", "position", "length")
+
+    def __init__(self, fd: int, position: int, length: int):
+        self.fd = fd
+        self.position = position
+        self.length = length
+
+
+class FileResponse:
+    """A size-prefixed response made of bytes and FileRegions, in order.
+
+    It owns the regions' descriptors: `close()` (or `materialize()`) releases them, and
+    whoever holds the response last must call one of the two."""
+
+    __slots__ = ("pieces", "size", "_open")
+
+    def __init__(self, pieces: list, size: int):
+        self.pieces = pieces  # bytes and FileRegion, in sending order
+        self.size = size  # every byte, the 4-byte size prefix included
+        self._open = True
+
+    def materialize(self) -> bytes:
+        """The whole response as bytes (the regions read once); the descriptors closed."""
+        try:
+            parts = []
+            for piece in self.pieces:
+                if type(piece) is FileRegion:
+                    data = os.pread(piece.fd, piece.length, piece.position)
+                    if len(data) != piece.length:  # the file shrank under us: never send a lie
+                        raise OSError(f"segment data gone: {len(data)} of {piece.length} bytes")
+                    parts.append(data)
+                else:
+                    parts.append(piece)
+            return b"".join(parts)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            for piece in self.pieces:
+                if type(piece) is FileRegion:
+                    os.close(piece.fd)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class _Writer:
+    """Bytes being gathered for one response, cut where a file region goes."""
+
+    __slots__ = ("pieces", "buffer", "size", "flexible")
+
+    def __init__(self, flexible: bool):
+        self.pieces: list = []
+        self.buffer = bytearray()
+        self.size = 0
+        self.flexible = flexible
+
+    def count(self, n: int | None) -> None:
+        """An array's (or nullable records') length: compact in flexible versions."""
+        if self.flexible:
+            self.buffer += _uvarint(0 if n is None else n + 1)
+        else:
+            self.buffer += _I32.pack(-1 if n is None else n)
+
+    def string(self, text: str) -> None:
+        data = text.encode()
+        if self.flexible:
+            self.buffer += _uvarint(len(data) + 1)
+        else:
+            self.buffer += _I16.pack(len(data))
+        self.buffer += data
+
+    def no_tags(self) -> None:
+        if self.flexible:
+            self.buffer.append(0)
+
+    def region(self, fd: int, position: int, length: int) -> None:
+        self.size += len(self.buffer)
+        self.pieces.append(bytes(self.buffer))
+        self.buffer = bytearray()
+        self.pieces.append(FileRegion(os.dup(fd), position, length))
+        self.size += length
+
+    def finish(self) -> list:
+        if self.buffer:
+            self.size += len(self.buffer)
+            self.pieces.append(bytes(self.buffer))
+        return self.pieces
+
+
+def encode_fetch(correlation, version: int, throttle_ms: int, error_code: int, session_id: int,
+                 topics: list) -> FileResponse | bytes:
+    """A Fetch response frame.  `topics` are the handler's answers: dicts with "topic",
+    "topic_id" and "partitions", each partition a dict of the response's fields whose
+    "records" is bytes or a list of (segment, position, length) regions.  Without regions
+    the answer is plain bytes."""
+    flexible = version >= FIRST_FLEXIBLE
+    out = _Writer(flexible)
+    out.buffer += _I32.pack(throttle_ms)
+    if version >= 7:
+        out.buffer += _I16.pack(error_code) + _I32.pack(session_id)
+    out.count(len(topics))
+    for topic in topics:
+        if version >= FIRST_TOPIC_ID:
+            topic_id = topic["topic_id"]
+            out.buffer += _ZERO_UUID if topic_id is None else topic_id.bytes
+        else:
+            out.string(topic["topic"])
+        out.count(len(topic["partitions"]))
+        for part in topic["partitions"]:
+            _partition(out, version, part)
+        out.no_tags()
+    out.no_tags()
+    pieces = out.finish()
+    head = _I32.pack(out.size + 4 + flexible) + bytes(correlation) + (b"\0" if flexible else b"")
+    if len(pieces) == 1:
+        return head + pieces[0]
+    pieces[0] = head + pieces[0]
+    return FileResponse(pieces, out.size + len(head))
+
+
+def _partition(out: _Writer, version: int, part: dict) -> None:
+    buffer = out.buffer
+    buffer += _I32.pack(part["partition_index"]) + _I16.pack(part["error_code"])
+    buffer += _I64_PAIR.pack(part["high_watermark"], part["last_stable_offset"])
+    if version >= 5:
+        buffer += _I64.pack(part["log_start_offset"])
+    aborted = part["aborted_transactions"]
+    out.count(None if aborted is None else len(aborted))
+    for transaction in aborted or ():
+        out.buffer += _I64_PAIR.pack(transaction["producer_id"], transaction["first_offset"])
+        out.no_tags()
+    if version >= 11:
+        out.buffer += _I32.pack(part["preferred_read_replica"])
+    records = part["records"]
+    if records is None:
+        out.count(None)
+    elif type(records) is bytes:
+        out.count(len(records))
+        out.buffer += records
+    else:
+        out.count(sum(length for _segment, _position, length in records))
+        for segment, position, length in records:
+            out.region(segment.log_fd, position, length)
+    out.no_tags()
