@@ -14,6 +14,7 @@ from workers.apis import Services, build_apis
 from workers.backpressure import RequestQueue
 from workers.connection import Connection
 from workers.fetch_sessions import FetchSessionCache
+from workers.frame_maps import FrameMaps
 from workers.handlers import BrokerView, Router
 from workers.mute import MuteState
 
@@ -85,6 +86,7 @@ class FakeWorker:
         self.sasl_max_receive_bytes = 524288
         self.queue = RequestQueue(1 << 30, self.stats)  # never full here
         self.memory = None
+        self.frame_maps = FrameMaps(256 * 1024, 8 << 20)
 
     def muted(self, reason, change):
         pass
@@ -193,6 +195,32 @@ def test_a_claimed_size_is_not_allocated_before_the_bytes_arrive():
         assert all(size <= max(2 * got, 1024) for size, got in grown)  # at most doubled
         assert transport.responses() == [9]
         assert not conn.receive_overdue(conn.last_active + 3600)  # nothing half-read now
+
+
+def test_mappings_of_served_frames_are_reused_once_no_view_is_left():
+    """A served large frame's mapping serves the next one (no fresh page faults), but never
+    while a view of its last frame lives (a produce walked over several turns)."""
+    request = metadata_request(12, correlation_id=3, topics=[f"t{i}" for i in range(20000)])
+    conn, transport, worker = connect(large_frame_bytes=1024, max_request_bytes=1 << 20)
+    maps = worker.frame_maps
+    for _ in range(3):
+        for start in range(0, len(request), 65536):
+            feed(conn, request[start:start + 65536])
+    assert transport.responses() == [3, 3, 3]
+    assert (maps.created, maps.reused) == (1, 2)
+    held = maps.take(len(request) - 4)  # the kept one
+    view = memoryview(held)[:10]
+    maps.give_back(held)
+    assert maps.take(len(request) - 4) is not held and maps.created == 2  # still viewed
+    del view
+    assert maps.take(len(request) - 4) is held
+    small = FrameMaps(256 * 1024, 512 * 1024)  # keeps at most 512 KiB
+    first, second = small.take(300_000), small.take(300_000)
+    small.give_back(first)
+    small.give_back(second)
+    assert small.kept_bytes == 512 * 1024
+    with pytest.raises(ValueError):
+        FrameMaps(0, 1)
 
 
 def test_a_frame_without_a_mapping_falls_back_to_a_growing_buffer(monkeypatch):

@@ -32,6 +32,7 @@ from broker.shared.pool import QueueFull
 from broker.shared.tls import ANONYMOUS
 from workers.fetch_response import FileResponse
 from workers.file_sender import FileSender
+from workers.frame_maps import FrameMaps, new_mapping
 from workers.handlers import ForwardRequest, InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           response_sent, transition, unmute)
@@ -47,22 +48,22 @@ log = logging.getLogger("workers.connection")
 
 # Frames up to this size get a plain buffer of their size; larger ones an anonymous mapping.
 MAPPED_FRAME_BYTES = 256 * 1024
-_MAP_NORESERVE = 0x4000  # Linux: no swap reserved up front (the mmap module does not name it)
 
 
-def frame_buffer(size: int, arrived: int):
-    """A writable buffer for a frame of `size` bytes, read into as its bytes arrive; memory
-    follows what arrived (`arrived` so far), never the size a client claims.
+def frame_buffer(size: int, arrived: int, maps: FrameMaps | None = None):
+    """A writable buffer for a frame of `size` bytes (its first `size` bytes are the frame's),
+    read into as its bytes arrive; memory follows what arrived (`arrived` so far), never the
+    size a client claims.
 
-    Above MAPPED_FRAME_BYTES it is an anonymous private mapping of the whole size: the kernel
-    gives it zeroed pages only as bytes land in them, and nothing is zero-filled or copied to
-    grow it (a doubling bytearray cost a fifth of a worker's produce CPU: issue 21, py-spy).
-    It is unmapped when the last view of the request is gone.  Below, a bytearray that
-    starts at what arrived and doubles (Connection._grow_frame_buffer): a mapping per small
-    frame would cost more than the copies."""
+    Above MAPPED_FRAME_BYTES it is an anonymous mapping (from `maps`, which keeps served ones
+    for reuse, or a new one): the kernel gives it pages only as bytes land in them, and
+    nothing is zero-filled or copied to grow it (a doubling bytearray cost a fifth of a
+    worker's produce CPU: issue 21, py-spy).  Below, a bytearray that starts at what arrived
+    and doubles (Connection._grow_frame_buffer): a mapping per small frame would cost more
+    than the copies."""
     if size > MAPPED_FRAME_BYTES:
         try:
-            return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+            return maps.take(size) if maps is not None else new_mapping(size)
         except OSError as error:  # e.g. vm.max_map_count reached: the doubling buffer will do
             log.warning("no mapping for a %d-byte frame (%s): reading it into a growing buffer",
                         size, error)
@@ -105,6 +106,7 @@ class ConnectionHost(Protocol):
     router: Router  # its `handle(request, listener index)` answers a request
     max_request_bytes: int  # socket.request.max.bytes
     large_frame_bytes: int  # an incomplete frame above this gets a buffer of its own
+    frame_maps: FrameMaps | None  # mappings for the largest frames, reused
     events: WorkerEvents | None  # only whether there is an event log (client ids are kept)
     queue: RequestQueue  # queued.max.requests, and parked requests
     memory: MemoryWaiters | None  # the memory pool's waiters; None when the pool is off
@@ -484,8 +486,8 @@ class Connection(asyncio.BufferedProtocol):
     def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
         """Receive the rest of a big frame straight into a buffer of its own (frame_buffer)."""
         got = len(data) - body_start
-        self._large = frame_buffer(size, max(got, self._large_bytes))
-        self._large_view = memoryview(self._large)
+        self._large = frame_buffer(size, max(got, self._large_bytes), self.host.frame_maps)
+        self._large_view = memoryview(self._large)[:size]
         self._large_view[:got] = data[body_start:]
         self._large_got, self._large_size = got, size
         self._partial_since = self.last_active
@@ -494,9 +496,15 @@ class Connection(asyncio.BufferedProtocol):
         """The big frame is complete: serve it as the next request in order (nothing was read
         after it: its buffer took every byte until it was whole)."""
         request = self._large_view.toreadonly()
+        buffer = self._large
         self._large = self._large_view = None
         self._large_got = self._large_size = 0
-        self._serve(b"", request)
+        try:
+            self._serve(b"", request)
+        finally:
+            del request
+            if type(buffer) is mmap.mmap and self.host.frame_maps is not None:
+                self.host.frame_maps.give_back(buffer)  # reused once no view of it is left
 
     def _reject(self, invalid: InvalidRequest) -> None:
         log.warning("closing connection %s from %s: %s", self.conn_id, self.peer, invalid)
@@ -703,8 +711,8 @@ class PooledConnection(Connection):
         self._update_reading()
 
     def _begin_body(self, size: int) -> None:
-        self._large = frame_buffer(size, size)  # the pool granted these bytes: its bound
-        self._large_view = memoryview(self._large)
+        self._large = frame_buffer(size, size, self.host.frame_maps)  # the pool granted them
+        self._large_view = memoryview(self._large)[:size]
         self._large_got, self._large_size = 0, size
         self._partial_since = time.monotonic()  # the receive deadline runs from the grant
 

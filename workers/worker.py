@@ -47,10 +47,11 @@ from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
-from workers.connection import Connection, PooledConnection, client_id_of
+from workers.connection import MAPPED_FRAME_BYTES, Connection, PooledConnection, client_id_of
 from workers.connection_list import top_connections
 from workers.events import WorkerEvents
 from workers.fetch_sessions import FetchSessionCache
+from workers.frame_maps import FrameMaps
 from workers.handlers import BrokerView, Router
 from workers.intake import Intake
 from workers.stats import WorkerStats
@@ -108,6 +109,8 @@ class Worker:
             self.memory = MemoryWaiters(pool, len(config.listeners), self.stats, self.events)
         self.queue = RequestQueue(self._queue_capacity(config, self.control_plane), self.stats)
         self.large_frame_bytes = LARGE_FRAME_BYTES
+        keep = props.pybroker_request_buffer_keep_bytes
+        self.frame_maps = FrameMaps(MAPPED_FRAME_BYTES, keep) if keep > 0 else None
         self._sasl = [config.listener_sasl.get(item.name) for item in config.listeners]
         self._scram: dict[str, dict[str, ScramCredential]] = {}  # from the parent
         self._failed_auth_delay = props.connection_failed_authentication_delay_ms / 1000

@@ -209,6 +209,10 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_fetch_max_wait_ms: Annotated[int, _doc(
         "Longest a Fetch long poll waits, whatever max_wait_ms the client asks for.",
         ge=0)] = 30000
+    pybroker_request_buffer_keep_bytes: Annotated[int, _doc(
+        "Buffers of served requests over 256 KiB (anonymous mappings) each worker keeps for "
+        "the next large requests, sparing the page faults of fresh memory; 0 keeps none.",
+        ge=0, le=1 << 40)] = 32 << 20
     pybroker_fetch_zero_copy: Annotated[bool, _doc(
         "Fetch answers send record data from the segment files straight to the socket "
         "(os.sendfile), never through Python; TLS listeners copy whatever this says. Off: "

@@ -19,6 +19,11 @@ UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
               ("accept limits on", "accept+handoff+register 2w"),
               ("produce 1KiB, others quoted", "produce 1KiB acks=1"))
 FAIRNESS_TARGET = 2.0  # p99 during a storm / p99 without one, with the KIP-402 bounds
+# Issue 21: broker CPU (all processes) per MB, and zero-copy consume against the copying path.
+PRODUCE_MS_PER_MB = 1.6
+CONSUME_MS_PER_MB = 0.4
+ZERO_COPY_SPEEDUP = 2.0  # MB/s, where the client allows (it is not using a whole core)
+CLIENT_BOUND = 0.9  # a client busy this share of its elapsed time bounds the rate itself
 CONTROL_PLANE_P99_MS = 20.0  # issue 7: admin requests on the control plane while saturated
 
 
@@ -49,6 +54,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
         errors += failed
         print(f"{name:32} {statistics.median(megabytes):>16,.1f} {statistics.median(rates):>16,.0f} "
               f"{cost:>10.4f} {failed}")
+    errors += _print_byte_path(passes)
     print(f"\n{'200 x 2 x 1 MiB produce burst':32} {'peak RSS MiB':>14} {'idle RSS MiB':>14} "
           f"{'seconds':>9} errors")
     for name in ("burst pool on", "burst pool off"):
@@ -261,3 +267,34 @@ def _rate(result: dict) -> float:
     if "rps" in result or "rate" in result:
         return result.get("rps", result.get("rate"))
     return result["bytes"] / result["seconds"]
+
+
+def _per_mb(figures: dict, seconds: float) -> float:
+    return 1000 * seconds / max(1e-9, figures["bytes"] / 1e6)
+
+
+def _print_byte_path(passes: list[dict[str, dict]]) -> int:
+    """Issue 21's targets for the byte path; returns 1 if one is missed."""
+    produced = [p["produce 1KiB acks=1"] for p in passes]
+    zero = [p["consume 1KiB"] for p in passes]
+    copied = [p["consume 1KiB, copying"] for p in passes]
+    produce_ms = statistics.median(_per_mb(f, f["server_cpu"]) for f in produced)
+    floor_ms = statistics.median(_per_mb(f, f["write_floor"]) for f in produced)
+    consume_ms = statistics.median(_per_mb(f, f["server_cpu"]) for f in zero)
+    copied_ms = statistics.median(_per_mb(f, f["server_cpu"]) for f in copied)
+    speedup = statistics.median((z["bytes"] / z["seconds"]) / (c["bytes"] / c["seconds"])
+                                for z, c in zip(zero, copied))
+    client_busy = statistics.median(f["client_cpu"] / f["seconds"] for f in zero)
+    client_bound = client_busy >= CLIENT_BOUND
+    missed = [produce_ms > PRODUCE_MS_PER_MB, consume_ms > CONSUME_MS_PER_MB,
+              speedup < ZERO_COPY_SPEEDUP and not client_bound]
+    print(f"\n{'byte path (issue 21)':32} {'figure':>10} {'target':>10} {'met':>5}")
+    print(f"{'produce broker ms CPU per MB':32} {produce_ms:>10.2f} {PRODUCE_MS_PER_MB:>10.2f} "
+          f"{'no' if missed[0] else 'yes':>5}   (file-write floor {floor_ms:.2f} ms/MB)")
+    print(f"{'consume broker ms CPU per MB':32} {consume_ms:>10.2f} {CONSUME_MS_PER_MB:>10.2f} "
+          f"{'no' if missed[1] else 'yes':>5}   (copying path {copied_ms:.2f} ms/MB)")
+    verdict = "no" if missed[2] else "yes" if speedup >= ZERO_COPY_SPEEDUP else "n/a"
+    print(f"{'consume MB/s zero-copy / copying':32} {speedup:>10.2f} {ZERO_COPY_SPEEDUP:>10.2f} "
+          f"{verdict:>5}   (consumer busy {100 * client_busy:.0f}% of its time"
+          f"{': client-bound' if client_bound else ''})")
+    return 1 if any(missed) else 0

@@ -247,7 +247,7 @@ class Partition:
             state[W_SEGMENT_STARTED] = int(time.time() * 1000)
         segment = self._segment(state[W_ACTIVE_BASE], create=True)
         position = state[W_ACTIVE_SIZE]
-        segment.write(position, records.with_base_offset(batch_bytes, base_offset))
+        segment.write_batch(position, base_offset, batch_bytes)
         if state[W_SINCE_INDEX] >= self.settings.index_interval_bytes or state[W_INDEX_ENTRIES] == 0:
             if state[W_INDEX_ENTRIES]:  # the previous region closes: its time entry first
                 segment.add_time_entry(state[W_INDEX_ENTRIES] - 1, state[W_SEGMENT_MAX_TS])

@@ -284,9 +284,9 @@ def is_sound(buffer, position: int, available: int) -> Batch | None:
     return read_header(buffer, position)
 
 
-def with_base_offset(batch: bytes, base_offset: int) -> bytes:
-    """The same batch with its base offset rewritten (the CRC does not cover it)."""
-    return _BASE_OFFSET.pack(base_offset) + batch[8:]
+def base_offset_bytes(base_offset: int) -> bytes:
+    """A batch's first 8 bytes for `base_offset` (the CRC does not cover them)."""
+    return _BASE_OFFSET.pack(base_offset)
 
 
 def max_timestamp_of(batch) -> int:
