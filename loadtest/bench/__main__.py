@@ -6,6 +6,7 @@ the table."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--pipeline-gb", type=float, default=1.0,
                         help="size of the synthetic event log for the pipeline (0 skips it)")
+    parser.add_argument("--save", help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pybroker-bench-") as tmp:
         frames = {}
@@ -73,6 +75,10 @@ def main(argv=None) -> int:
         quotas = quota_accuracy()
         connects = connection_figures()
         pipeline = pipeline_throughput(args.pipeline_gb, tmp) if args.pipeline_gb > 0 else None
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as handle:
+            json.dump({"passes": passes, "quotas": quotas, "connects": connects,
+                       "pipeline": pipeline}, handle, default=str)
     status = summarize(passes)
     if any(print_quota_accuracy(quotas)):
         status = 1
