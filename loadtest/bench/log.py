@@ -50,28 +50,30 @@ def file_write_floor(directory: str, megabytes: float) -> float:
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
+def _measured(broker: Broker, *args) -> dict:
+    """A kafka_load run's figures with the broker CPU seconds it cost ("server_cpu")."""
+    before = cpu_seconds(broker.pids)
+    figures = run_kafka_load(*args)
+    return dict(figures, server_cpu=cpu_seconds(broker.pids) - before)
+
+
 def produce_consume(seconds: float) -> dict[str, dict]:
     from tests.wire import alter_client_quota, create_topic
 
     with tempfile.TemporaryDirectory(prefix="pybroker-bench-log-") as data_dir:
         broker = Broker(2, data_dir=data_dir)
         try:
-            create_topic(broker.process.bootstrap, "bench", 2)
-            before = cpu_seconds(broker.pids)
-            produced = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
-            middle = cpu_seconds(broker.pids)
-            consumed = run_kafka_load("consume", broker.process.bootstrap, "bench",
-                                      produced["records"])
-            after = cpu_seconds(broker.pids)
+            bootstrap = broker.process.bootstrap
+            create_topic(bootstrap, "bench", 2)
+            produced = _measured(broker, "produce", bootstrap, "bench", seconds, 1024)
+            consumed = _measured(broker, "consume", bootstrap, "bench", produced["records"])
         finally:
             broker.close()
         floor = file_write_floor(data_dir, produced["records"] * 1024 / 1e6)
         broker = Broker(2, {"pybroker.fetch.zero.copy": "false"}, data_dir=data_dir)
         try:
-            copied_before = cpu_seconds(broker.pids)
-            copied = run_kafka_load("consume", broker.process.bootstrap, "bench",
-                                    produced["records"])
-            copied_after = cpu_seconds(broker.pids)
+            copied = _measured(broker, "consume", broker.process.bootstrap, "bench",
+                               produced["records"])
         finally:
             broker.close()
     # The cost of quota accounting: the same producer, unthrottled, on a fresh broker where
@@ -82,15 +84,10 @@ def produce_consume(seconds: float) -> dict[str, dict]:
         address = broker.process.listeners["PLAINTEXT"]
         for key in ("producer_byte_rate", "consumer_byte_rate", "request_percentage"):
             alter_client_quota(address, {"client-id": "someone-else"}, key, 1000)
-        quoted_before = cpu_seconds(broker.pids)
-        quoted = run_kafka_load("produce", broker.process.bootstrap, "bench", seconds, 1024)
-        quoted_after = cpu_seconds(broker.pids)
+        quoted = _measured(broker, "produce", broker.process.bootstrap, "bench", seconds, 1024)
     finally:
         broker.close()
-    return {"produce 1KiB acks=1": dict(produced, server_cpu=middle - before,
-                                        errors=produced["failed"], write_floor=floor),
-            "consume 1KiB": dict(consumed, server_cpu=after - middle, errors=consumed["missing"]),
-            "consume 1KiB, copying": dict(copied, server_cpu=copied_after - copied_before,
-                                          errors=copied["missing"]),
-            "produce 1KiB, others quoted": dict(quoted, server_cpu=quoted_after - quoted_before,
-                                                errors=quoted["failed"])}
+    return {"produce 1KiB acks=1": dict(produced, errors=produced["failed"], write_floor=floor),
+            "consume 1KiB": dict(consumed, errors=consumed["missing"]),
+            "consume 1KiB, copying": dict(copied, errors=copied["missing"]),
+            "produce 1KiB, others quoted": dict(quoted, errors=quoted["failed"])}
