@@ -107,6 +107,27 @@ def test_a_response_closes_its_descriptors_once(data_file):
     assert len(os.listdir("/proc/self/fd")) == before
 
 
+def test_running_out_of_descriptors_mid_answer_releases_those_taken(data_file, monkeypatch):
+    fd, _content = data_file
+    before = len(os.listdir("/proc/self/fd"))
+    real_dup, taken = os.dup, []
+
+    def dup_twice(number):  # the third region meets EMFILE
+        if len(taken) == 2:
+            raise OSError(24, "Too many open files")
+        taken.append(real_dup(number))
+        return taken[-1]
+
+    monkeypatch.setattr("workers.fetch_response.os.dup", dup_twice)
+    with pytest.raises(OSError):
+        encode_fetch(CORRELATION, 12, 0, errors.NONE, 0, [{
+            "topic": "t", "topic_id": uuid.uuid4(), "partitions": [{
+                "partition_index": 0, "error_code": errors.NONE, "high_watermark": 1,
+                "last_stable_offset": 1, "log_start_offset": 0, "aborted_transactions": None,
+                "preferred_read_replica": -1, "records": [(FakeSegment(fd), 0, 10)] * 3}]}])
+    assert len(taken) == 2 and len(os.listdir("/proc/self/fd")) == before
+
+
 @pytest.fixture
 def partition(tmp_path):
     settings = LogSettings(segment_bytes=8192, index_interval_bytes=256, max_message_bytes=100_000)

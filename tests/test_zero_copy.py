@@ -56,9 +56,10 @@ def segment_bytes(broker, topic: str) -> bytes:
     return data
 
 
-def fetch_frame(topic: str, offset: int, correlation: int, max_bytes: int = 8 << 20) -> bytes:
+def fetch_frame(topic: str, offset: int, correlation: int, max_bytes: int = 8 << 20,
+                wait_ms: int = 0) -> bytes:
     body = request(1, FETCH_VERSION, {
-        "replica_id": -1, "max_wait": datetime.timedelta(0), "min_bytes": 1,
+        "replica_id": -1, "max_wait": datetime.timedelta(milliseconds=wait_ms), "min_bytes": 1,
         "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
         "rack_id": "", "cluster_id": None, "forgotten_topics_data": [],
         "topics": [{"topic": topic, "partitions": [{
@@ -158,3 +159,28 @@ def test_an_answer_outlives_the_deletion_of_its_topic(broker):
     finally:
         sock.close()
     assert fetched_records(received[4:]) == log
+
+
+def test_a_long_poll_answered_by_new_records_sends_them_from_the_file(broker):
+    """The wait ends with an answer of file regions: sent after the wait, in order with the
+    requests behind it, and its descriptors released."""
+    log = fill(broker, "awaited")
+    end = sum(batch.record_count for batch in records.headers_in(log))
+    with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=20) as client:
+        client.send(fetch_frame("awaited", 0, 0))  # opens the files in this worker
+        assert fetched_records(client.receive()) == log
+        before = open_descriptors(broker)
+        client.send(fetch_frame("awaited", end, 1, wait_ms=10_000) +
+                    api_versions_request(correlation_id=2))
+        with KafkaSocket(broker.listeners["PLAINTEXT"]) as producer:
+            producer.send(produce_request("awaited", make_batch(64, value_size=4000)))
+            assert produce_errors(producer.receive())[0][0] == 0
+        answers = [client.receive() for _ in range(2)]
+    assert [correlation_of(body) for body in answers] == [1, 2]
+    added = fetched_records(answers[0])
+    assert [batch.base_offset for batch in records.headers_in(added)] == [end]
+    assert segment_bytes(broker, "awaited").endswith(added)
+    deadline = time.monotonic() + 10
+    while open_descriptors(broker) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_descriptors(broker) <= before

@@ -336,6 +336,8 @@ class Connection(asyncio.BufferedProtocol):
                     out.append(response)
                 elif response is not None and self._park_or_throttle(response, api_key, out):
                     self._pending = data[offset:]  # parked: the answer must wait
+                    if offset < end:  # a frame began behind it: its receive time runs now
+                        self._partial_since = self.last_active
                     self._flush(out, handled)
                     return
                 self.state = sent[self.state]  # None (acks=0) counts as sent, as in Kafka
@@ -392,7 +394,14 @@ class Connection(asyncio.BufferedProtocol):
             return False
         self._flush(out, [])
         out.clear()
-        sender = self._sender = FileSender(self.host.loop, self.transport, self.fd, response)
+        if self.closing:  # the flush found the client not taking answers
+            response.close()
+            return False
+        try:
+            sender = self._sender = FileSender(self.host.loop, self.transport, self.fd, response)
+        except BaseException:
+            response.close()  # out of descriptors: the answer's own are released at once
+            raise
         self.bytes_out += response.size
         self._park(sender.future, api_key, queued=False)
         sender.start()
@@ -457,13 +466,20 @@ class Connection(asyncio.BufferedProtocol):
         if error is not None:
             self._fail(error)
             return
-        response = future.result()
+        try:  # a done-callback's exception would be swallowed and leave the channel muted
+            self._answer_parked(future.result(), api_key)
+        except Exception as error:  # noqa: BLE001 - sorted by _fail: one connection pays
+            self._fail(error)
+
+    def _answer_parked(self, response, api_key: int) -> None:
         out = [response] if type(response) is bytes else []
         if type(response) in (Throttled, FileResponse) and \
                 self._park_or_throttle(response, api_key, out):
             return  # held back once more (a delayed throttle, an answer being sent)
         self.state = response_sent(self.state)
         self._flush(out, [api_key], self._waiting_since, parked=True)
+        if self._pending:  # a frame that began behind the answer: its time runs from now
+            self._partial_since = time.monotonic()
         self._serve(b"")  # frames that queued up behind it
 
     def _flush(self, out: list[bytes], handled: list[int], received_at: float | None = None,

@@ -133,8 +133,19 @@ def encode_fetch(correlation, version: int, throttle_ms: int, error_code: int, s
     "topic_id" and "partitions", each partition a dict of the response's fields whose
     "records" is bytes or a list of (segment, position, length) regions.  Without regions
     the answer is plain bytes."""
-    flexible = version >= FIRST_FLEXIBLE
-    out = _Writer(flexible)
+    out = _Writer(version >= FIRST_FLEXIBLE)
+    try:
+        return _encode(out, correlation, version, throttle_ms, error_code, session_id, topics)
+    except BaseException:  # e.g. out of descriptors at the third region: release the first two
+        for piece in out.pieces:
+            if type(piece) is FileRegion:
+                os.close(piece.fd)
+        raise
+
+
+def _encode(out: _Writer, correlation, version: int, throttle_ms: int, error_code: int,
+            session_id: int, topics: list) -> FileResponse | bytes:
+    flexible = out.flexible
     out.buffer += _I32.pack(throttle_ms)
     if version >= 7:
         out.buffer += _I16.pack(error_code) + _I32.pack(session_id)

@@ -38,13 +38,14 @@ def metadata_frame() -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def cpu_seconds(pids: list[int]) -> float:
+def cpu_seconds(pids: list[int], user: bool = True, system: bool = True) -> float:
+    """CPU seconds the processes used so far: user and/or system time."""
     total = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
+            total += int(fields[11]) * user + int(fields[12]) * system  # utime, stime
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total / os.sysconf("SC_CLK_TCK")

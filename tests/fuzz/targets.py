@@ -240,6 +240,25 @@ def records(data: bytes) -> None:
         stamps = batches.record_timestamps(data)
         if stamps is not None and len(stamps) > len(data) // 7:
             raise Finding("more records than the bytes can hold")
+        _walks_agree(batches, data)
+
+
+def _walks_agree(batches, data: bytes) -> None:
+    """The C record walk reaches the Python walk's verdict on the same bytes."""
+    if batches._recordwalk is None:
+        return
+    count = max(1, min(data[-1] if data else 1, (len(data) - batches.HEADER_BYTES) // 7))
+    verdicts = []
+    for walk in (lambda: batches._walk(data, batches.HEADER_BYTES, len(data), 0, count,
+                                       2**63, -(2**63), None),
+                 lambda: batches._recordwalk.walk(data, batches.HEADER_BYTES, len(data), 0,
+                                                  count, False)):
+        try:
+            verdicts.append(tuple(walk()))
+        except batches.BatchError as error:
+            verdicts.append(error.code)
+    if verdicts[0] != verdicts[1]:
+        raise Finding(f"the record walks disagree: python {verdicts[0]}, C {verdicts[1]}")
 
 
 # --- ipc ---------------------------------------------------------------------------------------

@@ -339,6 +339,8 @@ def _varint(buffer, position: int) -> tuple[int, int]:
     while shift < 70:
         byte = buffer[position]
         position += 1
+        if shift == 63 and byte & 0x7E:
+            raise BatchError("corrupt_message", "varint longer than 64 bits")
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return (result >> 1) ^ -(result & 1), position
@@ -376,9 +378,15 @@ class RecordWalk:
 
     def step(self, most: int, stamps: list | None = None) -> bool:
         stop_at = min(self.count, self.index + most)
-        self.position, self.least, self.greatest = _walk(
-            self.buffer, self.position, self.end, self.index, stop_at, self.least,
-            self.greatest, stamps, self.keyed)
+        if _recordwalk is not None and stamps is None:
+            if stop_at > self.index:
+                self.position, least, greatest = _recordwalk.walk(
+                    self.buffer, self.position, self.end, self.index, stop_at, self.keyed)
+                self.least, self.greatest = min(self.least, least), max(self.greatest, greatest)
+        else:
+            self.position, self.least, self.greatest = _walk(
+                self.buffer, self.position, self.end, self.index, stop_at, self.least,
+                self.greatest, stamps, self.keyed)
         self.index = stop_at
         if self.index < self.count:
             return False
@@ -386,6 +394,13 @@ class RecordWalk:
             raise BatchError("corrupt_message",
                              f"{self.end - self.position} bytes after the last record")
         return True
+
+
+try:  # the same walk in C (_recordwalk.c), built by `pip install -e .`; else this module's
+    from broker.shared.log import _recordwalk
+    _recordwalk.set_error(BatchError)
+except ImportError:
+    _recordwalk = None
 
 
 def _walk(buffer, position: int, end: int, first: int, stop_at: int, least: int,

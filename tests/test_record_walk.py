@@ -1,0 +1,87 @@
+"""The C record walk (_recordwalk.c) against the Python walk it replaces: on sound batches,
+mangled ones and random bytes both must return the same position and timestamp bounds or
+refuse with the same Kafka error code."""
+
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.shared.log import records
+from broker.shared.log.records import HEADER_BYTES, BatchError
+from tests.batches import make_batch
+
+pytestmark = pytest.mark.skipif(records._recordwalk is None, reason="never: make install builds it")
+
+
+def _outcome(walk, buffer, end, count, keyed):
+    try:
+        return walk(buffer, end, count, keyed)
+    except BatchError as error:
+        return error.code
+
+
+def _python(buffer, end, count, keyed):
+    position, least, greatest = records._walk(buffer, HEADER_BYTES, end, 0, count, 2**63,
+                                              -(2**63), None, keyed)
+    return position, least, greatest
+
+
+def _c(buffer, end, count, keyed):
+    return records._recordwalk.walk(buffer, HEADER_BYTES, end, 0, count, keyed)
+
+
+def _agree(buffer, end, count, keyed=False):
+    expected = _outcome(_python, buffer, end, count, keyed)
+    assert _outcome(_c, buffer, end, count, keyed) == expected
+    return expected
+
+
+def test_the_c_walk_is_built_by_make_install():
+    assert records._recordwalk is not None
+
+
+@settings(max_examples=400, deadline=None)
+@given(count=st.integers(1, 40), value_size=st.integers(0, 300), stamps=st.lists(
+    st.integers(-(2**40), 2**40), min_size=1, max_size=40), keyed=st.booleans(),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, 64))
+def test_the_c_walk_agrees_with_the_python_walk(count, value_size, stamps, keyed, flips, cut):
+    batch = bytearray(make_batch(count=len(stamps), value_size=value_size, timestamps=stamps))
+    for where, byte in flips:
+        batch[HEADER_BYTES + where % (len(batch) - HEADER_BYTES)] = byte
+    end = max(HEADER_BYTES, len(batch) - cut)
+    outcome = _agree(memoryview(batch)[:end], end, len(stamps), keyed)
+    if not flips and not cut:
+        assert outcome == (len(batch), min(stamps) - stamps[0], max(stamps) - stamps[0])
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=st.binary(min_size=0, max_size=200), count=st.integers(1, 30),
+       keyed=st.booleans())
+def test_random_bytes_meet_the_same_verdict(body, count, keyed):
+    buffer = bytes(HEADER_BYTES) + body
+    _agree(buffer, len(buffer), count, keyed)
+
+
+def test_a_length_near_two_to_the_63_never_reads_past_the_buffer():
+    varint = bytes([0xFE] * 9 + [0x01])  # zigzag of 2**63 - 1: a huge positive length
+    buffer = bytes(HEADER_BYTES) + varint + bytes(20)
+    assert _agree(buffer, len(buffer), 1) == "corrupt_message"
+
+
+def test_a_varint_wider_than_64_bits_is_refused_by_both():
+    varint = bytes([0xFF] * 9 + [0x7F])
+    buffer = bytes(HEADER_BYTES) + bytes([20, 0]) + varint + bytes(8)
+    assert _agree(buffer, len(buffer), 1) == "corrupt_message"
+
+
+def test_a_keyless_record_in_a_compacted_topic_is_an_invalid_record_in_both():
+    batch = bytearray(make_batch(count=1))
+    # The first record's key length follows its length, attributes, timestamp delta and
+    # offset delta, one byte each here; -1 (zigzag 1) makes the key null.
+    key_at = HEADER_BYTES + 4
+    assert batch[key_at] == 4  # "k0"
+    batch[key_at] = 1
+    assert _agree(batch, len(batch), 1, keyed=True) == "invalid_record"
+    assert _agree(batch, len(batch), 1, keyed=False) == "corrupt_message"
