@@ -18,12 +18,14 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
-from broker.parent.admin import AdminService
+from broker.parent.admin import AdminRouter, AdminService
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
-from broker.shared.apis import GROUP_KEYS
+from broker.parent.transactions.coordinator import TransactionCoordinator
 from broker.shared.config import load_config
+from broker.shared.log.partition import LogSettings
+from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.protocol.codec import build, encode_entity
 from tests.batches import make_batch
 from tests.test_connection import make_router
@@ -57,16 +59,22 @@ class Parent:
         config = load_config({"log.dirs": directory, "group.initial.rebalance.delay.ms": "0"})
         self.loop = asyncio.new_event_loop()
         self.admin = AdminService(0, DynamicConfig(config), on_change=lambda: None)
-        self.groups = GroupCoordinator(self.loop, config.props, OffsetStore(directory),
-                                       {"t": 1}.get)
+        offsets = OffsetStore(directory)
+        self.groups = GroupCoordinator(self.loop, config.props, offsets, {"t": 1}.get)
+        self.registry = TopicRegistry((directory,), LogSettings(), Epoch())
+        self.transactions = TransactionCoordinator(self.loop, config.props, directory,
+                                                   self.registry, offsets)
+        self.groups.transaction_problem = self.transactions.offsets_problem
+        self.router = AdminRouter(self.admin, self.groups, self.transactions, None)
 
     def close(self) -> None:
         self.groups.close()
+        self.transactions.close()
+        self.registry.close()
         self.loop.close()
 
     def handle(self, frame: bytes):
-        api_key = int.from_bytes(frame[:2], "big")
-        service = self.groups if api_key in GROUP_KEYS else self.admin
+        service = self.router.service_for(int.from_bytes(frame[:2], "big"))
         return service.handle(frame, 0, "127.0.0.1:1")
 
 

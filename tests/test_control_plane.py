@@ -23,7 +23,7 @@ CONTROL = {
     "listener.security.protocol.map": "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
     "control.plane.listener.name": "CONTROLLER",
 }
-CONTROL_APIS = {3, 17, 18, 19, 20, 29, 30, 31, 32, 33, 35, 36, 37, 44, 48, 49, 50, 51, 60}
+CONTROL_APIS = {3, 17, 18, 19, 20, 29, 30, 31, 32, 33, 35, 36, 37, 44, 48, 49, 50, 51, 60, 65, 66}
 CLUSTER_AUTHORIZATION_FAILED = 31
 
 

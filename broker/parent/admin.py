@@ -34,7 +34,7 @@ from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType, canonical_host
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
-from broker.shared.apis import BY_NAME, GROUP_KEYS, api_key_of
+from broker.shared.apis import BY_NAME, GROUP_KEYS, TRANSACTION_KEYS, api_key_of
 from broker.shared.client_quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.shared.config import declared_keys
 from broker.shared.events import ConfigChanged, EventLog
@@ -457,15 +457,16 @@ class AdminService:
 class AdminRouter:
     """Forwarded requests to their parent service, answers back to the worker that asked."""
 
-    def __init__(self, admin: AdminService, groups, dynamic: DynamicConfig):
+    def __init__(self, admin: AdminService, groups, transactions, dynamic: DynamicConfig):
         self.admin = admin
         self.groups = groups  # broker.parent.groups.coordinator.GroupCoordinator
+        self.transactions = transactions  # broker.parent.transactions.coordinator
         self.dynamic = dynamic
 
     def serve(self, worker: WorkerProcess, message: ipc.AdminRequest) -> None:
         started = time.perf_counter_ns()
         try:
-            service = self.groups if api_key_of(message.frame) in GROUP_KEYS else self.admin
+            service = self.service_for(api_key_of(message.frame))
             answer = service.handle(message.frame, message.listener, message.peer, message.user)
         except Exception:  # a malformed forwarded request costs that connection only
             log.exception("admin request from %s failed", worker.name)
@@ -478,6 +479,11 @@ class AdminRouter:
                 None if done.cancelled() else done.result(), busy))
             return
         self._answer(worker, channel, message.request_id, answer, busy)
+
+    def service_for(self, api_key: int):
+        if api_key in GROUP_KEYS:
+            return self.groups
+        return self.transactions if api_key in TRANSACTION_KEYS else self.admin
 
     @staticmethod
     def _answer(worker: WorkerProcess, channel, request_id: int, answer, busy: int) -> None:

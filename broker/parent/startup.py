@@ -25,6 +25,7 @@ from broker.parent.connection_list import ConnectionListing
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
+from broker.parent.transactions.coordinator import TransactionCoordinator
 from broker.parent.ledger import ConnectionLedger
 from broker.parent.log_manager import LogManager
 from broker.parent.metrics import BlockCollector
@@ -111,6 +112,7 @@ class ParentServices:
         self.admin = AdminService(config.node_id, dynamic, self.config_changed,
                                   config.may_alter, self.events, self.scram, self.access, acls)
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.router: AdminRouter | None = None
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
         self._ticker: EventTicker | None = None
@@ -163,12 +165,18 @@ class ParentServices:
             return None if info is None else info.partitions
 
         self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access)
+        self.transactions = TransactionCoordinator(
+            self.loop, props, self.config.log_dirs[0], topics, offsets, self.access,
+            fsync_every_write=props.log_flush_interval_messages == 1)
+        self.groups.transaction_problem = self.transactions.offsets_problem
+        self.transactions.recover()  # a Prepare state a crash left: its markers, now
         self.admin.topics = topics  # topic configs: DescribeConfigs and (Incremental)AlterConfigs
-        self.router = AdminRouter(self.admin, self.groups, self.dynamic)
+        self.router = AdminRouter(self.admin, self.groups, self.transactions, self.dynamic)
 
     def start(self, sockets: list[socket.socket]) -> None:
         """Every worker is ready: accept, expose /metrics, maintain the log, tick events."""
         self.ledger.start(sockets)
+        self.transactions.start()
         self._start_metrics()
         self.logs.start_maintenance()
         if self.events is not None:
@@ -185,8 +193,9 @@ class ParentServices:
             self.groups.abort_waiting()
 
     def finish(self) -> None:
-        """After the workers are gone: offsets closed, every partition flushed."""
+        """After the workers are gone: offsets and transactions closed, partitions flushed."""
         self.groups.close()
+        self.transactions.close()
         self.logs.shutdown()
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ class Server(enum.Enum):
     WORKER = "worker"  # the worker that read it
     ADMIN = "admin"  # the parent's admin service (broker.parent.admin): configs, quotas, ACLs
     GROUPS = "groups"  # the parent's group coordinator (broker.parent.groups)
+    TRANSACTIONS = "transactions"  # the parent's transaction coordinator (parent.transactions)
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class ApiSpec:
         return self.server is not Server.WORKER
 
 
-_W, _A, _G = Server.WORKER, Server.ADMIN, Server.GROUPS
+_W, _A, _G, _T = Server.WORKER, Server.ADMIN, Server.GROUPS, Server.TRANSACTIONS
 
 APIS: tuple[ApiSpec, ...] = (
     ApiSpec(0, "Produce", (3, 10), _W),  # kio has no v0-2 (magic v0/v1 batches)
@@ -56,7 +57,11 @@ APIS: tuple[ApiSpec, ...] = (
     ApiSpec(19, "CreateTopics", (2, 7), _W, alters=True, control_plane=True),
     ApiSpec(20, "DeleteTopics", (1, 6), _W, alters=True, control_plane=True),
     ApiSpec(21, "DeleteRecords", (0, 2), _W),
-    ApiSpec(22, "InitProducerId", (0, 4), _W),
+    ApiSpec(22, "InitProducerId", (0, 4), _T),
+    ApiSpec(24, "AddPartitionsToTxn", (0, 5), _T),  # v4+: the brokers' batched form
+    ApiSpec(25, "AddOffsetsToTxn", (0, 4), _T),
+    ApiSpec(26, "EndTxn", (0, 4), _T),  # v5 is KIP-890's transaction.version 2: not offered
+    ApiSpec(28, "TxnOffsetCommit", (0, 5), _G),
     ApiSpec(29, "DescribeAcls", (1, 3), _A, control_plane=True),
     ApiSpec(30, "CreateAcls", (1, 3), _A, alters=True, control_plane=True),
     ApiSpec(31, "DeleteAcls", (1, 3), _A, alters=True, control_plane=True),
@@ -74,12 +79,15 @@ APIS: tuple[ApiSpec, ...] = (
     ApiSpec(51, "AlterUserScramCredentials", (0, 0), _A, alters=True, control_plane=True),
     ApiSpec(60, "DescribeCluster", (0, 2), _W, control_plane=True),
     ApiSpec(61, "DescribeProducers", (0, 0), _W),
+    ApiSpec(65, "DescribeTransactions", (0, 0), _T, control_plane=True),
+    ApiSpec(66, "ListTransactions", (0, 1), _T, control_plane=True),
 )
 
 BY_KEY: dict[int, ApiSpec] = {api.key: api for api in APIS}
 BY_NAME: dict[str, ApiSpec] = {api.name: api for api in APIS}
 API_NAMES: dict[int, str] = {api.key: api.name for api in APIS}
 GROUP_KEYS = frozenset(api.key for api in APIS if api.server is Server.GROUPS)
+TRANSACTION_KEYS = frozenset(api.key for api in APIS if api.server is Server.TRANSACTIONS)
 # Answered by a worker with CLUSTER_AUTHORIZATION_FAILED on a data listener, not forwarded.
 REFUSED_ON_DATA_LISTENERS = frozenset(api.key for api in APIS
                                       if api.alters and api.forwarded)

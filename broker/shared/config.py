@@ -413,6 +413,18 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         ge=1)] = 10080
     offsets_retention_check_interval_ms: Annotated[int, _doc(
         "How often expired committed offsets are looked for.", ge=1)] = 600000
+    transaction_max_timeout_ms: Annotated[int, _doc(
+        "The largest transaction.timeout.ms a transactional producer may ask for "
+        "(InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it).", ge=1)] = 900_000
+    transactional_id_expiration_ms: Annotated[int, _doc(
+        "A transactional id with no transaction in progress is forgotten this long after its "
+        "last use.", ge=1)] = 604_800_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: Annotated[int, _doc(
+        "How often transactions open longer than their timeout are looked for (and aborted, "
+        "the producer's epoch bumped).", ge=1)] = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: Annotated[int, _doc(
+        "How often transactional ids past transactional.id.expiration.ms are looked for.",
+        ge=1)] = 3_600_000
     offset_metadata_max_bytes: Annotated[int, _doc(
         "Largest metadata string an OffsetCommit may attach to an offset.", ge=0)] = 4096
     pybroker_event_log_enable: Annotated[bool, _doc(

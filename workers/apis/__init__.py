@@ -2,12 +2,13 @@
 
 discovery  ApiVersions, Metadata, DescribeCluster, FindCoordinator
 sasl       SaslHandshake, SaslAuthenticate where no authentication is going on
-produce    Produce, InitProducerId
+produce    Produce
 fetch      Fetch (long poll), ListOffsets
 topics     CreateTopics, DeleteTopics, CreatePartitions
 log_admin  DeleteRecords, DescribeLogDirs, DescribeProducers
-forwarded  DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas and the
-           group APIs (JoinGroup, SyncGroup, ..., OffsetCommit/Fetch): sent to the parent
+forwarded  DescribeConfigs, IncrementalAlterConfigs, Describe/AlterClientQuotas, the group
+           APIs (JoinGroup, SyncGroup, ..., OffsetCommit/Fetch) and the transaction APIs
+           (InitProducerId, AddPartitionsToTxn, EndTxn, ...): sent to the parent
 
 Which APIs a plane serves, and their versions, come from the API table (broker.shared.apis).
 Each handler checks the ACLs where Kafka's KafkaApis does, through `Services.access`
@@ -50,13 +51,13 @@ def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
     from workers.apis.discovery import ApiVersions, DescribeCluster, FindCoordinator, Metadata
     from workers.apis.fetch import Fetch, ListOffsets
     from workers.apis.forwarded import Forwarded
-    from workers.apis.produce import InitProducerId, Produce
+    from workers.apis.produce import Produce
     from workers.apis.sasl import SaslAuthenticate, SaslHandshake
     from workers.apis.log_admin import DeleteRecords, DescribeLogDirs, DescribeProducers
     from workers.apis.topics import CreatePartitions, CreateTopics, DeleteTopics
 
     local = {cls.key: cls for cls in (Metadata, DescribeCluster, FindCoordinator, Produce,
-                                      InitProducerId, Fetch, ListOffsets, CreateTopics,
+                                      Fetch, ListOffsets, CreateTopics,
                                       DeleteTopics, CreatePartitions, SaslHandshake,
                                       SaslAuthenticate, DeleteRecords, DescribeLogDirs,
                                       DescribeProducers)}

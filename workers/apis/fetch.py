@@ -38,6 +38,7 @@ POLL_SECONDS = 0.005
 DENIED = object()  # in place of a partition the principal may not READ
 NEW = object()  # a full fetch that asks for a session
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
+READ_COMMITTED = 1  # isolation_level: nothing past the last stable offset, aborts listed
 
 
 class Fetch(Api, api="Fetch"):
@@ -201,12 +202,14 @@ class Fetch(Api, api="Fetch"):
 
     def _read(self, ctx: RequestContext, body, wanted) -> tuple[list, int, bool]:
         room, total, failed = body.max_bytes, 0, False
+        committed = body.isolation_level == READ_COMMITTED
         topics = []
         for name, topic_id, info, parts in wanted:
             answers = []
             for request, partition in parts:
                 answer, size = self._read_partition(ctx.version, info, request, partition,
-                                                    room, total == 0, self._zero_copy)
+                                                    room, total == 0, self._zero_copy,
+                                                    committed)
                 failed |= answer["error_code"] != errors.NONE
                 total += size
                 room -= size
@@ -216,9 +219,10 @@ class Fetch(Api, api="Fetch"):
 
     @staticmethod
     def _read_partition(version: int, info, request, partition, room: int, first: bool,
-                        regions: bool):
+                        regions: bool, committed: bool = False):
         """The partition's answer and its record bytes; the records are (segment, position,
-        length) regions with `regions`, else bytes."""
+        length) regions with `regions`, else bytes.  `committed` (read_committed): nothing at
+        or past the last stable offset, and the aborted transactions the records hold."""
         answer = {"partition_index": request.partition, "high_watermark": -1,
                   "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                   "preferred_read_replica": -1, "records": b""}
@@ -230,22 +234,28 @@ class Fetch(Api, api="Fetch"):
             return dict(answer, error_code=errors.ErrorCode.topic_authorization_failed), 0
         if partition.offline:
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error), 0
+        stable = partition.last_stable_offset  # first: it never passes the high watermark
         high, start = partition.high_watermark, partition.log_start_offset
-        answer.update(high_watermark=high, last_stable_offset=high, log_start_offset=start)
+        answer.update(high_watermark=high, last_stable_offset=stable, log_start_offset=start)
         offset = request.fetch_offset
         if offset < start or offset > high:
             return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
-        limit = min(request.partition_max_bytes, room)
+        limit = max(min(request.partition_max_bytes, room), 0)
+        upper = stable if committed else None
         try:
             if regions:
-                data, high = partition.read_regions(offset, max(limit, 0), at_least_one=first)
+                data, high = partition.read_regions(offset, limit, first, upper)
                 size = sum(length for _segment, _position, length in data)
             else:
-                data, high = partition.read(offset, max(limit, 0), at_least_one=first)
+                data, high = partition.read(offset, limit, first, upper)
                 size = len(data)
         except FileNotFoundError:  # retention deleted the segment between two looks
             return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
-        answer.update(high_watermark=high, last_stable_offset=high, records=data or b"")
+        answer.update(high_watermark=high, records=data or b"")
+        if committed:  # the consumer drops these producers' records up to their abort marker
+            answer["aborted_transactions"] = [
+                {"producer_id": producer, "first_offset": first_offset}
+                for producer, first_offset in partition.aborted_transactions(offset, stable)]
         return dict(answer, error_code=errors.NONE), size
 
 
@@ -375,6 +385,7 @@ class ListOffsets(Api, api="ListOffsets"):
                 key = (topic.name, part.partition_index)
                 seen[key] = seen.get(key, 0) + 1
         topics, access = [], self.services.access
+        committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
         for topic in body.topics:
             answers = []
             if not access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
@@ -388,7 +399,7 @@ class ListOffsets(Api, api="ListOffsets"):
                     answers.append(self._duplicate(part))  # none looked up
                 else:
                     answers.append(self._offset(
-                        registry.partition(topic.name, part.partition_index), part))
+                        registry.partition(topic.name, part.partition_index), part, committed))
             topics.append({"name": topic.name, "partitions": answers})
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})
 
@@ -398,7 +409,7 @@ class ListOffsets(Api, api="ListOffsets"):
                 "leader_epoch": -1, "error_code": errors.ErrorCode.invalid_request}
 
     @staticmethod
-    def _offset(partition, request) -> dict:
+    def _offset(partition, request, committed: bool = False) -> dict:
         answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
                   "leader_epoch": 0, "error_code": errors.NONE}
         if partition is None:
@@ -407,7 +418,8 @@ class ListOffsets(Api, api="ListOffsets"):
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
         wanted = request.timestamp
         if wanted in (LATEST, LATEST_TIERED):
-            return dict(answer, offset=partition.high_watermark)
+            return dict(answer, offset=partition.last_stable_offset if committed
+                        else partition.high_watermark)
         if wanted in (EARLIEST, EARLIEST_LOCAL):
             return dict(answer, offset=partition.log_start_offset)
         found = partition.max_timestamp_offset() if wanted == MAX_TIMESTAMP \

@@ -101,10 +101,11 @@ class DescribeProducers(Api, api="DescribeProducers"):
                     answer["error_code"] = errors.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     answer["active_producers"] = [
-                        {"producer_id": producer_id, "producer_epoch": epoch,
-                         "last_sequence": sequence, "last_timestamp": written,
-                         "coordinator_epoch": -1, "current_txn_start_offset": -1}
-                        for producer_id, epoch, sequence, written in partition.active_producers()]
+                        {"producer_id": state.producer_id, "producer_epoch": state.epoch,
+                         "last_sequence": state.last_sequence,
+                         "last_timestamp": state.last_timestamp, "coordinator_epoch": -1,
+                         "current_txn_start_offset": state.current_txn_start_offset}
+                        for state in partition.producer_states()]
                 answers.append(answer)
             topics.append({"name": topic.name, "partitions": answers})
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})

@@ -1,4 +1,5 @@
-"""Produce and InitProducerId: appending record batches to the shared log."""
+"""Produce: appending record batches to the shared log (InitProducerId is the parent's
+transaction coordinator's: broker.parent.transactions)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ import asyncio
 import collections
 import datetime
 import logging
-import secrets
 
-from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import PRODUCE
 from broker.shared.log import records
 from broker.shared.protocol import errors
@@ -37,8 +37,9 @@ class Produce(Api, api="Produce"):
         refusal = None
         if acks not in (0, 1, -1):
             refusal = "invalid_required_acks"
-        elif body.transactional_id is not None:
-            refusal = "transactional_id_authorization_failed"  # transactions are not served
+        elif body.transactional_id is not None and not self.services.access.check(
+                ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            refusal = "transactional_id_authorization_failed"
         access, pending = self.services.access, []
         for topic in body.topic_data:
             # ACLs: WRITE on the topic, checked before the topic's existence (as Kafka).
@@ -46,7 +47,7 @@ class Produce(Api, api="Produce"):
                 ctx, Operation.WRITE, ResourceType.TOPIC, topic.name) \
                 else "topic_authorization_failed"
             pending.append([self._prepare(topic.name, data,
-                                          refusal or denied or self._refusal(ctx, data), acks)
+                                          refusal or denied or self._refusal(ctx, body, data), acks)
                             for data in topic.partition_data])
         checks = [item for items in pending for item in items if item.check is not None]
         if _walk(checks, SYNC_RECORDS):
@@ -101,14 +102,14 @@ class Produce(Api, api="Produce"):
         return quotas.record(PRODUCE, ctx.user, ctx.header.client_id, ctx.size)
 
     @staticmethod
-    def _refusal(ctx: RequestContext, data) -> str | None:
+    def _refusal(ctx: RequestContext, body, data) -> str | None:
         """What Kafka refuses by the request before the log sees the batch."""
         batch = data.records
         if not batch or len(batch) < records.HEADER_BYTES:
             return None  # the log refuses it with the right code
         attributes = batch[22] | batch[21] << 8
-        if attributes & records.TRANSACTIONAL:  # transactional records need a transactional id
-            return "transactional_id_authorization_failed"
+        if attributes & records.TRANSACTIONAL and body.transactional_id is None:
+            return "transactional_id_authorization_failed"  # a transaction needs its id
         if attributes & records.CODEC_MASK == records.ZSTD and ctx.version < 7:
             return "unsupported_compression_type"
         return None
@@ -185,29 +186,3 @@ def _walk(pending: list, budget: int) -> bool:
         if not item.done or budget <= 0:
             return all(other.done for other in pending)
     return True
-
-
-class InitProducerId(Api, api="InitProducerId"):
-    """Hands out producer ids for idempotent producers (no transactions)."""
-
-    def handle(self, ctx: RequestContext, body) -> bytes:
-        answer = {"throttle_time": NO_THROTTLE, "producer_id": -1, "producer_epoch": -1}
-        if body.transactional_id is not None:
-            return ctx.respond(dict(answer, error_code=error_code(
-                "transactional_id_authorization_failed")))
-        access = self.services.access
-        # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
-        if not access.allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
-                              CLUSTER_NAME) and not access.check_any(ctx, Operation.WRITE,
-                                                                     ResourceType.TOPIC):
-            return ctx.respond(dict(answer, error_code=error_code(
-                "cluster_authorization_failed")))
-        producer_id = getattr(body, "producer_id", -1)
-        epoch = getattr(body, "producer_epoch", -1)
-        if producer_id >= 0 and epoch >= 0:  # KIP-360: bump the epoch of a known producer
-            return ctx.respond(dict(answer, error_code=errors.NONE, producer_id=producer_id,
-                                    producer_epoch=(epoch + 1) % 32768))
-        # Ids are random 62-bit numbers: unique across workers and restarts without a shared
-        # counter (a collision is as likely as 2**-31 after 2**16 producers).
-        return ctx.respond(dict(answer, error_code=errors.NONE,
-                                producer_id=secrets.randbits(62), producer_epoch=0))

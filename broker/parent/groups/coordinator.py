@@ -60,6 +60,9 @@ class GroupCoordinator:
         self.props = props
         self.offsets = offsets
         self.partitions_of = partitions_of  # topic name -> partition count, or None
+        # (transactional id, producer id, epoch, group) -> an error code or None: set by the
+        # transaction coordinator (broker.parent.transactions), which owns that state.
+        self.transaction_problem = lambda *_: E.coordinator_not_available
         self.groups: dict[str, Group] = {}
         self._pending: dict[tuple[str, str], None] = {}  # every pending member, oldest first
         self._member_count = 0  # members of every group (pending ones are counted apart)
@@ -68,7 +71,7 @@ class GroupCoordinator:
             ("JoinGroup", self._join), ("Heartbeat", self._heartbeat), ("LeaveGroup", self._leave),
             ("SyncGroup", self._sync), ("DescribeGroups", self._describe),
             ("ListGroups", self._list), ("DeleteGroups", self._delete),
-            ("OffsetDelete", self._offset_delete))}
+            ("OffsetDelete", self._offset_delete), ("TxnOffsetCommit", self._txn_offset_commit))}
         assert set(self._handlers) == GROUP_KEYS, "the API table and the coordinator disagree"
         for group_id, committed in offsets.groups.items():  # known again after a restart
             newest = max((entry.committed_ms for entry in committed.values()), default=0)
@@ -531,8 +534,62 @@ class GroupCoordinator:
             self.groups[body.group_id] = Group(body.group_id, empty_since_ms=now)
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
 
-    def _fetched(self, ctx: RequestContext, group_id: str, topics) -> list[dict]:
+    def _txn_offset_commit(self, ctx: RequestContext, body, _host: str) -> bytes:
+        """Offsets committed inside a transaction: written at once, pending (invisible to
+        OffsetFetch) until the transaction coordinator ends the transaction."""
+        group = self.groups.get(body.group_id)
+        problem = None
+        if not self.access.check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                 body.transactional_id):
+            problem = E.transactional_id_authorization_failed
+        elif not self._may(ctx, Operation.READ, body.group_id):
+            problem = E.group_authorization_failed
+        else:
+            problem = self.transaction_problem(body.transactional_id, body.producer_id,
+                                               body.producer_epoch, body.group_id, ctx.version)
+        generation = getattr(body, "generation_id", -1)
+        if problem is None and generation >= 0:  # KIP-447: the member's generation is checked
+            problem = self._member_problem(group, body.member_id, generation,
+                                           getattr(body, "group_instance_id", None))
+        records, results = [], []
+        now = _now_ms()
+        for topic in body.topics:
+            topic_problem = problem
+            if problem is None and not self.access.check(ctx, Operation.READ,
+                                                         ResourceType.TOPIC, topic.name):
+                topic_problem = E.topic_authorization_failed
+            partitions = self.partitions_of(topic.name)
+            answers = []
+            for part in topic.partitions:
+                code = topic_problem
+                if code is None and (partitions is None or
+                                     not 0 <= part.partition_index < partitions):
+                    code = E.unknown_topic_or_partition
+                if code is None:
+                    records.append(Record(
+                        group=body.group_id, topic=topic.name, partition=part.partition_index,
+                        offset=part.committed_offset,
+                        leader_epoch=getattr(part, "committed_leader_epoch", -1),
+                        metadata=part.committed_metadata, committed_ms=now,
+                        producer_id=body.producer_id))
+                answers.append({"partition_index": part.partition_index,
+                                "error_code": code or E.none})
+            results.append({"name": topic.name, "partitions": answers})
+        try:
+            self.offsets.commit(records)
+        except OSError as error:
+            log.error("transactional offsets of group %s failed: %s", body.group_id, error)
+            for topic in results:
+                for part in topic["partitions"]:
+                    part["error_code"] = part["error_code"] or E.coordinator_not_available
+        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
+
+    def _fetched(self, ctx: RequestContext, group_id: str, topics,
+                 require_stable: bool = False) -> list[dict]:
         committed = self.offsets.get(group_id)
+        # require_stable (v7+): a partition whose offset waits for a transaction's end says so
+        # (UNSTABLE_OFFSET_COMMIT, retriable) instead of answering the older offset.
+        unstable = self.offsets.pending_partitions(group_id) if require_stable else set()
         denied: set[str] = set()
         if topics is None:  # all of them: those the principal may not see are left out
             wanted: dict[str, list[int]] = {}
@@ -548,8 +605,11 @@ class GroupCoordinator:
             rows = []
             for partition in partitions:
                 entry = None if topic in denied else committed.get((topic, partition))
-                rows.append({"partition_index": partition, "error_code":
-                             E.topic_authorization_failed if topic in denied else E.none,
+                code = E.topic_authorization_failed if topic in denied else \
+                    E.unstable_offset_commit if (topic, partition) in unstable else E.none
+                if code == E.unstable_offset_commit:
+                    entry = None
+                rows.append({"partition_index": partition, "error_code": code,
                              "committed_offset": entry.offset if entry else -1,
                              "committed_leader_epoch": entry.leader_epoch if entry else -1,
                              "metadata": (entry.metadata if entry else "") or ""})
@@ -565,13 +625,15 @@ class GroupCoordinator:
                                    "error_code": E.group_authorization_failed})
                     continue
                 groups.append({"group_id": group.group_id, "error_code": E.none,
-                               "topics": self._fetched(ctx, group.group_id, group.topics)})
+                               "topics": self._fetched(ctx, group.group_id, group.topics,
+                                                       body.require_stable)})
             return ctx.respond({"throttle_time": NO_THROTTLE, "groups": groups})
         if not self._may(ctx, Operation.DESCRIBE, body.group_id):
             return ctx.respond({"throttle_time": NO_THROTTLE,
                                 "error_code": E.group_authorization_failed, "topics": []})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
-                            "topics": self._fetched(ctx, body.group_id, body.topics)})
+                            "topics": self._fetched(ctx, body.group_id, body.topics,
+                                                    getattr(body, "require_stable", False))})
 
     def expire_offsets(self) -> int:
         """Drop the offsets of groups empty for longer than offsets.retention.minutes."""

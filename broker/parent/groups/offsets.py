@@ -1,15 +1,24 @@
-"""Committed offsets, durable: an append-only file of JSON lines, replayed at start-up.
+"""Committed offsets, durable: a file of JSON lines (broker.parent.record_file), replayed at
+start-up.
 
 `<first log dir>/.pybroker-offsets.jsonl` holds one record per committed partition offset
 (the latest record of a (group, topic, partition) wins) and tombstones: a record with
 `"offset": null` deletes one partition's offset, `{"group": g, "deleted": true}` a whole group.
-A commit is written (one `write` of all its records, O_APPEND) before it is acknowledged, so it
-survives the death of any worker and `kill -9` of the broker, like an acknowledged produce;
-as for the log, fsync follows `log.flush.interval.messages` (1: every commit is fsynced).
+A commit is written before it is acknowledged, so it survives the death of any worker and
+`kill -9` of the broker, like an acknowledged produce; as for the log, fsync follows
+`log.flush.interval.messages` (1: every commit is fsynced).
+
+Offsets committed inside a transaction (TxnOffsetCommit) are written at once with the
+producer's id and stay pending: invisible to OffsetFetch until the transaction ends.  Its end
+is a record `{"group": g, "producer_id": p, "outcome": "commit" | "abort"}`: a commit makes
+the producer's pending offsets of that group committed, an abort drops them.  Replaying the
+file rebuilds both, so a transaction the coordinator completes after a restart still finds
+its offsets.
+
 When the file holds more than twice the live records (and at least COMPACT_MIN of them), it is
-rewritten with the live ones only (temporary file, fsync, rename): checked after every commit,
-so the file stays within about twice what it holds (each rewrite costs O(live), paid once per
-as many commits).  Only the parent writes it: it is the group coordinator.
+rewritten with the live ones only: checked after every commit, so the file stays within about
+twice what it holds (each rewrite costs O(live), paid once per as many commits).  Only the
+parent writes it: it is the group coordinator.
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ from dataclasses import dataclass
 
 import msgspec
 
+from broker.parent.record_file import RecordFile
+
 log = logging.getLogger("broker.parent.groups.offsets")
 
 FILE_NAME = ".pybroker-offsets.jsonl"
 COMPACT_MIN = 10000
+NO_PRODUCER = -1
 
 
 class Record(msgspec.Struct, omit_defaults=True):
@@ -35,6 +47,8 @@ class Record(msgspec.Struct, omit_defaults=True):
     metadata: str | None = None
     committed_ms: int = 0
     deleted: bool = False
+    producer_id: int = NO_PRODUCER  # a transaction's offset (pending), or the end of one
+    outcome: str = ""  # "commit" or "abort": the end of producer_id's transaction
 
 
 @dataclass
@@ -45,63 +59,65 @@ class Committed:
     committed_ms: int
 
 
+Offsets = dict[tuple[str, int], Committed]
+
+
 class OffsetStore:
     def __init__(self, directory: str, fsync_every_commit: bool = False):
-        self.path = os.path.join(directory, FILE_NAME)
-        self.fsync = fsync_every_commit
-        self.groups: dict[str, dict[tuple[str, int], Committed]] = {}
-        self._records = 0  # lines in the file
+        self.file = RecordFile(os.path.join(directory, FILE_NAME), Record, fsync_every_commit)
+        self.groups: dict[str, Offsets] = {}
+        self.pending: dict[str, dict[int, Offsets]] = {}  # group -> producer id -> offsets
         self._live = 0  # offsets held: the file is compacted when it has twice as many lines
-        self._encoder = msgspec.json.Encoder()
-        self._decoder = msgspec.json.Decoder(Record)
-        self._load()
-        self._cut_torn_tail()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for record in self.file.replay():
+            self._apply(record)
         self.maybe_compact()
+
+    @property
+    def path(self) -> str:
+        return self.file.path
 
     # --- reading ----------------------------------------------------------------------------
 
-    def _load(self) -> None:
-        try:
-            with open(self.path, "rb") as handle:
-                for number, line in enumerate(handle, 1):
-                    self._records += 1
-                    try:
-                        self._apply(self._decoder.decode(line))
-                    except msgspec.DecodeError:
-                        # Only a torn last line can be bad (a crash mid-write): skip it.
-                        log.warning("%s:%d: unreadable offset record skipped", self.path, number)
-        except FileNotFoundError:
-            pass
-
-    def _cut_torn_tail(self) -> None:
-        """A crash mid-write can leave a last line without its newline: cut it off, or the
-        next commit would be glued to it and lost at the following start-up."""
-        try:
-            with open(self.path, "rb+") as handle:
-                data = handle.read()
-                if data and not data.endswith(b"\n"):
-                    handle.truncate(data.rfind(b"\n") + 1)
-        except FileNotFoundError:
-            pass
-
     def _apply(self, record: Record) -> None:
-        if record.deleted:
+        if record.producer_id != NO_PRODUCER:
+            self._apply_transactional(record)
+        elif record.deleted:
             self._live -= len(self.groups.pop(record.group, {}))
-            return
-        offsets = self.groups.setdefault(record.group, {})
-        key = (record.topic, record.partition)
-        if record.offset is None:
-            self._live -= offsets.pop(key, None) is not None
+        elif record.offset is None:
+            offsets = self.groups.get(record.group, {})
+            self._live -= offsets.pop((record.topic, record.partition), None) is not None
             if not offsets:
-                del self.groups[record.group]
+                self.groups.pop(record.group, None)
         else:
-            self._live += key not in offsets
-            offsets[key] = Committed(record.offset, record.leader_epoch, record.metadata,
-                                     record.committed_ms)
+            self._set(self.groups.setdefault(record.group, {}), record)
 
-    def get(self, group: str) -> dict[tuple[str, int], Committed]:
+    def _set(self, offsets: Offsets, record: Record) -> None:
+        key = (record.topic, record.partition)
+        self._live += key not in offsets
+        offsets[key] = Committed(record.offset, record.leader_epoch, record.metadata,
+                                 record.committed_ms)
+
+    def _apply_transactional(self, record: Record) -> None:
+        producers = self.pending.setdefault(record.group, {})
+        if not record.outcome:  # an offset waiting for its transaction's end
+            self._set(producers.setdefault(record.producer_id, {}), record)
+            return
+        staged = producers.pop(record.producer_id, {})
+        if not producers:
+            del self.pending[record.group]
+        self._live -= len(staged)
+        if record.outcome == "commit":
+            offsets = self.groups.setdefault(record.group, {})
+            for key, committed in staged.items():
+                self._live += key not in offsets
+                offsets[key] = committed
+
+    def get(self, group: str) -> Offsets:
         return self.groups.get(group, {})
+
+    def pending_partitions(self, group: str) -> set[tuple[str, int]]:
+        """Partitions with an offset waiting for a transaction's end (require_stable)."""
+        return {key for staged in self.pending.get(group, {}).values() for key in staged}
 
     def live(self) -> int:
         return self._live
@@ -109,47 +125,52 @@ class OffsetStore:
     # --- writing ----------------------------------------------------------------------------
 
     def commit(self, records: list[Record]) -> None:
-        """Persist, then apply: raises OSError (nothing applied) if the write fails."""
+        """Persist, then apply: raises OSError (nothing applied) if the write fails.  Records
+        with a producer id are a transaction's: pending until `end_transaction`."""
         if not records:
             return
-        data = b"".join(self._encoder.encode(record) + b"\n" for record in records)
-        os.write(self._fd, data)
-        if self.fsync:
-            os.fsync(self._fd)
-        self._records += len(records)
+        self.file.append(records)
         for record in records:
             self._apply(record)
         self.maybe_compact()  # by size, as it grows: not only on the retention check's timer
+
+    def end_transaction(self, group: str, producer_id: int, commit: bool,
+                        now_ms: int = 0) -> None:
+        """The producer's transaction ended: its pending offsets of `group` become committed
+        (stamped `now_ms`) or are dropped."""
+        staged = self.pending.get(group, {}).get(producer_id)
+        if staged is None:
+            return  # nothing staged (or completed before a restart already)
+        for committed in staged.values():
+            committed.committed_ms = now_ms or committed.committed_ms
+        self.commit([Record(group=group, producer_id=producer_id,
+                            outcome="commit" if commit else "abort")])
 
     def delete_group(self, group: str) -> None:
         if group in self.groups:
             self.commit([Record(group=group, deleted=True)])
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self.file.flush()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        self.file.close()
 
     def maybe_compact(self) -> None:
-        live = self.live()
-        if self._records < COMPACT_MIN or self._records <= 2 * live:
+        if self.file.lines < COMPACT_MIN or self.file.lines <= 2 * self.live():
             return
-        temporary = self.path + ".tmp"
-        with open(temporary, "wb") as handle:
-            for group, offsets in self.groups.items():
-                for (topic, partition), found in offsets.items():
-                    handle.write(self._encoder.encode(Record(
-                        group=group, topic=topic, partition=partition, offset=found.offset,
-                        leader_epoch=found.leader_epoch, metadata=found.metadata,
-                        committed_ms=found.committed_ms)) + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        log.info("compacted committed offsets: %d records -> %d", self._records, live)
-        self._records = live
+        self.file.rewrite(self._live_records())
+
+    def _live_records(self):
+        for group, offsets in self.groups.items():
+            yield from _records(group, offsets, NO_PRODUCER)
+        for group, producers in self.pending.items():
+            for producer_id, offsets in producers.items():
+                yield from _records(group, offsets, producer_id)
+
+
+def _records(group: str, offsets: Offsets, producer_id: int):
+    for (topic, partition), found in offsets.items():
+        yield Record(group=group, topic=topic, partition=partition, offset=found.offset,
+                     leader_epoch=found.leader_epoch, metadata=found.metadata,
+                     committed_ms=found.committed_ms, producer_id=producer_id)

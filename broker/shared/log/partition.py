@@ -12,7 +12,10 @@ process and holds (8-byte words, native endian):
     14 greatest timestamp of the active segment (see segment.py's time index)
     15 base of the active segment at the last flush
     16 when the active segment got its first batch, unix ms (segment.ms counts from it)
-    (the idempotent-producer table is a file of its own: producers.py)
+    17 least first offset of an ongoing transaction + 1 (0: none; see "Transactions")
+    18 entries in the aborted-transaction index   19 its version (bumped when a repair cuts it)
+    (the idempotent-producer table is a file of its own: producers.py; the aborted-transaction
+    index too: transactions.py)
 
 The log start offset is the first segment's base, unless DeleteRecords moved it past that:
 then it is also written to LOG_START_FILE (atomically), so a restart keeps it, as Kafka's
@@ -28,6 +31,27 @@ A partition whose files cannot be repaired (start-up recovery or a repair after 
 append raises) is marked offline: produce, fetch and offset lookups answer
 KAFKA_STORAGE_ERROR, Metadata shows it without a leader, and the rest of the broker serves on.
 The next start-up tries to recover it again.
+
+Transactions (KIP-98).  A transactional batch from a producer with no transaction open here
+opens one at its base offset (the producer table keeps it); `append_marker` writes the
+COMMIT or ABORT control batch that ends it, and an ABORT adds (producer, first offset, marker
+offset) to the aborted-transaction index.  The last stable offset is the least first offset
+of the ongoing transactions (word 17), else the high watermark: read_committed fetches stop
+there (`read_regions(..., upper=LSO)`) and learn which transactions below it were aborted
+(`aborted_transactions`).  Write order keeps lock-free readers safe: word 17 is set before
+the high watermark that exposes the opening batch (a reader loads the high watermark first,
+then word 17, so it never sees the batch without the transaction); a marker is placed and the
+high watermark published first, then the table, then the index entry and its count, and
+only then word 17 moves up: when a reader sees the LSO past a transaction's start, its index
+entry is already counted.  A writer killed after placing a marker but before updating the
+table leaves `dirty`: the repair replays the active segment's transactional batches and
+markers into the table (idempotently: a marker ends a transaction only if it began before
+it), adds a missing index entry, and recomputes word 17; a marker torn off by the repair
+leaves its transaction open (the coordinator writes it again).  Not guaranteed: a state reset
+(bad state magic) or a lost producer file clears the table, and the replay then knows only
+the transactions the active segment shows: one opened before it is forgotten, so the LSO
+passes it and its abort, if any, gets no index entry.  After a power loss, what the last
+fsync kept (the index is fsynced with the segments; entries past the log end are cut).
 """
 
 from __future__ import annotations
@@ -41,8 +65,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from broker.shared.log import compaction, records
-from broker.shared.log.producers import ProducerTable, Verdict
+from broker.shared.log import compaction, records, transactions
+from broker.shared.log.producers import ProducerState, ProducerTable, Verdict
 from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases, write_atomically
 
 log = logging.getLogger("broker.shared.log")
@@ -57,6 +81,9 @@ W_OFFLINE = 13  # non-zero: the partition could not be recovered and serves noth
 W_SEGMENT_MAX_TS = 14  # greatest timestamp in the active segment (its time index's open region)
 W_FLUSHED_BASE = 15  # base of the active segment at the last flush: later ones need an fsync
 W_SEGMENT_STARTED = 16  # unix ms of the active segment's first append (0: unknown)
+W_ONGOING_FIRST = 17  # 1 + the least first offset of an ongoing transaction (0: none)
+W_ABORTED_COUNT = 18  # entries of the aborted-transaction index readers may read
+W_ABORTED_VERSION = 19  # bumped when a repair cuts the index: readers drop what they cached
 STATE_WORDS = 32
 STATE_BYTES = 8 * STATE_WORDS
 
@@ -106,6 +133,7 @@ class Partition:
         self.state = memoryview(self._map).cast("q")
         self.producers = ProducerTable(directory, settings.producer_expiration_ms,
                                        settings.max_producers)
+        self.aborted = transactions.AbortedIndex(directory)
         self._segments: dict[int, Segment] = {}
         self._bases: list[int] = []
         self._segments_version = -1
@@ -116,6 +144,7 @@ class Partition:
             segment.close()
         self._segments.clear()
         self.producers.close()
+        self.aborted.close()
         self.state.release()
         self._map.close()
         os.close(self._state_fd)
@@ -133,6 +162,16 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         return self.state[W_LOG_END]
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed fetches stop: the first offset of the earliest ongoing
+        transaction (not below the log start), else the high watermark."""
+        high = self.state[W_HIGH_WATERMARK]  # first: see the docstring's write order
+        ongoing = self.state[W_ONGOING_FIRST]
+        if not ongoing:
+            return high
+        return min(high, max(ongoing - 1, self.state[W_LOG_START]))
 
     @property
     def offline(self) -> bool:
@@ -206,17 +245,23 @@ class Partition:
         elif batch.max_timestamp != records.max_timestamp_of(batch_bytes):
             batch_bytes = records.with_max_timestamp(batch_bytes, batch.max_timestamp)
         with self.locked():
-            if self.offline:
-                return AppendResult("kafka_storage_error", message="the partition is offline")
-            if self.state[W_DIRTY]:
-                try:
-                    self._repair()
-                except Exception as error:  # files we cannot repair: this partition only pays
-                    self.mark_offline(error)
-                    return AppendResult("kafka_storage_error", message="the partition is offline")
-            result = self._append_locked(batch_bytes, batch)
+            refused = self._writable_locked()
+            result = refused or self._append_locked(batch_bytes, batch)
         result.log_append_time = append_time
         return result
+
+    def _writable_locked(self) -> AppendResult | None:
+        """Under the lock, before an append: the refusal of an offline partition, after
+        repairing one a writer died in (dirty); None when the append may go on."""
+        if self.offline:
+            return AppendResult("kafka_storage_error", message="the partition is offline")
+        if self.state[W_DIRTY]:
+            try:
+                self._repair()
+            except Exception as error:  # files we cannot repair: this partition only pays
+                self.mark_offline(error)
+                return AppendResult("kafka_storage_error", message="the partition is offline")
+        return None
 
     def mark_offline(self, cause: BaseException) -> None:
         """Serve nothing from this partition until a restart recovers it (see the docstring)."""
@@ -236,7 +281,23 @@ class Partition:
             if verdict is not Verdict.APPEND:
                 return AppendResult(verdict.value, message=f"producer {batch.producer_id}: "
                                                            f"{verdict.value}")
+        opens = _in_transaction(batch) and self.producers.first_offset(batch.producer_id) is None
         state[W_DIRTY] = os.getpid()
+        base_offset = self._place(batch_bytes, batch, opens)
+        if idempotent:
+            self.producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                  batch.last_sequence, base_offset, state[W_APPENDS])
+        if opens:
+            self.producers.begin_if_none(batch.producer_id, batch.producer_epoch, base_offset)
+        self._count_unflushed(batch.record_count)
+        state[W_DIRTY] = 0
+        return AppendResult(None, base_offset, state[W_LOG_START])
+
+    def _place(self, batch_bytes: bytes, batch: records.Batch, opens_txn: bool = False) -> int:
+        """Write a batch at the log end (rolling first if due), index it, publish it; returns
+        its base offset.  `opens_txn`: it opens a transaction, which the LSO must hold back
+        before the high watermark lets readers see the batch."""
+        state = self.state
         base_offset = state[W_LOG_END]
         full = state[W_ACTIVE_SIZE] + batch.size > self.settings.segment_bytes
         # Offsets are kept relative to the segment's base in 32 bits: roll before they overflow.
@@ -260,16 +321,85 @@ class Partition:
         state[W_ACTIVE_SIZE] = position + batch.size
         next_offset = base_offset + batch.last_offset_delta + 1
         state[W_LOG_END] = next_offset
+        if opens_txn and not state[W_ONGOING_FIRST]:
+            state[W_ONGOING_FIRST] = base_offset + 1
         state[W_HIGH_WATERMARK] = next_offset
         state[W_APPENDS] += 1
-        if idempotent:
-            self.producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                                  batch.last_sequence, base_offset, state[W_APPENDS])
-        state[W_UNFLUSHED] += batch.record_count
-        if state[W_UNFLUSHED] >= self.settings.flush_interval_messages:
+        return base_offset
+
+    def _count_unflushed(self, messages: int) -> None:
+        """flush.messages: fsync once that many were appended since the last flush."""
+        self.state[W_UNFLUSHED] += messages
+        if self.state[W_UNFLUSHED] >= self.settings.flush_interval_messages:
             self._flush_locked()
-        state[W_DIRTY] = 0
-        return AppendResult(None, base_offset, state[W_LOG_START])
+
+    # --- transactions ---------------------------------------------------------------------
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int = 0) -> AppendResult:
+        """End the producer's transaction here (WriteTxnMarkers): append its COMMIT or ABORT
+        control batch at the log end, then close the transaction in the producer table and,
+        for an ABORT, add it to the aborted-transaction index.  A producer with no transaction
+        open here still gets its marker (as Kafka), but no index entry.  A marker older than
+        the epoch the table knows is refused: "invalid_producer_epoch"."""
+        marker = transactions.marker_batch(producer_id, producer_epoch, commit,
+                                           coordinator_epoch, int(time.time() * 1000))
+        header = records.read_header(marker)
+        with self.locked():
+            refused = self._writable_locked()
+            if refused is not None:
+                return refused
+            known = self.producers.epoch_of(producer_id)
+            if known is not None and producer_epoch < known:
+                return AppendResult("invalid_producer_epoch",
+                                    message=f"producer {producer_id}: marker epoch "
+                                            f"{producer_epoch} is older than {known}")
+            state = self.state
+            state[W_DIRTY] = os.getpid()
+            offset = self._place(marker, header)
+            self._end_transaction(producer_id, producer_epoch, commit, offset)
+            self._count_unflushed(1)
+            state[W_DIRTY] = 0
+            return AppendResult(None, offset, state[W_LOG_START])
+
+    def _end_transaction(self, producer_id: int, epoch: int, commit: bool,
+                         marker_offset: int) -> None:
+        """Under the lock, the marker at `marker_offset` placed: close the transaction in the
+        table, index it if aborted, then let the LSO move up (see the docstring's order)."""
+        first = self.producers.end(producer_id, epoch)
+        if first is not None and not commit:
+            self._index_abort(producer_id, first, marker_offset)
+        ongoing = self.state[W_ONGOING_FIRST]
+        # It was the earliest: the next one is now.  Or the table had forgotten it (a reset
+        # after a crash mid-rewrite): the word may be stale, and this marker heals it.
+        if ongoing and (first is None or ongoing == first + 1):
+            self._recompute_ongoing()
+
+    def _index_abort(self, producer_id: int, first: int, marker_offset: int) -> None:
+        """Add an aborted transaction to the index (the entry before its count), unless the
+        index has it already (a repair's replay)."""
+        state = self.state
+        count = state[W_ABORTED_COUNT]
+        self.aborted.refresh(count, state[W_ABORTED_VERSION])
+        if marker_offset > self.aborted.last_offset():  # entries are in marker order
+            self.aborted.write(count, producer_id, first, marker_offset)
+            state[W_ABORTED_COUNT] = count + 1
+
+    def _recompute_ongoing(self) -> None:
+        ongoing = self.producers.ongoing()
+        self.state[W_ONGOING_FIRST] = ongoing[0][2] + 1 if ongoing else 0
+
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read_committed fetch of
+        [fetch_offset, upper) must be told about: marker at or past `fetch_offset`, first
+        offset below `upper`.  Without the lock; read the LSO before calling (every
+        transaction that began below it and was aborted is counted by then)."""
+        version = self.state[W_ABORTED_VERSION]
+        count = self.state[W_ABORTED_COUNT]
+        if count == 0:
+            return []
+        self.aborted.refresh(count, version)
+        return self.aborted.matching(fetch_offset, upper)
 
     def _aged(self, state) -> bool:
         """segment.ms: the active segment got its first batch that long ago (by the broker's
@@ -317,6 +447,7 @@ class Partition:
         self.state[W_LAST_FLUSH] = time.time_ns()
         self._map.flush()  # msync: the state (log end) as durable as the data
         self.producers.flush()
+        self.aborted.flush()
 
     def consistent(self) -> str | None:
         """Why the state file disagrees with the segments on disk, or None (a clean start-up
@@ -338,6 +469,13 @@ class Partition:
             return "offsets out of order"
         if size and not state[W_INDEX_ENTRIES]:
             return "an active segment without index entries"
+        path = os.path.join(self.directory, transactions.ABORTED_FILE)
+        entries = os.path.getsize(path) // transactions.ENTRY.size if os.path.exists(path) else 0
+        if entries != state[W_ABORTED_COUNT]:
+            return "the aborted-transaction index differs from the state"
+        ongoing = self.producers.ongoing()
+        if state[W_ONGOING_FIRST] != (ongoing[0][2] + 1 if ongoing else 0):
+            return "the ongoing transactions differ from the state"
         return None
 
     def unflushed_messages(self) -> int:
@@ -389,9 +527,16 @@ class Partition:
             return offset, None
 
     def active_producers(self) -> list[tuple[int, int, int, int]]:
-        """The idempotent producers that wrote here and have not expired (DescribeProducers)."""
+        """The idempotent producers that wrote here and have not expired (DescribeProducers):
+        (producer id, epoch, last sequence, last write ms)."""
         with self.locked():
             return self.producers.active()
+
+    def producer_states(self) -> list[ProducerState]:
+        """DescribeProducers' view, with each producer's current_txn_start_offset (-1:
+        none): the producers not expired that wrote here or have a transaction open."""
+        with self.locked():
+            return self.producers.states()
 
     def _delete_segment(self, base: int, following: int) -> None:
         """Remove a whole non-active segment; the log starts at `following` at the earliest."""
@@ -414,51 +559,54 @@ class Partition:
 
     # --- reading --------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, at_least_one: bool = True) -> tuple[bytes, int]:
+    def read(self, offset: int, max_bytes: int, at_least_one: bool = True,
+             upper: int | None = None) -> tuple[bytes, int]:
         """The bytes of `read_regions`, copied: (bytes, high mark)."""
-        regions, high = self.read_regions(offset, max_bytes, at_least_one)
+        regions, high = self.read_regions(offset, max_bytes, at_least_one, upper)
         return b"".join(segment.read(position, length)
                         for segment, position, length in regions), high
 
-    def read_regions(self, offset: int, max_bytes: int,
-                     at_least_one: bool = True) -> tuple[list[tuple[Segment, int, int]], int]:
+    def read_regions(self, offset: int, max_bytes: int, at_least_one: bool = True,
+                     upper: int | None = None) -> tuple[list[tuple[Segment, int, int]], int]:
         """Where the batches from the one holding `offset` on lie, up to `max_bytes` (but at
-        least one whole batch if `at_least_one`), never past the high watermark:
+        least one whole batch if `at_least_one`), never past the high watermark nor holding
+        an offset at or past `upper` (the LSO, for read_committed):
         ([(segment, position, length)], high mark).  Only batch headers are read (the index
         leads to them), so the data itself can go to a socket without entering Python."""
         state = self.state
         high = state[W_HIGH_WATERMARK]  # first: every batch below it is whole on disk
-        if offset >= high:
+        stop = high if upper is None else min(upper, high)
+        if offset >= stop:
             return [], high
         self._refresh_segments()
         regions, room, bases = [], max_bytes, self._bases
         slot = max(0, bisect.bisect_right(bases, offset) - 1)
-        while slot < len(bases) and offset < high:
+        while slot < len(bases) and offset < stop:
             base = bases[slot]
             active = base == state[W_ACTIVE_BASE]
             valid = state[W_INDEX_ENTRIES] if active else None
             segment = self._segment(base)
             end = state[W_ACTIVE_SIZE] if active else segment.size()
-            if slot + 1 == len(bases) or bases[slot + 1] > high:  # may hold batches past high
-                cut = segment.find_position(high, end, valid)
+            if slot + 1 == len(bases) or bases[slot + 1] > stop:  # may hold batches past it
+                cut = segment.find_position(stop, end, valid)
                 end = end if cut is None else cut[0]
             found = segment.find_position(offset, end, valid)
             if found is None:
                 slot += 1
                 continue
             position = found[0]
-            stop = segment.whole_batches_end(position, min(end, position + max(room, 0)), valid)
-            if stop == position:
+            whole = segment.whole_batches_end(position, min(end, position + max(room, 0)), valid)
+            if whole == position:
                 if at_least_one and not regions:  # bigger than max_bytes: whole (KIP-74)
                     size = records.read_header(segment.read(position, records.HEADER_BYTES)).size
                     regions.append((segment, position, size))
                 break
-            regions.append((segment, position, stop - position))
-            room -= stop - position
-            if stop < end or room <= 0:
+            regions.append((segment, position, whole - position))
+            room -= whole - position
+            if whole < end or room <= 0:
                 break
             slot += 1
-            offset = bases[slot] if slot < len(bases) else high
+            offset = bases[slot] if slot < len(bases) else stop
         return regions, high
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -580,7 +728,7 @@ class Partition:
         segment = self._segment(active_base)
         size_before = segment.size()
         position, next_offset, entries, since, interval = 0, active_base, 0, 0, self.settings.index_interval_bytes
-        greatest = -1
+        greatest, aborts = -1, []
         for batch_position, batch in segment.scan():
             if entries == 0 or since >= interval:
                 if entries:
@@ -600,7 +748,11 @@ class Partition:
                     self.producers.record(batch.producer_id, batch.producer_epoch,
                                           batch.base_sequence, batch.last_sequence,
                                           batch.base_offset, state[W_APPENDS])
+            if batch.producer_id >= 0 and batch.attributes & records.TRANSACTIONAL:
+                self._replay_transactional(segment, batch_position, batch, aborts)
         segment.truncate(position, entries, max(0, entries - 1))
+        self._repair_aborted(next_offset, aborts)
+        self._recompute_ongoing()  # before the high watermark below, as appends do
         state[W_SEGMENT_MAX_TS] = greatest
         # Retention deletes whole segments; DeleteRecords may have moved it further.
         state[W_LOG_START] = min(self._log_start(bases), next_offset)
@@ -615,12 +767,52 @@ class Partition:
         state[W_OFFLINE] = 0  # recovered: serving again
         return size_before - position
 
+    def _replay_transactional(self, segment: Segment, position: int, batch: records.Batch,
+                              aborts: list) -> None:
+        """Repair: bring the table up to a transactional batch of the active segment, in log
+        order, whether or not the writer that appended it got that far.  A data batch opens a
+        transaction unless one is open; a marker ends the open one only if it began before
+        the marker (else the marker was applied and a later transaction is open).  Aborts
+        are collected for the index, which is put right once the log end is known."""
+        producer_id, epoch = batch.producer_id, batch.producer_epoch
+        if not batch.attributes & records.CONTROL:
+            self.producers.begin_if_none(producer_id, epoch, batch.base_offset)
+            return
+        kind = transactions.control_type(segment.read(position, batch.size))
+        if kind is None:
+            return
+        first = self.producers.first_offset(producer_id)
+        if first is not None and first >= batch.base_offset:
+            return
+        first = self.producers.end(producer_id, epoch)
+        if first is not None and kind == transactions.ABORT:
+            aborts.append((producer_id, first, batch.base_offset))
+
+    def _repair_aborted(self, log_end: int, aborts: list) -> None:
+        """Repair: the index keeps its whole entries whose marker the log still holds, plus
+        the replayed aborts it lacks; readers drop what they cached (the version word)."""
+        state = self.state
+        kept = self.aborted.kept_below(log_end)
+        state[W_ABORTED_COUNT] = min(state[W_ABORTED_COUNT], kept)  # never past the cut
+        state[W_ABORTED_VERSION] += 1
+        self.aborted.truncate(kept)
+        state[W_ABORTED_COUNT] = kept
+        for producer_id, first, last in aborts:
+            self._index_abort(producer_id, first, last)
+
     def _initialise_state(self) -> None:
         state = self.state
         for word in range(STATE_WORDS):
             state[word] = 0
         self.producers.clear()
         state[W_MAGIC] = STATE_MAGIC
+
+
+def _in_transaction(batch: records.Batch) -> bool:
+    """A transactional data batch (not a marker) of a producer: it belongs to the producer's
+    transaction on the partition, opening one if none is open."""
+    return (batch.producer_id >= 0 and bool(batch.attributes & records.TRANSACTIONAL)
+            and not batch.attributes & records.CONTROL)
 
 
 def _fsync_directory(directory: str) -> None:

@@ -1,0 +1,88 @@
+"""An append-only file of JSON lines (msgspec structs), replayed at start-up: the durable form
+of the parent's coordinators (committed offsets, transactions).
+
+A change is one `write` of all its lines (O_APPEND) before it is acknowledged, so it survives
+the death of any worker and `kill -9` of the broker; fsync after every write when asked
+(`log.flush.interval.messages=1`), else at close.  Only a crash mid-write can leave a bad line,
+and only as the last one: it is skipped on replay and cut off, so the next write does not glue
+onto it.  The owner decides when the file holds too many superseded lines and rewrites it with
+the live ones (temporary file, fsync, rename).  Only the parent writes these files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterable, Iterator
+
+import msgspec
+
+log = logging.getLogger("broker.parent.record_file")
+
+
+class RecordFile:
+    def __init__(self, path: str, record_type: type, fsync_every_write: bool = False):
+        self.path = path
+        self.fsync = fsync_every_write
+        self.lines = 0  # lines in the file, superseded ones included
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(record_type)
+        self._fd = -1
+
+    def replay(self) -> Iterator:
+        """Every readable record, oldest first; then the file is open for appending."""
+        try:
+            with open(self.path, "rb") as handle:
+                for number, line in enumerate(handle, 1):
+                    self.lines += 1
+                    try:
+                        yield self._decoder.decode(line)
+                    except msgspec.DecodeError:
+                        log.warning("%s:%d: unreadable record skipped", self.path, number)
+        except FileNotFoundError:
+            pass
+        self._cut_torn_tail()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _cut_torn_tail(self) -> None:
+        try:
+            with open(self.path, "rb+") as handle:
+                data = handle.read()
+                if data and not data.endswith(b"\n"):
+                    handle.truncate(data.rfind(b"\n") + 1)
+        except FileNotFoundError:
+            pass
+
+    def append(self, records: list) -> None:
+        """Persist `records` (raises OSError if the write fails: the caller applies nothing)."""
+        if not records:
+            return
+        os.write(self._fd, b"".join(self._encoder.encode(record) + b"\n" for record in records))
+        if self.fsync:
+            os.fsync(self._fd)
+        self.lines += len(records)
+
+    def rewrite(self, records: Iterable) -> None:
+        """Replace the file by `records` (the live state), atomically."""
+        temporary = self.path + ".tmp"
+        count = 0
+        with open(temporary, "wb") as handle:
+            for record in records:
+                handle.write(self._encoder.encode(record) + b"\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        log.info("rewrote %s: %d lines -> %d", self.path, self.lines, count)
+        self.lines = count
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1

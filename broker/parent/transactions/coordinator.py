@@ -1,0 +1,504 @@
+"""The transaction coordinator (KIP-98), in the parent: every transactional id's state, the
+transaction log, and the markers that end a transaction in its partitions.
+
+Workers forward InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+DescribeTransactions and ListTransactions here (IPC AdminRequest, like the group APIs);
+TxnOffsetCommit goes to the group coordinator, which asks `offsets_problem` whether the
+producer may commit offsets for that group.  Every answer is given at once: the markers are
+appended by this process itself, under each partition's lock, like any append.
+
+Durability: every change of a transactional id's state is a line of
+`<first log dir>/.pybroker-transactions.jsonl` (broker.parent.record_file), written before the
+answer.  EndTxn writes PrepareCommit/PrepareAbort first, then the markers (and the group
+offsets' outcome), then CompleteCommit/CompleteAbort; a restart finds any Prepare state left
+by a `kill -9` and completes it before a worker serves anything.  A transaction left Ongoing
+is aborted once its timeout passes, as any other.
+
+Fencing, as Kafka: InitProducerId for a known id bumps the epoch (a transaction in progress
+is aborted first, its markers written with the bumped epoch, so the old producer's appends are
+refused in every partition it wrote to); a request with an older epoch hears PRODUCER_FENCED
+(INVALID_PRODUCER_EPOCH for older request versions).  A transaction open longer than its
+timeout is aborted with a bumped epoch too.
+
+Not done (as Kafka before KIP-890's verification): a produce to a partition never added to
+the transaction is not refused; its records stay invisible to read_committed consumers until
+the producer's next marker there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import secrets
+import time
+
+import msgspec
+
+from broker.parent.groups.offsets import OffsetStore
+from broker.parent.record_file import RecordFile
+from broker.parent.transactions.state import Transaction, TxnState, transition
+from broker.shared.access import Access
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType, canonical_host
+from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
+from broker.shared.protocol import errors
+from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
+from broker.shared.protocol.context import NO_THROTTLE, RequestContext
+
+log = logging.getLogger("broker.parent.transactions")
+
+FILE_NAME = ".pybroker-transactions.jsonl"
+COMPACT_MIN = 1000
+MAX_EPOCH = 32767  # int16: at the last epoch a producer gets a new id (Kafka's rule)
+E = errors.ErrorCode
+# The first version of each API that knows PRODUCER_FENCED; older ones hear
+# INVALID_PRODUCER_EPOCH (Kafka's KafkaApis does the same translation).
+FENCED_FROM = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffsetsToTxn": 2,
+               "EndTxn": 2, "TxnOffsetCommit": 2}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(self, loop: asyncio.AbstractEventLoop, props, directory: str, registry,
+                 offsets: OffsetStore, access: Access | None = None,
+                 fsync_every_write: bool = False):
+        self.loop = loop
+        self.props = props
+        self.registry = registry  # broker.shared.log.topics.TopicRegistry: the markers' way in
+        self.offsets = offsets  # the group coordinator's store: offsets ended with the txn
+        self.access = access or Access(False)
+        self.transactions: dict[str, Transaction] = {}
+        self.file = RecordFile(os.path.join(directory, FILE_NAME), Transaction,
+                               fsync_every_write)
+        for record in self.file.replay():
+            self._replayed(record)
+        self._handlers = {BY_NAME[name].key: handler for name, handler in (
+            ("InitProducerId", self._init_producer_id),
+            ("AddPartitionsToTxn", self._add_partitions),
+            ("AddOffsetsToTxn", self._add_offsets), ("EndTxn", self._end_txn),
+            ("DescribeTransactions", self._describe), ("ListTransactions", self._list))}
+        assert set(self._handlers) == TRANSACTION_KEYS, "the API table and the coordinator disagree"
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_expiry = time.monotonic() + \
+            props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+
+    # --- life cycle --------------------------------------------------------------------------
+
+    def _replayed(self, record: Transaction) -> None:
+        if record.state is TxnState.DEAD:
+            self.transactions.pop(record.transactional_id, None)
+        else:
+            self.transactions[record.transactional_id] = record
+
+    def recover(self) -> None:
+        """Finish what a crash interrupted: a Prepare state's markers are (re)written."""
+        for txn in list(self.transactions.values()):
+            if txn.state.preparing:
+                log.info("transaction %s: completing %s after a restart", txn.transactional_id,
+                         txn.state.value)
+                self._complete(txn)
+        self.maybe_compact()
+
+    def start(self) -> None:
+        """Timed-out transactions are looked for every
+        transaction.abort.timed.out.transaction.cleanup.interval.ms, expired ids every
+        transaction.remove.expired.transaction.cleanup.interval.ms."""
+        self._timer = self.loop.call_later(self._interval, self._tick)
+
+    @property
+    def _interval(self) -> float:
+        return self.props.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+
+    def _tick(self) -> None:
+        try:
+            self.abort_timed_out()
+            if time.monotonic() >= self._next_expiry:
+                self._next_expiry = time.monotonic() + \
+                    self.props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+                self.expire_ids()
+        except Exception:  # a failed round costs nothing but itself: the next one retries
+            log.exception("transaction coordinator round failed")
+        self._timer = self.loop.call_later(self._interval, self._tick)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.file.close()
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def handle(self, request: bytes, listener: int, peer: str, user: str = "ANONYMOUS") -> bytes:
+        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
+        header_reader, body_reader = request_readers(api_key, version)
+        header, offset = header_reader(request, 0)
+        body, _ = body_reader(request, offset)
+        host = canonical_host(peer.rpartition(":")[0] or peer)
+        ctx = RequestContext(request[4:8], api_key, version, listener, header, user, host)
+        return self._handlers[api_key](ctx, body)
+
+    def _may_write(self, ctx: RequestContext, transactional_id: str) -> bool:
+        return self.access.check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                 transactional_id)
+
+    # --- InitProducerId ----------------------------------------------------------------------
+
+    def _init_producer_id(self, ctx: RequestContext, body) -> bytes:
+        def answer(code, producer_id=-1, epoch=-1):
+            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
+                                "producer_id": producer_id, "producer_epoch": epoch})
+
+        transactional_id = body.transactional_id
+        if transactional_id is None:
+            return answer(*self._idempotent(ctx, body))
+        if not transactional_id:
+            return answer(E.invalid_request)
+        if not self._may_write(ctx, transactional_id):
+            return answer(E.transactional_id_authorization_failed)
+        timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
+        if not 0 < timeout_ms <= self.props.transaction_max_timeout_ms:
+            return answer(E.invalid_transaction_timeout)
+        txn = self.transactions.get(transactional_id)
+        try:
+            if txn is None:
+                txn = Transaction(transactional_id, _new_producer_id(), -1, timeout_ms)
+            else:
+                problem = self._resuming_problem(txn, body)
+                if problem is not None:
+                    return answer(self._fenced_for(ctx, problem))
+                if txn.state is TxnState.ONGOING:  # its producer is replaced: abort, fencing
+                    self._end(txn, commit=False, bump=True)
+            producer_id, epoch = _bumped(txn)
+            self._record(txn, TxnState.EMPTY, producer_id=producer_id, producer_epoch=epoch,
+                         timeout_ms=timeout_ms)
+        except OSError as error:
+            log.error("transaction log write failed: %s", error)
+            return answer(E.coordinator_not_available)
+        log.info("transactional id %s: producer %d epoch %d", transactional_id, txn.producer_id,
+                 txn.producer_epoch)
+        return answer(E.none, txn.producer_id, txn.producer_epoch)
+
+    def _idempotent(self, ctx: RequestContext, body) -> tuple:
+        """An idempotent producer (no transactional id): an id, or its epoch bumped (KIP-360)."""
+        # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
+        if not self.access.allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                                   CLUSTER_NAME) and \
+                not self.access.check_any(ctx, Operation.WRITE, ResourceType.TOPIC):
+            return (E.cluster_authorization_failed,)
+        producer_id = getattr(body, "producer_id", -1)
+        epoch = getattr(body, "producer_epoch", -1)
+        if producer_id >= 0 and epoch >= 0:
+            return E.none, producer_id, (epoch + 1) % MAX_EPOCH
+        return E.none, _new_producer_id(), 0
+
+    @staticmethod
+    def _resuming_problem(txn: Transaction, body):
+        """KIP-360: a producer that gives its id and epoch must be the current one (or the one
+        just before a bump the coordinator made, e.g. after its transaction timed out)."""
+        producer_id = getattr(body, "producer_id", -1)
+        epoch = getattr(body, "producer_epoch", -1)
+        if producer_id < 0 and epoch < 0:
+            return None
+        if producer_id != txn.producer_id or epoch not in (txn.producer_epoch,
+                                                           txn.producer_epoch - 1):
+            return E.producer_fenced
+        return None
+
+    # --- AddPartitionsToTxn, AddOffsetsToTxn -------------------------------------------------
+
+    def _add_partitions(self, ctx: RequestContext, body) -> bytes:
+        if ctx.version <= 3:
+            topics = self._add_one(ctx, body.v3_and_below_transactional_id,
+                                   body.v3_and_below_producer_id,
+                                   body.v3_and_below_producer_epoch, body.v3_and_below_topics)
+            return ctx.respond({"throttle_time": NO_THROTTLE,
+                                "results_by_topic_v3_and_below": topics})
+        if not self.access.allowed(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                   CLUSTER_NAME):  # v4+ is the brokers' batched form
+            return ctx.respond({"throttle_time": NO_THROTTLE, "results_by_transaction": [],
+                                "error_code": E.cluster_authorization_failed})
+        results = [{"transactional_id": txn.transactional_id, "topic_results": self._add_one(
+            ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+            txn.verify_only)} for txn in body.transactions]
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+                            "results_by_transaction": results})
+
+    def _add_one(self, ctx: RequestContext, transactional_id: str, producer_id: int,
+                 epoch: int, topics, verify_only: bool = False) -> list[dict]:
+        """One transaction's partitions: every one gets the same verdict unless some are
+        refused on their own (authorization, unknown), when the rest are not attempted."""
+        wanted = [(topic.name, int(p)) for topic in topics for p in topic.partitions]
+        verdicts: dict[tuple[str, int], int] = {}
+        if not self._may_write(ctx, transactional_id):
+            verdicts = dict.fromkeys(wanted, E.transactional_id_authorization_failed)
+        else:
+            for name, partition in wanted:
+                if not self.access.check(ctx, Operation.WRITE, ResourceType.TOPIC, name):
+                    verdicts[(name, partition)] = E.topic_authorization_failed
+                elif self.registry.partition(name, partition) is None:
+                    verdicts[(name, partition)] = E.unknown_topic_or_partition
+            if verdicts:
+                verdicts = {key: verdicts.get(key, E.operation_not_attempted) for key in wanted}
+            elif verify_only:
+                verdicts = self._verified(transactional_id, producer_id, epoch, wanted)
+            else:
+                code = self._begin(ctx, transactional_id, producer_id, epoch,
+                                   partitions=wanted)
+                verdicts = dict.fromkeys(wanted, code)
+        return _by_topic(verdicts, "partition_error_code", "results_by_partition")
+
+    def _verified(self, transactional_id: str, producer_id: int, epoch: int,
+                  wanted: list) -> dict:
+        """KIP-890's verify-only form: is each partition in the ongoing transaction?"""
+        txn = self.transactions.get(transactional_id)
+        code = self._producer_problem(txn, producer_id, epoch)
+        if code is None and txn.state is not TxnState.ONGOING:
+            code = E.invalid_txn_state
+        if code is not None:
+            return dict.fromkeys(wanted, code)
+        return {key: E.none if key in txn.partitions else E.invalid_txn_state for key in wanted}
+
+    def _add_offsets(self, ctx: RequestContext, body) -> bytes:
+        if not self._may_write(ctx, body.transactional_id):
+            code = E.transactional_id_authorization_failed
+        elif not self.access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
+            code = E.group_authorization_failed
+        else:
+            code = self._begin(ctx, body.transactional_id, body.producer_id,
+                               body.producer_epoch, group=body.group_id)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code})
+
+    def _begin(self, ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int,
+               partitions: list = (), group: str | None = None):
+        """Add partitions or a group to the producer's transaction (beginning one)."""
+        txn = self.transactions.get(transactional_id)
+        problem = self._producer_problem(txn, producer_id, epoch)
+        if problem is None and txn.state.preparing:
+            problem = E.concurrent_transactions  # never lasts: ends are completed at once
+        if problem is not None:
+            return self._fenced_for(ctx, problem)
+        fresh = txn.state.idle  # a new transaction begins
+        have = [] if fresh else txn.partitions
+        groups = [] if fresh else txn.groups
+        added = [key for key in partitions if key not in have]
+        new_group = group is not None and group not in groups
+        if not (added or new_group or fresh):
+            return E.none
+        try:
+            self._record(txn, TxnState.ONGOING, partitions=have + added,
+                         groups=groups + [group] if new_group else groups,
+                         started_ms=now_ms() if fresh else txn.started_ms)
+        except OSError as error:
+            log.error("transaction log write failed: %s", error)
+            return E.coordinator_not_available
+        return E.none
+
+    def _producer_problem(self, txn: Transaction | None, producer_id: int, epoch: int):
+        if txn is None or txn.producer_id != producer_id:
+            return E.invalid_producer_id_mapping
+        if epoch != txn.producer_epoch:
+            return E.producer_fenced
+        return None
+
+    @staticmethod
+    def _fenced_for(ctx: RequestContext, code):
+        name = BY_NAME_OF_KEY.get(ctx.api_key)
+        if code == E.producer_fenced and ctx.version < FENCED_FROM.get(name, 0):
+            return E.invalid_producer_epoch
+        return code
+
+    def offsets_problem(self, transactional_id: str, producer_id: int, epoch: int,
+                        group: str, version: int):
+        """TxnOffsetCommit's check (asked by the group coordinator): the producer is current
+        and added the group to its ongoing transaction."""
+        txn = self.transactions.get(transactional_id)
+        problem = self._producer_problem(txn, producer_id, epoch)
+        if problem is None and (txn.state is not TxnState.ONGOING or group not in txn.groups):
+            problem = E.invalid_txn_state
+        if problem == E.producer_fenced and version < FENCED_FROM["TxnOffsetCommit"]:
+            return E.invalid_producer_epoch
+        return problem
+
+    # --- EndTxn ------------------------------------------------------------------------------
+
+    def _end_txn(self, ctx: RequestContext, body) -> bytes:
+        def answer(code):
+            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code})
+
+        if not self._may_write(ctx, body.transactional_id):
+            return answer(E.transactional_id_authorization_failed)
+        txn = self.transactions.get(body.transactional_id)
+        problem = self._producer_problem(txn, body.producer_id, body.producer_epoch)
+        if problem is not None:
+            return answer(self._fenced_for(ctx, problem))
+        finished = TxnState.COMPLETE_COMMIT if body.committed else TxnState.COMPLETE_ABORT
+        if txn.state is finished:
+            return answer(E.none)  # a retry of an end that was done
+        if txn.state is not TxnState.ONGOING:
+            return answer(E.invalid_txn_state)
+        try:
+            self._end(txn, commit=body.committed)
+        except OSError as error:
+            log.error("transaction %s: ending failed: %s", txn.transactional_id, error)
+            return answer(E.coordinator_not_available)
+        return answer(E.none)
+
+    def _end(self, txn: Transaction, commit: bool, bump: bool = False) -> None:
+        """Prepare (logged), markers, complete (logged).  `bump`: the markers carry a new
+        epoch, fencing the producer that began the transaction."""
+        producer_id, epoch = _bumped(txn) if bump else (txn.producer_id, txn.producer_epoch)
+        self._record(txn, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                     producer_id=producer_id, producer_epoch=epoch)
+        self._complete(txn)
+
+    def _complete(self, txn: Transaction) -> None:
+        commit = txn.state is TxnState.PREPARE_COMMIT
+        for topic, index in txn.partitions:
+            partition = self.registry.partition(topic, index)
+            if partition is None:
+                continue  # deleted since: nothing to mark
+            result = partition.append_marker(txn.producer_id, txn.producer_epoch, commit)
+            if result.error is not None:
+                log.warning("transaction %s: %s marker in %s-%d refused: %s",
+                            txn.transactional_id, "commit" if commit else "abort", topic, index,
+                            result.message or result.error)
+        for group in txn.groups:
+            self.offsets.end_transaction(group, txn.producer_id, commit, now_ms())
+        self._record(txn, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+        log.info("transaction %s (producer %d epoch %d): %s, %d partitions",
+                 txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                 "committed" if commit else "aborted", len(txn.partitions))
+
+    # --- timers ------------------------------------------------------------------------------
+
+    def abort_timed_out(self, now: int | None = None) -> int:
+        """Abort (with a bumped epoch) every transaction open longer than its timeout."""
+        now = now_ms() if now is None else now
+        late = [txn for txn in self.transactions.values() if txn.state is TxnState.ONGOING
+                and txn.started_ms + txn.timeout_ms < now]
+        for txn in late:
+            log.info("transaction %s timed out after %d ms: aborting", txn.transactional_id,
+                     txn.timeout_ms)
+            self._end(txn, commit=False, bump=True)
+        return len(late)
+
+    def expire_ids(self, now: int | None = None) -> int:
+        """Forget transactional ids idle for transactional.id.expiration.ms."""
+        now = now_ms() if now is None else now
+        limit = self.props.transactional_id_expiration_ms
+        expired = [txn for txn in self.transactions.values()
+                   if txn.state.idle and txn.updated_ms + limit < now]
+        for txn in expired:
+            self._record(txn, TxnState.DEAD)
+        self.maybe_compact()
+        return len(expired)
+
+    # --- the log -----------------------------------------------------------------------------
+
+    def _record(self, txn: Transaction, state: TxnState, **changes) -> None:
+        """Move `txn` to `state` with `changes` to its fields: written to the transaction log
+        first (raises OSError, `txn` unchanged, if that fails)."""
+        if txn.transactional_id in self.transactions:
+            transition(txn.state, state)
+        written = msgspec.structs.replace(txn, state=state, updated_ms=now_ms(), **changes)
+        self.file.append([written])
+        for field in ("state", "updated_ms", *changes):
+            setattr(txn, field, getattr(written, field))
+        if state is TxnState.DEAD:
+            self.transactions.pop(txn.transactional_id, None)
+        else:
+            self.transactions[txn.transactional_id] = txn
+
+    def maybe_compact(self) -> None:
+        if self.file.lines >= COMPACT_MIN and self.file.lines > 2 * len(self.transactions):
+            self.file.rewrite(list(self.transactions.values()))
+
+    # --- DescribeTransactions, ListTransactions ----------------------------------------------
+
+    def _describe(self, ctx: RequestContext, body) -> bytes:
+        states = []
+        for transactional_id in body.transactional_ids:
+            txn = self.transactions.get(transactional_id)
+            code = E.none
+            if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                     transactional_id):
+                code, txn = E.transactional_id_authorization_failed, None
+            elif txn is None:
+                code = E.transactional_id_not_found
+            states.append(_described(transactional_id, code, txn))
+        return ctx.respond({"throttle_time": NO_THROTTLE, "transaction_states": states})
+
+    def _list(self, ctx: RequestContext, body) -> bytes:
+        known = {state.value for state in TxnState}
+        wanted = set(body.state_filters)
+        producers = set(body.producer_id_filters)
+        longer_than = getattr(body, "duration_filter", -1)
+        now = now_ms()
+        listed = []
+        for txn in self.transactions.values():
+            if (wanted and txn.state.value not in wanted) or \
+                    (producers and txn.producer_id not in producers):
+                continue
+            if longer_than >= 0 and (txn.state is not TxnState.ONGOING
+                                     or now - txn.started_ms < longer_than):
+                continue
+            if not self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                       txn.transactional_id):
+                continue
+            listed.append({"transactional_id": txn.transactional_id,
+                           "producer_id": txn.producer_id,
+                           "transaction_state": txn.state.value})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+                            "unknown_state_filters": sorted(wanted - known),
+                            "transaction_states": listed})
+
+
+BY_NAME_OF_KEY = {spec.key: name for name, spec in BY_NAME.items()}
+
+
+def _bumped(txn: Transaction) -> tuple[int, int]:
+    """The producer id and epoch after a bump: at the last epoch, a new id (Kafka's rule)."""
+    if txn.producer_epoch + 1 >= MAX_EPOCH:
+        return _new_producer_id(), 0
+    return txn.producer_id, txn.producer_epoch + 1
+
+
+def _new_producer_id() -> int:
+    # Random 62-bit ids: unique across workers and restarts without a shared counter (the
+    # idempotent producers' rule; a collision is as likely as 2**-31 after 2**16 producers).
+    return secrets.randbits(62)
+
+
+def _by_topic(verdicts: dict, code_field: str, partitions_field: str) -> list[dict]:
+    topics: dict[str, list] = {}
+    for (name, partition), code in verdicts.items():
+        topics.setdefault(name, []).append({"partition_index": partition, code_field: code})
+    return [{"name": name, partitions_field: rows} for name, rows in topics.items()]
+
+
+def _described(transactional_id: str, code, txn: Transaction | None) -> dict:
+    answer = {"error_code": code, "transactional_id": transactional_id,
+              "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
+              "transaction_start_time": _datetime(-1), "producer_id": -1, "producer_epoch": -1,
+              "topics": []}
+    if txn is None:
+        return answer
+    topics: dict[str, list[int]] = {}
+    for name, partition in txn.partitions:
+        topics.setdefault(name, []).append(partition)
+    in_progress = txn.state is TxnState.ONGOING or txn.state.preparing
+    return dict(answer, transaction_state=txn.state.value,
+                transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
+                transaction_start_time=_datetime(txn.started_ms),  # -1: none yet (Kafka's)
+                producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                topics=[{"topic": name, "partitions": parts} for name, parts in topics.items()]
+                if in_progress else [])
+
+
+def _datetime(ms: int) -> datetime.datetime:
+    """Kafka's int64 milliseconds as kio takes them (-1: none)."""
+    return datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc) + \
+        datetime.timedelta(milliseconds=ms)

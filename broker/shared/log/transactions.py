@@ -1,0 +1,215 @@
+"""Transactions at the log level (KIP-98): control batches (commit/abort markers) and a
+partition's aborted-transaction index.
+
+A marker is one control batch, byte for byte as Kafka writes it (clients parse it):
+
+    header   magic 2, attributes TRANSACTIONAL|CONTROL (0x30), the producer's id and epoch,
+             base sequence -1, one record, last offset delta 0, both timestamps the broker's
+    record   DefaultRecord v2: attributes 0, timestamp delta 0, offset delta 0,
+             key   = int16 version 0, int16 type (0 ABORT, 1 COMMIT)
+             value = int16 version 0, int32 coordinator epoch,   no headers
+
+Clients may not write control batches (records.BatchCheck refuses them), so markers are built
+here and checked by their own path (`marker_batch` validates what it built).
+
+The aborted-transaction index, `<partition dir>/aborted-txns`, holds one 24-byte big-endian
+entry per aborted transaction: producer id int64, first offset int64, last offset int64 (the
+abort marker's offset).  Entries are appended under the partition lock in marker order (so by
+last offset), written before the partition's state publishes their count: readers, without
+the lock, read only that many.  The file only ever grows, except when a repair cuts entries
+whose markers the log lost; entries below the log start offset are filtered by the reads
+(a fetch never starts below it) rather than deleted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from array import array
+
+from crc32c import crc32c
+
+from broker.shared.log import records
+
+ABORTED_FILE = "aborted-txns"
+ENTRY = struct.Struct(">qqq")  # producer id, first offset, last offset
+ABORT, COMMIT = 0, 1  # Kafka's ControlRecordType
+MARKER_ATTRIBUTES = records.TRANSACTIONAL | records.CONTROL
+_KEY = struct.Struct(">hh")  # version, type
+_VALUE = struct.Struct(">hi")  # version, coordinator epoch
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count (bytes 21..60)
+_BEFORE_CRC = struct.Struct(">qiib")  # base offset, batch length, leader epoch, magic
+
+
+# --- markers ------------------------------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    """Kafka's zigzag varint (small values only: a marker's lengths)."""
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                 timestamp_ms: int) -> bytes:
+    """The control batch ending a transaction (base offset 0: set when written)."""
+    key = _KEY.pack(0, COMMIT if commit else ABORT)
+    value = _VALUE.pack(0, coordinator_epoch)
+    body = (b"\x00" + _varint(0) + _varint(0) + _varint(len(key)) + key
+            + _varint(len(value)) + value + _varint(0))
+    record = _varint(len(body)) + body
+    after_crc = _AFTER_CRC.pack(MARKER_ATTRIBUTES, 0, timestamp_ms, timestamp_ms, producer_id,
+                                producer_epoch, -1, 1) + record
+    batch = (_BEFORE_CRC.pack(0, records.HEADER_BYTES - records.LOG_OVERHEAD + len(record), 0, 2)
+             + struct.pack(">I", crc32c(after_crc)) + after_crc)
+    _check_marker(batch)
+    return batch
+
+
+def _check_marker(batch: bytes) -> None:
+    """What was built is one sound control batch of one well-formed record (not through
+    records.BatchCheck, which refuses every control batch)."""
+    header = records.is_sound(batch, 0, len(batch))
+    if header is None or header.size != len(batch) or header.record_count != 1 \
+            or header.attributes != MARKER_ATTRIBUTES:
+        raise ValueError("malformed transaction marker")
+    records.walk_records(batch, records.HEADER_BYTES, len(batch), 1)
+    if control_type(batch) is None:
+        raise ValueError("malformed transaction marker")
+
+
+def control_type(batch) -> int | None:
+    """ABORT or COMMIT for a stored marker batch (None: not an uncompressed control batch
+    whose first record has a 4-byte version-0 key, e.g. another kind of control record)."""
+    header = records.read_header(batch, 0)
+    if not header.attributes & records.CONTROL or header.attributes & records.CODEC_MASK:
+        return None
+    try:
+        position = records.HEADER_BYTES
+        _length, position = records._varint(batch, position)
+        _stamp, position = records._varint(batch, position + 1)  # past the attributes
+        _delta, position = records._varint(batch, position)
+        key_length, position = records._varint(batch, position)
+        if key_length != _KEY.size:
+            return None
+        version, kind = _KEY.unpack_from(batch, position)
+    except (IndexError, struct.error, records.BatchError):
+        return None
+    return kind if version == 0 and kind in (ABORT, COMMIT) else None
+
+
+# --- the aborted-transaction index ---------------------------------------------------------
+
+
+class AbortedIndex:
+    """One process's handle on a partition's aborted-transaction index, with the entries
+    read so far cached (the partition's state says how many there are)."""
+
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, ABORTED_FILE)
+        self._fd = -1
+        self._version = -1
+        self._clear()
+
+    def _clear(self) -> None:
+        self._producers, self._firsts, self._lasts = array("q"), array("q"), array("q")
+        self._least_first = array("q")  # [i]: the least first offset of entries i..end
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _file(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    # --- reading (no lock) -----------------------------------------------------------------
+
+    def refresh(self, count: int, version: int) -> None:
+        """Know the first `count` entries: only those not cached yet are read, unless the
+        file was cut since (`version` changed, or fewer entries than cached)."""
+        if version != self._version or count < len(self._lasts):
+            self._clear()
+            self._version = version
+        cached = len(self._lasts)
+        if count <= cached:
+            return
+        raw = os.pread(self._file(), (count - cached) * ENTRY.size, cached * ENTRY.size)
+        whole = len(raw) // ENTRY.size * ENTRY.size  # a file a repair cut may hold fewer
+        for producer_id, first, last in ENTRY.iter_unpack(raw[:whole]):
+            self._producers.append(producer_id)
+            self._firsts.append(first)
+            self._lasts.append(last)
+            self._least_first.append(first)
+        self._lower_minima(cached)
+
+    def _lower_minima(self, old: int) -> None:
+        """Suffix minima over the new entries from `old` on, then back into the older ones
+        only as far as they are lowered (usually not at all: first offsets grow)."""
+        least = self._least_first
+        for entry in range(len(least) - 2, -1, -1):
+            lowered = min(least[entry], least[entry + 1])
+            if entry < old and lowered == least[entry]:
+                break
+            least[entry] = lowered
+
+    def matching(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the cached entries whose transaction overlaps
+        [fetch_offset, upper): last offset >= fetch_offset and first offset < upper.  Entries
+        are ordered by last offset; the suffix minima end the walk once no later entry can
+        start below `upper`."""
+        found = []
+        for entry in range(bisect.bisect_left(self._lasts, fetch_offset), len(self._lasts)):
+            if self._least_first[entry] >= upper:
+                break
+            if self._firsts[entry] < upper:
+                found.append((self._producers[entry], self._firsts[entry]))
+        return found
+
+    def last_offset(self) -> int:
+        """The last cached entry's last offset (-1: none)."""
+        return self._lasts[-1] if self._lasts else -1
+
+    # --- writing (under the partition lock) ----------------------------------------------
+
+    def write(self, number: int, producer_id: int, first: int, last: int) -> None:
+        """Write entry `number` (the caller then publishes number + 1 as the count)."""
+        data = ENTRY.pack(producer_id, first, last)
+        if os.pwrite(self._file(), data, number * ENTRY.size) != len(data):
+            raise OSError(f"short write to {self.path}")
+
+    def kept_below(self, log_end: int) -> int:
+        """Repair: how many leading whole entries have their marker below `log_end` (a torn
+        last entry, or one whose marker the log lost, and all after it, are not)."""
+        if self._fd < 0 and not os.path.exists(self.path):
+            return 0
+        fd = self._file()
+        size = os.fstat(fd).st_size
+        raw = os.pread(fd, size, 0)
+        kept = 0
+        for _producer_id, _first, last in ENTRY.iter_unpack(raw[:size // ENTRY.size * ENTRY.size]):
+            if last >= log_end:
+                break
+            kept += 1
+        return kept
+
+    def truncate(self, entries: int) -> None:
+        """Repair: the file holds `entries` entries from now on."""
+        if self._fd >= 0 or os.path.exists(self.path):
+            fd = self._file()
+            if os.fstat(fd).st_size != entries * ENTRY.size:
+                os.ftruncate(fd, entries * ENTRY.size)
+        self._clear()
+        self._version = -1
+
+    def flush(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)

@@ -1,0 +1,286 @@
+"""The transaction coordinator in process: kio-encoded requests in, answers out, markers written
+to a real log, state written to a real transaction log and replayed by a new coordinator."""
+
+import asyncio
+import datetime
+
+import pytest
+
+from broker.parent.groups.coordinator import GroupCoordinator
+from broker.parent.groups.offsets import OffsetStore
+from broker.parent.transactions.coordinator import TransactionCoordinator
+from broker.parent.transactions.state import IllegalTxnTransition, TxnState, transition
+from broker.shared.apis import GROUP_KEYS
+from broker.shared.config import load_config
+from broker.shared.log import records
+from broker.shared.log.partition import LogSettings
+from broker.shared.log.topics import Epoch, TopicRegistry
+from tests.batches import make_batch
+from tests.test_group_coordinator import request
+from tests.wire import decode_response
+
+E_NONE, INVALID_EPOCH, MAPPING, TXN_STATE, TIMEOUT = 0, 47, 49, 48, 50
+FENCED, UNSTABLE, NOT_FOUND = 90, 88, 105
+TOPIC = "t"
+
+
+def transactional(batch: bytes) -> bytes:
+    """The same batch with the transactional attribute set (CRC fixed up)."""
+    from crc32c import crc32c
+    import struct
+
+    data = bytearray(batch)
+    struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | records.TRANSACTIONAL)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+class Harness:
+    def __init__(self, directory: str, **settings):
+        raw = {"log.dirs": directory, "group.initial.rebalance.delay.ms": "0"}
+        raw.update({key.replace("_", "."): value for key, value in settings.items()})
+        self.props = load_config(raw).props
+        self.directory = directory
+        self.loop = asyncio.new_event_loop()
+        self.registry = TopicRegistry((directory,), LogSettings(), Epoch())
+        if self.registry.get(TOPIC) is None:
+            assert self.registry.create(TOPIC, 3) is None
+        self._start()
+
+    def _start(self):
+        self.offsets = OffsetStore(self.directory)
+        self.groups = GroupCoordinator(self.loop, self.props, self.offsets, {TOPIC: 3}.get)
+        self.coordinator = TransactionCoordinator(self.loop, self.props, self.directory,
+                                                  self.registry, self.offsets)
+        self.groups.transaction_problem = self.coordinator.offsets_problem
+        self.coordinator.recover()
+
+    def restart(self):
+        self.groups.close()
+        self.coordinator.close()
+        self._start()
+
+    def close(self):
+        self.groups.close()
+        self.coordinator.close()
+        self.registry.close()
+        self.loop.close()
+
+    def send(self, api_key: int, version: int, values: dict):
+        frame = request(api_key, version, values)
+        service = self.groups if api_key in GROUP_KEYS else self.coordinator
+        return decode_response(api_key, version, service.handle(frame, 0, "10.0.0.1:1")[4:])[1]
+
+    # --- as a transactional producer sends them ---------------------------------------------
+
+    def init(self, txn="app", timeout_ms=60_000, producer_id=-1, epoch=-1, version=4):
+        answer = self.send(22, version, {
+            "transactional_id": txn, "transaction_timeout":
+            datetime.timedelta(milliseconds=timeout_ms), "producer_id": producer_id,
+            "producer_epoch": epoch})
+        return answer.error_code, answer.producer_id, answer.producer_epoch
+
+    def add(self, producer, partitions, txn="app", version=3):
+        producer_id, epoch = producer
+        answer = self.send(24, version, {
+            "v3_and_below_transactional_id": txn, "v3_and_below_producer_id": producer_id,
+            "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [
+                {"name": TOPIC, "partitions": list(partitions)}]})
+        return {r.partition_index: r.partition_error_code
+                for t in answer.results_by_topic_v3_and_below for r in t.results_by_partition}
+
+    def end(self, producer, commit: bool, txn="app", version=3):
+        producer_id, epoch = producer
+        return self.send(26, version, {"transactional_id": txn, "producer_id": producer_id,
+                                       "producer_epoch": epoch, "committed": commit}).error_code
+
+    def produce(self, producer, partition: int, count: int = 2, sequence: int = 0):
+        producer_id, epoch = producer
+        batch = transactional(make_batch(count, producer_id, epoch, sequence))
+        result = self.registry.partition(TOPIC, partition).append(batch)
+        assert result.error is None, result
+        return result.base_offset
+
+    def describe(self, txn="app"):
+        (state,) = self.send(65, 0, {"transactional_ids": [txn]}).transaction_states
+        return state
+
+    def describe_code(self, txn: str) -> int:
+        """The error code alone: kio will not read the -1 start time of an error answer.
+        Bytes: correlation id, header tags, throttle, array length, then the first code."""
+        answer = self.coordinator.handle(request(65, 0, {"transactional_ids": [txn]}), 0,
+                                         "10.0.0.1:1")
+        return int.from_bytes(answer[4 + 4 + 1 + 4 + 1:][:2], "big", signed=True)
+
+
+@pytest.fixture
+def harness(tmp_path):
+    found = Harness(str(tmp_path))
+    yield found
+    found.close()
+
+
+def control_batches(partition):
+    data, _ = partition.read(0, 1 << 20)
+    return [(batch.producer_id, batch.producer_epoch) for batch in records.headers_in(data)
+            if batch.attributes & records.CONTROL]
+
+
+def test_illegal_state_moves_raise():
+    assert transition(TxnState.ONGOING, TxnState.PREPARE_COMMIT) is TxnState.PREPARE_COMMIT
+    with pytest.raises(IllegalTxnTransition):
+        transition(TxnState.EMPTY, TxnState.PREPARE_COMMIT)
+    with pytest.raises(IllegalTxnTransition):
+        transition(TxnState.PREPARE_ABORT, TxnState.COMPLETE_COMMIT)
+
+
+def test_a_commit_writes_a_marker_to_every_partition_and_moves_the_lso(harness):
+    code, producer_id, epoch = harness.init()
+    assert (code, epoch) == (E_NONE, 0)
+    producer = (producer_id, epoch)
+    assert harness.add(producer, [0, 1]) == {0: E_NONE, 1: E_NONE}
+    first = harness.produce(producer, 0)
+    partition = harness.registry.partition(TOPIC, 0)
+    assert partition.last_stable_offset == first < partition.high_watermark
+    assert harness.describe().transaction_state == "Ongoing"
+    assert harness.end(producer, commit=True) == E_NONE
+    assert partition.last_stable_offset == partition.high_watermark
+    for index in (0, 1):
+        assert control_batches(harness.registry.partition(TOPIC, index)) == [producer]
+    assert control_batches(harness.registry.partition(TOPIC, 2)) == []
+    assert harness.describe().transaction_state == "CompleteCommit"
+    assert harness.end(producer, commit=True) == E_NONE  # a retry
+    assert harness.end(producer, commit=False) == TXN_STATE
+
+
+def test_an_abort_is_listed_for_read_committed_fetches(harness):
+    _, producer_id, epoch = harness.init()
+    producer = (producer_id, epoch)
+    harness.add(producer, [0])
+    first = harness.produce(producer, 0)
+    assert harness.end(producer, commit=False) == E_NONE
+    partition = harness.registry.partition(TOPIC, 0)
+    assert partition.aborted_transactions(0, partition.high_watermark) == [(producer_id, first)]
+
+
+def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction(harness):
+    _, producer_id, epoch = harness.init()
+    old = (producer_id, epoch)
+    harness.add(old, [0])
+    harness.produce(old, 0)
+    code, same_id, new_epoch = harness.init()
+    assert (code, same_id, new_epoch) == (E_NONE, producer_id, epoch + 2)  # abort, then init
+    partition = harness.registry.partition(TOPIC, 0)
+    assert control_batches(partition) == [(producer_id, epoch + 1)]
+    assert partition.last_stable_offset == partition.high_watermark
+    assert harness.add(old, [1]) == {1: FENCED}
+    assert harness.add(old, [1], version=1) == {1: INVALID_EPOCH}
+    assert harness.end(old, commit=True) == FENCED
+    zombie = partition.append(transactional(make_batch(1, producer_id, epoch, 5)))
+    assert zombie.error == "invalid_producer_epoch"
+    assert harness.add((producer_id, new_epoch), [1]) == {1: E_NONE}
+
+
+def test_requests_of_an_unknown_producer_or_a_bad_timeout_are_refused(harness):
+    assert harness.add((7, 0), [0]) == {0: MAPPING}
+    assert harness.end((7, 0), commit=True) == MAPPING
+    assert harness.init(timeout_ms=0)[0] == TIMEOUT
+    assert harness.init(timeout_ms=900_001)[0] == TIMEOUT
+    assert harness.describe_code("nobody") == NOT_FOUND
+
+
+def test_offsets_in_a_transaction_are_visible_only_after_its_commit(harness):
+    _, producer_id, epoch = harness.init()
+    producer = (producer_id, epoch)
+    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
+              "group_id": "g"}
+    assert harness.send(25, 3, values).error_code == E_NONE
+    commit = dict(values, generation_id=-1, member_id="", group_instance_id=None, topics=[
+        {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 42,
+                                        "committed_leader_epoch": -1,
+                                        "committed_metadata": None}]}])
+    answer = harness.send(28, 3, commit)
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [E_NONE]
+
+    def fetched(stable: bool):
+        answer = harness.send(9, 8, {"groups": [{"group_id": "g", "topics": [
+            {"name": TOPIC, "partition_indexes": [0]}]}], "require_stable": stable})
+        (part,) = answer.groups[0].topics[0].partitions
+        return part.error_code, part.committed_offset
+
+    assert fetched(stable=False) == (E_NONE, -1)
+    assert fetched(stable=True)[0] == UNSTABLE
+    harness.restart()  # pending offsets are durable too
+    assert fetched(stable=True)[0] == UNSTABLE
+    assert harness.end(producer, commit=True) == E_NONE
+    assert fetched(stable=True) == (E_NONE, 42)
+    harness.restart()
+    assert fetched(stable=False) == (E_NONE, 42)
+
+
+def test_an_aborted_transaction_drops_its_offsets(harness):
+    _, producer_id, epoch = harness.init()
+    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
+              "group_id": "g"}
+    harness.send(25, 3, values)
+    harness.send(28, 3, dict(values, generation_id=-1, member_id="", group_instance_id=None,
+                             topics=[{"name": TOPIC, "partitions": [{
+                                 "partition_index": 1, "committed_offset": 9,
+                                 "committed_leader_epoch": -1, "committed_metadata": None}]}]))
+    assert harness.end((producer_id, epoch), commit=False) == E_NONE
+    assert harness.offsets.get("g") == {} and harness.offsets.pending_partitions("g") == set()
+
+
+def test_a_prepared_commit_is_completed_by_the_next_start(harness):
+    _, producer_id, epoch = harness.init()
+    producer = (producer_id, epoch)
+    harness.add(producer, [0, 2])
+    harness.produce(producer, 2)
+    txn = harness.coordinator.transactions["app"]
+    # A crash between the Prepare line and the markers: write the line only.
+    harness.coordinator._record(txn, TxnState.PREPARE_COMMIT)
+    harness.restart()
+    assert harness.describe().transaction_state == "CompleteCommit"
+    for index in (0, 2):
+        assert control_batches(harness.registry.partition(TOPIC, index)) == [producer]
+    partition = harness.registry.partition(TOPIC, 2)
+    assert partition.last_stable_offset == partition.high_watermark
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(harness):
+    _, producer_id, epoch = harness.init(timeout_ms=1000)
+    producer = (producer_id, epoch)
+    harness.add(producer, [1])
+    first = harness.produce(producer, 1)
+    txn = harness.coordinator.transactions["app"]
+    assert harness.coordinator.abort_timed_out(now=txn.started_ms + 500) == 0
+    assert harness.coordinator.abort_timed_out(now=txn.started_ms + 1001) == 1
+    state = harness.describe()
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", epoch + 1)
+    partition = harness.registry.partition(TOPIC, 1)
+    assert partition.aborted_transactions(0, partition.high_watermark) == [(producer_id, first)]
+    assert harness.end(producer, commit=True) == FENCED
+    # KIP-360: the fenced producer may ask for a bump with its last id and epoch.
+    assert harness.init(timeout_ms=1000, producer_id=producer_id, epoch=epoch)[2] == epoch + 2
+
+
+def test_idle_ids_expire_and_are_forgotten_across_restarts(harness):
+    harness.init()
+    txn = harness.coordinator.transactions["app"]
+    limit = harness.props.transactional_id_expiration_ms
+    assert harness.coordinator.expire_ids(now=txn.updated_ms + limit - 1) == 0
+    assert harness.coordinator.expire_ids(now=txn.updated_ms + limit + 1) == 1
+    harness.restart()
+    assert harness.describe_code("app") == NOT_FOUND
+
+
+def test_list_transactions_filters_by_state_and_producer(harness):
+    _, first, epoch = harness.init("a")
+    harness.init("b")
+    harness.add((first, epoch), [0], txn="a")
+    answer = harness.send(66, 1, {"state_filters": ["Ongoing"], "producer_id_filters": [],
+                                  "duration_filter": -1})
+    assert [(t.transactional_id, t.transaction_state) for t in answer.transaction_states] == [
+        ("a", "Ongoing")]
+    answer = harness.send(66, 0, {"state_filters": ["Nonsense"], "producer_id_filters": []})
+    assert list(answer.unknown_state_filters) == ["Nonsense"]
