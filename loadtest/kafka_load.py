@@ -2,9 +2,12 @@
 
     python -m loadtest.kafka_load produce BOOTSTRAP TOPIC SECONDS RECORD_BYTES [CONFIG_JSON]
     python -m loadtest.kafka_load consume BOOTSTRAP TOPIC RECORDS
+    python -m loadtest.kafka_load transactions BOOTSTRAP TOPIC SECONDS RECORD_BYTES PER_TXN
 
 Each prints one JSON line.  Produce uses acks=1 and no compression; consume reads the
-partitions from the beginning until it has RECORDS records.
+partitions from the beginning until it has RECORDS records; transactions produces PER_TXN
+records per transaction (idempotent, acks=all, as a transactional producer must) and times
+each commit.
 """
 
 from __future__ import annotations
@@ -47,6 +50,34 @@ def produce(bootstrap: str, topic: str, seconds: float, size: int,
             "bytes": delivered[0] * size, "sent": sent}
 
 
+def transactions(bootstrap: str, topic: str, seconds: float, size: int, per_txn: int) -> dict:
+    """Transactions of `per_txn` records for `seconds`: records/s and commit latencies."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "none",
+                         "linger.ms": 5, "transactional.id": f"bench-{time.time_ns()}"})
+    producer.init_transactions(30)
+    value = b"x" * size
+    commits, records, failed = [], 0, 0
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        producer.begin_transaction()
+        for _ in range(per_txn):
+            producer.produce(topic, value)
+        before = time.monotonic()
+        try:
+            producer.commit_transaction(30)  # flushes the records, then EndTxn
+        except Exception:  # noqa: BLE001 - counted: the bench reports errors
+            failed += per_txn
+            producer.abort_transaction(30)
+            continue
+        commits.append(time.monotonic() - before)
+        records += per_txn
+    elapsed = time.monotonic() - started
+    return {"records": records, "failed": failed, "seconds": elapsed, "bytes": records * size,
+            "commits": commits}
+
+
 def consume(bootstrap: str, topic: str, records: int) -> dict:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -74,6 +105,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(produce(argv[1], argv[2], float(argv[3]), int(argv[4]), extra)))
     elif argv[0] == "consume":
         print(json.dumps(consume(argv[1], argv[2], int(argv[3]))))
+    elif argv[0] == "transactions":
+        print(json.dumps(transactions(argv[1], argv[2], float(argv[3]), int(argv[4]),
+                                      int(argv[5]))))
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -29,6 +29,7 @@ from loadtest.bench.report import summarize
 from loadtest.bench.requests import broker_rates, echo_rates
 from loadtest.bench.security import security_costs
 from loadtest.bench.sessions import fetch_session_costs
+from loadtest.bench.transactions import transaction_figures
 
 
 def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
@@ -49,6 +50,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures.update(fetch_session_costs())
     figures.update(never_readers())
     figures.update(refusal_costs(seconds))
+    figures.update(transaction_figures(seconds))
     return figures
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+from loadtest.bench.transactions import print_transactions
+
 # The project's goals (issue 2): (broker configurations, baseline, minimum ratio).  A goal is
 # met when the best of its broker configurations reaches the ratio in the median pass.
 TARGETS = (
@@ -84,6 +86,7 @@ def summarize(passes: list[dict[str, dict]]) -> int:
     missed, failed = _print_control_plane(passes)
     errors += failed
     errors += _print_groups(passes)
+    errors += print_transactions(passes)
     errors += _print_security(passes)
     acl_missed, acl_errors = _print_authorization(passes)
     errors += acl_errors
