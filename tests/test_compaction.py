@@ -219,3 +219,55 @@ def test_a_batch_that_decompresses_past_the_bound_is_kept_as_it_is(tmp_path):
     done = compaction.clean(cleaner.partition("table", 0), later(), 0, 10**9)
     assert done.segments == 0 and read_all(cleaner.partition("table", 0)) == before
     cleaner.close()
+
+
+def transactional_batch(pairs, producer_id: int, sequence: int = 0) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
+                                        producer_id=producer_id, producer_epoch=0,
+                                        base_sequence=sequence, batch_size=1 << 20)
+    for index, (key, value) in enumerate(pairs):
+        builder.append(index, timestamp=NOW, key=key, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def data_records(partition) -> list[tuple[bytes, bytes | None]]:
+    """(key, value) of every data record, markers left out."""
+    data, _ = partition.read(partition.log_start_offset, 1 << 30)
+    found = []
+    for header in records.headers_in(data):
+        if header.attributes & records.CONTROL:
+            continue
+        batch = data[header.position:header.position + header.size]
+        found += [(bytes(key), None if value is None else bytes(value))
+                  for _delta, key, value, _raw in compaction.batch_records(batch, header, 1 << 25)]
+    return found
+
+
+def close_segments(partition) -> None:
+    for _ in range(4):
+        assert partition.append(keyed_batch([(b"filler", b"x" * 200)])).error is None
+
+
+def test_aborted_records_supersede_nothing_and_are_cleaned_away(table):
+    assert table.append(keyed_batch([(b"k", b"committed")])).error is None
+    assert table.append(transactional_batch([(b"k", b"aborted")], 7)).error is None
+    assert table.append_marker(7, 0, commit=False).error is None
+    close_segments(table)
+    assert compaction.clean(table, later(), 0, 10**9).removed >= 1
+    kept = data_records(table)
+    assert (b"k", b"committed") in kept and (b"k", b"aborted") not in kept
+
+
+def test_segments_past_the_last_stable_offset_are_not_cleaned(table):
+    assert table.append(transactional_batch([(b"t", b"open")], 8)).error is None
+    assert table.append(keyed_batch([(b"k3", b"old")])).error is None
+    close_segments(table)
+    assert table.append(keyed_batch([(b"k3", b"new")])).error is None
+    close_segments(table)
+    compaction.clean(table, later(), 0, 10**9)
+    assert (b"k3", b"old") in data_records(table)  # after the open transaction's start
+    assert table.append_marker(8, 0, commit=True).error is None
+    close_segments(table)
+    compaction.clean(table, later(), 0, 10**9)
+    kept = data_records(table)
+    assert (b"k3", b"old") not in kept and (b"t", b"open") in kept

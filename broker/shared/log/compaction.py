@@ -3,8 +3,10 @@
 `clean(partition, ...)` runs in the parent's log maintenance thread (broker.parent.log_manager),
 never on a request path.  For one partition of a topic whose cleanup.policy has `compact`:
 
-  1. the closed segments old enough (their file untouched for min.compaction.lag.ms) are read
-     and a map built: a 16-byte digest of each key -> the offset of its latest record there
+  1. the closed segments old enough (their file untouched for min.compaction.lag.ms) and
+     wholly below the last stable offset (an open transaction's records may still be aborted,
+     as Kafka's cleaner stops at the first unstable offset) are read and a map built, records
+     of aborted transactions left out (they supersede nothing, and are dropped in step 2): a 16-byte digest of each key -> the offset of its latest record there
      (as Kafka's offset map: memory per key is fixed, whatever the keys' size; at most
      MAX_KEYS keys, the segments past that left for the next round);
   2. each of those segments is rewritten without the records a later one of the same key
@@ -67,16 +69,21 @@ def clean(partition, now_ms: int, min_lag_ms: int, delete_retention_ms: int,
     None cleans whatever the dirty share."""
     result = CleanResult()
     active = partition.active_base
+    # As Kafka's cleaner: only segments wholly below the last stable offset (an open
+    # transaction's records may yet be aborted), and aborted records never count.
+    stable = partition.last_stable_offset
     directory = partition.directory
     bases = list_bases(directory)
-    closed = [base for base in bases if base < active
-              and _age_ms(directory, base, now_ms) >= min_lag_ms]
+    bound = min(active, stable)
+    closed = [base for base, following in zip(bases, bases[1:])
+              if following <= bound and _age_ms(directory, base, now_ms) >= min_lag_ms]
     if not closed or (min_dirty_ratio is not None
                       and not dirty_ratio(directory, closed) > min_dirty_ratio
                       and not 0 < read_checkpoint(directory)[1] <= now_ms):
         return result
     limit = partition.settings.max_decompressed_bytes
-    latest, mapped = _offset_map(directory, closed, limit)
+    aborted = Aborted(partition.aborted_ranges())
+    latest, mapped = _offset_map(directory, closed, limit, aborted)
     if mapped:  # segments still inside delete.retention.ms may keep tombstones: when to look
         kept = [now_ms + delete_retention_ms - _age_ms(directory, base, now_ms)
                 for base in mapped if _age_ms(directory, base, now_ms) < delete_retention_ms]
@@ -86,7 +93,8 @@ def clean(partition, now_ms: int, min_lag_ms: int, delete_retention_ms: int,
     started = time.monotonic()
     for base in mapped:
         horizon = _age_ms(directory, base, now_ms) >= delete_retention_ms
-        rewritten = _rewrite(directory, base, latest, horizon, limit, partition.settings)
+        rewritten = _rewrite(directory, base, latest, horizon, limit, partition.settings,
+                             aborted)
         if rewritten is None:
             continue
         removed, size = rewritten
@@ -181,7 +189,20 @@ def batch_records(batch_bytes: bytes, batch: records.Batch, limit: int):
         position = end
 
 
-def _offset_map(directory: str, closed: list[int], limit: int):
+class Aborted:
+    """Whether a batch belongs to an aborted transaction (the partition's aborted index)."""
+
+    def __init__(self, ranges: dict[int, list[tuple[int, int]]]):
+        self.ranges = ranges
+
+    def __call__(self, batch: records.Batch) -> bool:
+        if not batch.attributes & records.TRANSACTIONAL or batch.attributes & records.CONTROL:
+            return False
+        return any(first <= batch.base_offset <= last
+                   for first, last in self.ranges.get(batch.producer_id, ()))
+
+
+def _offset_map(directory: str, closed: list[int], limit: int, aborted=Aborted({})):
     """key -> latest offset over the closed segments, and the segments it covers whole."""
     latest: dict[bytes, int] = {}
     mapped = []
@@ -189,8 +210,8 @@ def _offset_map(directory: str, closed: list[int], limit: int):
         keys_before = len(latest)
         try:
             for batch, data in _batches(directory, base):
-                if batch.attributes & records.CONTROL:
-                    continue
+                if batch.attributes & records.CONTROL or aborted(batch):
+                    continue  # an aborted record supersedes nothing
                 try:
                     for delta, key, _value, _raw in batch_records(data, batch, limit):
                         if key is not None:
@@ -209,13 +230,15 @@ def _offset_map(directory: str, closed: list[int], limit: int):
 
 # --- rewriting -----------------------------------------------------------------------------
 
-def _rewrite(directory: str, base: int, latest: dict, horizon: bool, limit: int, settings):
+def _rewrite(directory: str, base: int, latest: dict, horizon: bool, limit: int, settings,
+             aborted=Aborted({})):
     """Write the cleaned copy of a segment to cleaning/; (records removed, bytes) or None if
     nothing would go."""
     kept_batches, removed = [], 0
     try:
         for batch, data in _batches(directory, base):
-            kept, dropped = _clean_batch(batch, data, latest, horizon, limit)
+            kept, dropped = (None, batch.record_count) if aborted(batch) else \
+                _clean_batch(batch, data, latest, horizon, limit)
             removed += dropped
             if kept is not None:
                 kept_batches.append((batch, kept))

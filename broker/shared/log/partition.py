@@ -389,6 +389,12 @@ class Partition:
         ongoing = self.producers.ongoing()
         self.state[W_ONGOING_FIRST] = ongoing[0][2] + 1 if ongoing else 0
 
+    def aborted_ranges(self) -> dict[int, list[tuple[int, int]]]:
+        """producer id -> (first offset, marker offset) of each of its aborted transactions
+        (the cleaner drops their records)."""
+        self.aborted.refresh(self.state[W_ABORTED_COUNT], self.state[W_ABORTED_VERSION])
+        return self.aborted.ranges()
+
     def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions a read_committed fetch of
         [fetch_offset, upper) must be told about: marker at or past `fetch_offset`, first

@@ -174,6 +174,13 @@ class AbortedIndex:
                 found.append((self._producers[entry], self._firsts[entry]))
         return found
 
+    def ranges(self) -> dict[int, list[tuple[int, int]]]:
+        """producer id -> the (first offset, last offset) of its cached aborted transactions."""
+        found: dict[int, list[tuple[int, int]]] = {}
+        for producer_id, first, last in zip(self._producers, self._firsts, self._lasts):
+            found.setdefault(producer_id, []).append((first, last))
+        return found
+
     def last_offset(self) -> int:
         """The last cached entry's last offset (-1: none)."""
         return self._lasts[-1] if self._lasts else -1
