@@ -284,3 +284,17 @@ def test_list_transactions_filters_by_state_and_producer(harness):
         ("a", "Ongoing")]
     answer = harness.send(66, 0, {"state_filters": ["Nonsense"], "producer_id_filters": []})
     assert list(answer.unknown_state_filters) == ["Nonsense"]
+
+
+def test_the_number_of_transactional_ids_is_bounded(tmp_path):
+    harness = Harness(str(tmp_path), pybroker_max_transactional_ids="2")
+    try:
+        _, producer_id, epoch = harness.init("a")
+        harness.add((producer_id, epoch), [0], txn="a")  # in a transaction: never forgotten
+        assert harness.init("b")[0] == E_NONE
+        assert harness.init("c")[0] == E_NONE  # takes idle "b"'s place
+        assert set(harness.coordinator.transactions) == {"a", "c"}
+        harness.add(harness.init("c")[1:], [1], txn="c")
+        assert harness.init("d")[0] == 15  # COORDINATOR_NOT_AVAILABLE: all busy
+    finally:
+        harness.close()

@@ -416,6 +416,11 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     transaction_max_timeout_ms: Annotated[int, _doc(
         "The largest transaction.timeout.ms a transactional producer may ask for "
         "(InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it).", ge=1)] = 900_000
+    pybroker_max_transactional_ids: Annotated[int, _doc(
+        "Transactional ids the coordinator keeps at once.  A new one past it takes the place "
+        "of the least recently used id with no transaction in progress; with every id in a "
+        "transaction, InitProducerId answers COORDINATOR_NOT_AVAILABLE (retriable).",
+        ge=1)] = 100_000
     transactional_id_expiration_ms: Annotated[int, _doc(
         "A transactional id with no transaction in progress is forgotten this long after its "
         "last use.", ge=1)] = 604_800_000

@@ -50,6 +50,7 @@ log = logging.getLogger("broker.parent.transactions")
 
 FILE_NAME = ".pybroker-transactions.jsonl"
 COMPACT_MIN = 1000
+MAX_GROUPS = 1000  # groups one transaction may commit offsets for (AddOffsetsToTxn)
 MAX_EPOCH = 32767  # int16: at the last epoch a producer gets a new id (Kafka's rule)
 E = errors.ErrorCode
 # The first version of each API that knows PRODUCER_FENCED; older ones hear
@@ -162,6 +163,8 @@ class TransactionCoordinator:
         if not 0 < timeout_ms <= self.props.transaction_max_timeout_ms:
             return answer(E.invalid_transaction_timeout)
         txn = self.transactions.get(transactional_id)
+        if txn is None and not self._room_for_one():
+            return answer(E.coordinator_not_available)
         try:
             if txn is None:
                 txn = Transaction(transactional_id, _new_producer_id(), -1, timeout_ms)
@@ -180,6 +183,22 @@ class TransactionCoordinator:
         log.info("transactional id %s: producer %d epoch %d", transactional_id, txn.producer_id,
                  txn.producer_epoch)
         return answer(E.none, txn.producer_id, txn.producer_epoch)
+
+    def _room_for_one(self) -> bool:
+        """pybroker.max.transactional.ids: at the bound, the least recently used idle id is
+        forgotten (as if it had expired); with none idle there is no room."""
+        if len(self.transactions) < self.props.pybroker_max_transactional_ids:
+            return True
+        idle = [txn for txn in self.transactions.values() if txn.state.idle]
+        if not idle:
+            log.warning("%d transactional ids, all in a transaction: a new one must wait",
+                        len(self.transactions))
+            return False
+        oldest = min(idle, key=lambda txn: txn.updated_ms)
+        log.info("transactional id %s forgotten for a new one (pybroker.max.transactional.ids)",
+                 oldest.transactional_id)
+        self._record(oldest, TxnState.DEAD)
+        return True
 
     def _idempotent(self, ctx: RequestContext, body) -> tuple:
         """An idempotent producer (no transactional id): an id, or its epoch bumped (KIP-360)."""
@@ -283,6 +302,8 @@ class TransactionCoordinator:
         fresh = txn.state.idle  # a new transaction begins
         have = [] if fresh else txn.partitions
         groups = [] if fresh else txn.groups
+        if group is not None and group not in groups and len(groups) >= MAX_GROUPS:
+            return E.invalid_request  # a bound on what one transaction's log line carries
         added = [key for key in partitions if key not in have]
         new_group = group is not None and group not in groups
         if not (added or new_group or fresh):
