@@ -298,3 +298,34 @@ def test_the_number_of_transactional_ids_is_bounded(tmp_path):
         assert harness.init("d")[0] == 15  # COORDINATOR_NOT_AVAILABLE: all busy
     finally:
         harness.close()
+
+
+def test_the_batched_form_adds_and_verifies_partitions(harness):
+    _, producer_id, epoch = harness.init()
+
+    def batched(partitions, verify_only: bool):
+        answer = harness.send(24, 4, {"transactions": [{
+            "transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
+            "verify_only": verify_only, "topics": [{"name": TOPIC,
+                                                    "partitions": list(partitions)}]}]})
+        assert answer.error_code == E_NONE
+        (result,) = answer.results_by_transaction
+        return {r.partition_index: r.partition_error_code
+                for t in result.topic_results for r in t.results_by_partition}
+
+    assert batched([0], verify_only=True) == {0: TXN_STATE}  # no transaction yet
+    assert batched([0, 1], verify_only=False) == {0: E_NONE, 1: E_NONE}
+    assert batched([1, 2], verify_only=True) == {1: E_NONE, 2: TXN_STATE}
+
+
+def test_a_transaction_open_at_a_crash_is_aborted_after_its_timeout(harness):
+    _, producer_id, epoch = harness.init(timeout_ms=1000)
+    harness.add((producer_id, epoch), [0])
+    first = harness.produce((producer_id, epoch), 0)
+    harness.restart()  # as after kill -9: the Ongoing line is the last one
+    txn = harness.coordinator.transactions["app"]
+    assert txn.state is TxnState.ONGOING
+    assert harness.coordinator.abort_timed_out(now=txn.started_ms + 1001) == 1
+    partition = harness.registry.partition(TOPIC, 0)
+    assert partition.aborted_transactions(0, partition.high_watermark) == [(producer_id, first)]
+    assert partition.last_stable_offset == partition.high_watermark

@@ -81,6 +81,8 @@ def test_read_committed_sees_committed_records_only(broker):
     assert len(committed) == 60 and all(v.startswith(b"commit-") for v in committed)
     assert sorted(everything) == sorted(committed + [f"abort-{n}".encode() for n in range(30)])
     assert describe_transaction(broker, "orders-app").transaction_state == "CompleteCommit"
+    assert broker.metric("broker_transactions_ended_total", outcome="committed") >= 2
+    assert broker.metric("broker_transactions_ended_total", outcome="aborted") >= 1
 
 
 def test_offsets_sent_to_a_transaction_commit_with_it(broker):
@@ -160,6 +162,7 @@ def test_a_transaction_left_open_is_aborted_after_its_timeout(broker):
     after.begin_transaction()
     after.produce("abandoned", b"later")
     after.commit_transaction(10)
+    assert broker.metric("broker_transactions_ended_total", outcome="timed_out") >= 1
     # The read_committed consumer is not stuck behind the abandoned transaction.
     assert consume_all(broker, "abandoned", "read_committed", 1, "abandoned") == [b"later"]
 
@@ -236,3 +239,61 @@ def _wait_for_progress(app, records: int, timeout: float = 60) -> None:
         if line.startswith("committed ") and int(line.split()[1]) >= records:
             return
     raise AssertionError(f"the transform app did not reach {records} records")
+
+
+def test_aiokafka_transactions_interoperate(broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    create_topic(broker.bootstrap, "aio-txn", 2)
+
+    async def run():
+        made = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-app")
+        await made.start()
+        try:
+            async with made.transaction():
+                for number in range(10):
+                    await made.send("aio-txn", f"kept-{number}".encode(), partition=number % 2)
+            await made.begin_transaction()
+            await made.send("aio-txn", b"dropped", partition=0)
+            await made.abort_transaction()
+        finally:
+            await made.stop()
+
+    asyncio.run(run())
+    values = consume_all(broker, "aio-txn", "read_committed", 10, "aio-reader")
+    assert sorted(values) == sorted(f"kept-{n}".encode() for n in range(10))
+
+
+def test_an_open_transaction_holds_back_the_lso_in_list_offsets_and_describe_producers(broker):
+    create_topic(broker.bootstrap, "held", 1)
+    plain = producer(broker, "held-before")
+    plain.begin_transaction()
+    plain.produce("held", b"committed")
+    plain.commit_transaction(10)  # offsets 0 (record) and 1 (marker)
+    made = producer(broker, "held-app")
+    made.begin_transaction()
+    made.produce("held", b"open")
+    made.flush(10)  # offset 2, its transaction open
+
+    def latest(isolation: int) -> int:
+        with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+            client.send(frame(request(2, 4, {
+                "replica_id": -1, "isolation_level": isolation, "topics": [
+                    {"name": "held", "partitions": [{"partition_index": 0,
+                                                     "current_leader_epoch": -1,
+                                                     "timestamp": -1}]}]})))
+            answer = decode_response(2, 4, client.receive())[1]
+        return answer.topics[0].partitions[0].offset
+
+    assert (latest(isolation=0), latest(isolation=1)) == (3, 2)
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+        client.send(frame(request(61, 0, {"topics": [{"name": "held",
+                                                      "partition_indexes": [0]}]})))
+        answer = decode_response(61, 0, client.receive())[1]
+    starts = {p.producer_id: p.current_txn_start_offset
+              for p in answer.topics[0].partitions[0].active_producers}
+    assert sorted(starts.values()) == [-1, 2]
+    made.abort_transaction(10)
+    assert latest(isolation=1) == 4  # past the abort marker

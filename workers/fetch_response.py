@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import struct
 
+from broker.shared.protocol.varint import uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -73,16 +75,6 @@ class FileResponse:
                 if type(piece) is FileRegion:
                     os.close(piece.fd)
 
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class _Writer:
     """Bytes being gathered for one response, cut where a file region goes."""
 
@@ -97,14 +89,14 @@ class _Writer:
     def count(self, n: int | None) -> None:
         """An array's (or nullable records') length: compact in flexible versions."""
         if self.flexible:
-            self.buffer += _uvarint(0 if n is None else n + 1)
+            self.buffer += uvarint(0 if n is None else n + 1)
         else:
             self.buffer += _I32.pack(-1 if n is None else n)
 
     def string(self, text: str) -> None:
         data = text.encode()
         if self.flexible:
-            self.buffer += _uvarint(len(data) + 1)
+            self.buffer += uvarint(len(data) + 1)
         else:
             self.buffer += _I16.pack(len(data))
         self.buffer += data

@@ -26,21 +26,21 @@ import functools
 import logging
 import time
 
+from broker.parent.acls import AclService, AclStore
 from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
                                    DynamicConfig, alter_client_quota, ip_entity_key)
-from broker.parent.acls import AclService, AclStore
+from broker.parent.forwarded import decode_forwarded
 from broker.parent.scram import ScramStore
-from broker.shared.access import Access
-from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType, canonical_host
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
+from broker.shared.access import Access
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, GROUP_KEYS, TRANSACTION_KEYS, api_key_of
 from broker.shared.client_quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.shared.config import declared_keys
 from broker.shared.events import ConfigChanged, EventLog
 from broker.shared.log import topic_config
 from broker.shared.protocol import errors
-from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
 from broker.shared.protocol.refusal import (refused_alter_configs, refused_alter_quotas,
                                             refused_alter_scram)
@@ -105,13 +105,8 @@ class AdminService:
     def handle(self, request: bytes, listener: int, who: str, user: str = "ANONYMOUS") -> bytes:
         """Answer one forwarded request; `who` is the client's "ip:port", `user` its
         principal's name."""
-        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
-        header_reader, body_reader = request_readers(api_key, version)
-        header, offset = header_reader(request, 0)
-        body, _ = body_reader(request, offset)
-        ctx = RequestContext(request[4:8], api_key, version, listener, header, user,
-                             canonical_host(who.rpartition(":")[0] or who))
-        return self._handlers[api_key](ctx, body, who)
+        ctx, body = decode_forwarded(request, listener, who, user)
+        return self._handlers[ctx.api_key](ctx, body, who)
 
     def _denied(self, ctx: RequestContext, operation: Operation, resource_type: int,
                 name: str) -> tuple[str, str] | None:

@@ -26,6 +26,7 @@ from broker.parent.dynamic import DynamicConfig
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.transactions.coordinator import TransactionCoordinator
+from broker.parent.transactions.metrics import TransactionCollector
 from broker.parent.ledger import ConnectionLedger
 from broker.parent.log_manager import LogManager
 from broker.parent.metrics import BlockCollector
@@ -333,7 +334,8 @@ class ParentServices:
         collector = BlockCollector(self.block, self.config, self.ledger, self.pool, sensors,
                                    self.dynamic, self.workers, self.metrics_lock)
         host, port = self.config.prometheus
-        self._metrics_server, bound = serve_status(host, port, collector, self.listing)
+        collectors = [collector, TransactionCollector(self.transactions)]
+        self._metrics_server, bound = serve_status(host, port, collectors, self.listing)
         log.info("metrics listening address=%s:%d (/metrics, /connections)", host, bound)
 
     def _stop_metrics(self) -> None:

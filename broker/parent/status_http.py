@@ -55,10 +55,11 @@ def _connections_app(listing: ConnectionListing):
     return app
 
 
-def serve_status(host: str, port: int, collector, listing: ConnectionListing):
+def serve_status(host: str, port: int, collectors: list, listing: ConnectionListing):
     """Start the endpoint on a daemon thread; return (server, bound port)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    for collector in collectors:
+        registry.register(collector)
     metrics, connections = make_wsgi_app(registry), _connections_app(listing)
 
     def route(environ, start_response):

@@ -37,13 +37,13 @@ import struct
 import time
 import uuid
 
+from broker.parent.forwarded import decode_forwarded
 from broker.parent.groups.offsets import OffsetStore, Record
 from broker.parent.groups.state import Group, GroupState, Member
 from broker.shared.access import Access
-from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType, canonical_host
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, GROUP_KEYS
 from broker.shared.protocol import errors
-from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 
 log = logging.getLogger("broker.parent.groups")
@@ -98,13 +98,8 @@ class GroupCoordinator:
         self.offsets.close()
 
     def handle(self, request: bytes, listener: int, peer: str, user: str = "ANONYMOUS"):
-        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
-        header_reader, body_reader = request_readers(api_key, version)
-        header, offset = header_reader(request, 0)
-        body, _ = body_reader(request, offset)
-        host = canonical_host(peer.rpartition(":")[0] or peer)
-        ctx = RequestContext(request[4:8], api_key, version, listener, header, user, host)
-        return self._handlers[api_key](ctx, body, host)
+        ctx, body = decode_forwarded(request, listener, peer, user)
+        return self._handlers[ctx.api_key](ctx, body, ctx.host)
 
     def _may(self, ctx: RequestContext, operation: Operation, group_id: str) -> bool:
         return self.access.check(ctx, operation, ResourceType.GROUP, group_id)
@@ -522,14 +517,7 @@ class GroupCoordinator:
                 answers.append({"partition_index": part.partition_index,
                                 "error_code": code or E.none})
             results.append({"name": topic.name, "partitions": answers})
-        try:
-            self.offsets.commit(records)
-        except OSError as error:
-            log.error("committing offsets of group %s failed: %s", body.group_id, error)
-            for topic in results:
-                for part in topic["partitions"]:
-                    if part["error_code"] == E.none:
-                        part["error_code"] = E.coordinator_not_available
+        self._persist(records, results, body.group_id)
         if records and group is None:
             self.groups[body.group_id] = Group(body.group_id, empty_since_ms=now)
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
@@ -575,14 +563,20 @@ class GroupCoordinator:
                 answers.append({"partition_index": part.partition_index,
                                 "error_code": code or E.none})
             results.append({"name": topic.name, "partitions": answers})
+        self._persist(records, results, body.group_id)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
+
+    def _persist(self, records: list[Record], results: list[dict], group_id: str) -> None:
+        """Write a commit's offsets; if that fails, the partitions it would have committed
+        answer COORDINATOR_NOT_AVAILABLE (the client retries)."""
         try:
             self.offsets.commit(records)
         except OSError as error:
-            log.error("transactional offsets of group %s failed: %s", body.group_id, error)
+            log.error("committing offsets of group %s failed: %s", group_id, error)
             for topic in results:
                 for part in topic["partitions"]:
-                    part["error_code"] = part["error_code"] or E.coordinator_not_available
-        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
+                    if part["error_code"] == E.none:
+                        part["error_code"] = E.coordinator_not_available
 
     def _fetched(self, ctx: RequestContext, group_id: str, topics,
                  require_stable: bool = False) -> list[dict]:

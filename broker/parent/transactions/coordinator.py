@@ -36,14 +36,14 @@ import time
 
 import msgspec
 
+from broker.parent.forwarded import decode_forwarded
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.record_file import RecordFile
 from broker.parent.transactions.state import Transaction, TxnState, transition
 from broker.shared.access import Access
-from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType, canonical_host
+from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
 from broker.shared.protocol import errors
-from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 
 log = logging.getLogger("broker.parent.transactions")
@@ -73,6 +73,7 @@ class TransactionCoordinator:
         self.offsets = offsets  # the group coordinator's store: offsets ended with the txn
         self.access = access or Access(False)
         self.transactions: dict[str, Transaction] = {}
+        self.ended = {"committed": 0, "aborted": 0, "timed_out": 0, "fenced": 0}  # /metrics
         self.file = RecordFile(os.path.join(directory, FILE_NAME), Transaction,
                                fsync_every_write)
         for record in self.file.replay():
@@ -133,13 +134,8 @@ class TransactionCoordinator:
     # --- requests ----------------------------------------------------------------------------
 
     def handle(self, request: bytes, listener: int, peer: str, user: str = "ANONYMOUS") -> bytes:
-        api_key, version, _ = REQUEST_PREFIX.unpack_from(request, 0)
-        header_reader, body_reader = request_readers(api_key, version)
-        header, offset = header_reader(request, 0)
-        body, _ = body_reader(request, offset)
-        host = canonical_host(peer.rpartition(":")[0] or peer)
-        ctx = RequestContext(request[4:8], api_key, version, listener, header, user, host)
-        return self._handlers[api_key](ctx, body)
+        ctx, body = decode_forwarded(request, listener, peer, user)
+        return self._handlers[ctx.api_key](ctx, body)
 
     def _may_write(self, ctx: RequestContext, transactional_id: str) -> bool:
         return self.access.check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
@@ -174,6 +170,7 @@ class TransactionCoordinator:
                     return answer(self._fenced_for(ctx, problem))
                 if txn.state is TxnState.ONGOING:  # its producer is replaced: abort, fencing
                     self._end(txn, commit=False, bump=True)
+                    self.ended["fenced"] += 1
             producer_id, epoch = _bumped(txn)
             self._record(txn, TxnState.EMPTY, producer_id=producer_id, producer_epoch=epoch,
                          timeout_ms=timeout_ms)
@@ -389,6 +386,7 @@ class TransactionCoordinator:
         for group in txn.groups:
             self.offsets.end_transaction(group, txn.producer_id, commit, now_ms())
         self._record(txn, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+        self.ended["committed" if commit else "aborted"] += 1
         log.info("transaction %s (producer %d epoch %d): %s, %d partitions",
                  txn.transactional_id, txn.producer_id, txn.producer_epoch,
                  "committed" if commit else "aborted", len(txn.partitions))
@@ -404,6 +402,7 @@ class TransactionCoordinator:
             log.info("transaction %s timed out after %d ms: aborting", txn.transactional_id,
                      txn.timeout_ms)
             self._end(txn, commit=False, bump=True)
+            self.ended["timed_out"] += 1
         return len(late)
 
     def expire_ids(self, now: int | None = None) -> int:

@@ -31,6 +31,7 @@ from array import array
 from crc32c import crc32c
 
 from broker.shared.log import records
+from broker.shared.protocol.varint import zigzag
 
 ABORTED_FILE = "aborted-txns"
 ENTRY = struct.Struct(">qqq")  # producer id, first offset, last offset
@@ -45,25 +46,14 @@ _BEFORE_CRC = struct.Struct(">qiib")  # base offset, batch length, leader epoch,
 # --- markers ------------------------------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
-    """Kafka's zigzag varint (small values only: a marker's lengths)."""
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                  timestamp_ms: int) -> bytes:
     """The control batch ending a transaction (base offset 0: set when written)."""
     key = _KEY.pack(0, COMMIT if commit else ABORT)
     value = _VALUE.pack(0, coordinator_epoch)
-    body = (b"\x00" + _varint(0) + _varint(0) + _varint(len(key)) + key
-            + _varint(len(value)) + value + _varint(0))
-    record = _varint(len(body)) + body
+    body = (b"\x00" + zigzag(0) + zigzag(0) + zigzag(len(key)) + key
+            + zigzag(len(value)) + value + zigzag(0))
+    record = zigzag(len(body)) + body
     after_crc = _AFTER_CRC.pack(MARKER_ATTRIBUTES, 0, timestamp_ms, timestamp_ms, producer_id,
                                 producer_epoch, -1, 1) + record
     batch = (_BEFORE_CRC.pack(0, records.HEADER_BYTES - records.LOG_OVERHEAD + len(record), 0, 2)

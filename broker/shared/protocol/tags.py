@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 
 from kio.index import load_request_schema
-from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, \
-    classify_field
+from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveTupleField,
+                                    classify_field)
 
 from broker.shared.protocol.guard import read_uvarint  # a count the guard bounds too
+from broker.shared.protocol.varint import uvarint
 
 _FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
           "int64": 8, "float64": 8, "uuid": 16, "error_code": 2, "timedelta_i32": 4,
@@ -96,16 +97,7 @@ def _tagged(cls, data: bytes, position: int, out: bytearray) -> int:
         if position + size > len(data):
             raise IndexError("a tagged field runs past the frame")
         if tag in known:
-            kept.append(_encode(tag) + _encode(size) + data[position:position + size])
+            kept.append(uvarint(tag) + uvarint(size) + data[position:position + size])
         position += size
-    out += _encode(len(kept)) + b"".join(kept)
+    out += uvarint(len(kept)) + b"".join(kept)
     return position
-
-
-def _encode(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
