@@ -83,7 +83,11 @@ def consume(bootstrap: str, topic: str, records: int) -> dict:
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
                          "enable.auto.commit": False, "fetch.max.bytes": 50 << 20,
-                         "max.partition.fetch.bytes": 8 << 20})
+                         "max.partition.fetch.bytes": 8 << 20,
+                         # librdkafka pauses fetching this long when its queue is full (1 s by
+                         # default): a broker that answers faster than Python reads would be
+                         # charged whole seconds of idling
+                         "fetch.queue.backoff.ms": 5})
     metadata = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions])
     got = size = 0
