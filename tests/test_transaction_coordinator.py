@@ -20,7 +20,7 @@ from tests.test_group_coordinator import request
 from tests.wire import decode_response
 
 E_NONE, INVALID_EPOCH, MAPPING, TXN_STATE, TIMEOUT = 0, 47, 49, 48, 50
-FENCED, UNSTABLE, NOT_FOUND = 90, 88, 105
+FENCED, UNSTABLE, NOT_FOUND, CONCURRENT = 90, 88, 105, 51
 TOPIC = "t"
 
 
@@ -329,3 +329,46 @@ def test_a_transaction_open_at_a_crash_is_aborted_after_its_timeout(harness):
     partition = harness.registry.partition(TOPIC, 0)
     assert partition.aborted_transactions(0, partition.high_watermark) == [(producer_id, first)]
     assert partition.last_stable_offset == partition.high_watermark
+
+
+def test_markers_a_partition_cannot_take_are_owed_until_it_can(harness):
+    _, producer_id, epoch = harness.init()
+    producer = (producer_id, epoch)
+    harness.add(producer, [0, 1])
+    harness.produce(producer, 0)
+    harness.produce(producer, 1)
+    offline = harness.registry.partition(TOPIC, 1)
+    offline.state[13] = 1  # W_OFFLINE: its files could not be recovered
+    assert harness.end(producer, commit=True) == E_NONE  # decided: the Prepare line is written
+    assert harness.describe().transaction_state == "PrepareCommit"
+    assert control_batches(harness.registry.partition(TOPIC, 0)) == [producer]
+    assert harness.end(producer, commit=True) == CONCURRENT
+    assert harness.add(producer, [2]) == {2: CONCURRENT}
+    assert harness.init()[0] == CONCURRENT
+    assert harness.coordinator.retry_markers() == 1
+    offline.state[13] = 0  # back (a restart recovered it)
+    assert harness.coordinator.retry_markers() == 0
+    assert harness.describe().transaction_state == "CompleteCommit"
+    assert control_batches(offline) == [producer]
+    assert control_batches(harness.registry.partition(TOPIC, 0)) == [producer]  # not twice
+    assert offline.last_stable_offset == offline.high_watermark
+
+
+def test_a_failed_complete_line_is_written_by_a_later_round(harness, monkeypatch):
+    _, producer_id, epoch = harness.init()
+    producer = (producer_id, epoch)
+    harness.add(producer, [0])
+    real_append, calls = harness.coordinator.file.append, []
+
+    def full_disk_once(lines):
+        calls.append(lines[0].state)
+        if lines[0].state is TxnState.COMPLETE_COMMIT and calls.count(lines[0].state) == 1:
+            raise OSError(28, "No space left on device")
+        real_append(lines)
+
+    monkeypatch.setattr(harness.coordinator.file, "append", full_disk_once)
+    assert harness.end(producer, commit=True) == E_NONE  # decided and marked
+    assert harness.coordinator.transactions["app"].state is TxnState.PREPARE_COMMIT
+    assert harness.coordinator.retry_markers() == 0
+    assert harness.describe().transaction_state == "CompleteCommit"
+    assert control_batches(harness.registry.partition(TOPIC, 0)) == [producer]

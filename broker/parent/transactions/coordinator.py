@@ -43,6 +43,7 @@ from broker.parent.transactions.state import Transaction, TxnState, transition
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
+from broker.shared.log.partition import AppendResult
 from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 
@@ -85,6 +86,7 @@ class TransactionCoordinator:
             ("DescribeTransactions", self._describe), ("ListTransactions", self._list))}
         assert set(self._handlers) == TRANSACTION_KEYS, "the API table and the coordinator disagree"
         self._timer: asyncio.TimerHandle | None = None
+        self._unmarked: dict[str, list] = {}  # id -> partitions still owed their marker
         self._next_expiry = time.monotonic() + \
             props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
 
@@ -117,6 +119,7 @@ class TransactionCoordinator:
 
     def _tick(self) -> None:
         try:
+            self.retry_markers()
             self.abort_timed_out()
             if time.monotonic() >= self._next_expiry:
                 self._next_expiry = time.monotonic() + \
@@ -166,11 +169,15 @@ class TransactionCoordinator:
                 txn = Transaction(transactional_id, _new_producer_id(), -1, timeout_ms)
             else:
                 problem = self._resuming_problem(txn, body)
+                if problem is None and txn.state.preparing:
+                    problem = E.concurrent_transactions  # its markers are still owed
                 if problem is not None:
                     return answer(self._fenced_for(ctx, problem))
                 if txn.state is TxnState.ONGOING:  # its producer is replaced: abort, fencing
                     self._end(txn, commit=False, bump=True)
                     self.ended["fenced"] += 1
+                    if txn.state.preparing:  # a marker is owed: the client asks again
+                        return answer(E.concurrent_transactions)
             producer_id, epoch = _bumped(txn)
             self._record(txn, TxnState.EMPTY, producer_id=producer_id, producer_epoch=epoch,
                          timeout_ms=timeout_ms)
@@ -355,6 +362,8 @@ class TransactionCoordinator:
         finished = TxnState.COMPLETE_COMMIT if body.committed else TxnState.COMPLETE_ABORT
         if txn.state is finished:
             return answer(E.none)  # a retry of an end that was done
+        if txn.state.preparing:  # its markers wait for a partition to come back: retry later
+            return answer(E.concurrent_transactions)
         if txn.state is not TxnState.ONGOING:
             return answer(E.invalid_txn_state)
         try:
@@ -373,23 +382,57 @@ class TransactionCoordinator:
         self._complete(txn)
 
     def _complete(self, txn: Transaction) -> None:
+        """Markers, the group offsets' outcome, then the Complete line.  A partition that
+        cannot take its marker (offline) keeps the transaction in its Prepare state: the
+        markers still owed are written again every round (`retry_markers`) and by the next
+        start-up, as Kafka's marker channel retries until it is through."""
         commit = txn.state is TxnState.PREPARE_COMMIT
-        for topic, index in txn.partitions:
-            partition = self.registry.partition(topic, index)
-            if partition is None:
-                continue  # deleted since: nothing to mark
-            result = partition.append_marker(txn.producer_id, txn.producer_epoch, commit)
-            if result.error is not None:
-                log.warning("transaction %s: %s marker in %s-%d refused: %s",
-                            txn.transactional_id, "commit" if commit else "abort", topic, index,
-                            result.message or result.error)
-        for group in txn.groups:
-            self.offsets.end_transaction(group, txn.producer_id, commit, now_ms())
-        self._record(txn, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+        owed = self._unmarked.get(txn.transactional_id, txn.partitions)
+        failed = [key for key in owed if not self._marked(txn, key, commit)]
+        if failed:
+            self._unmarked[txn.transactional_id] = failed
+            return
+        try:
+            for group in txn.groups:
+                self.offsets.end_transaction(group, txn.producer_id, commit, now_ms())
+            self._record(txn, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+        except OSError as error:  # the markers are written; the rest is owed, tried again
+            log.error("transaction %s: completing failed: %s", txn.transactional_id, error)
+            self._unmarked[txn.transactional_id] = []
+            return
+        self._unmarked.pop(txn.transactional_id, None)
         self.ended["committed" if commit else "aborted"] += 1
-        log.info("transaction %s (producer %d epoch %d): %s, %d partitions",
+        log.debug("transaction %s (producer %d epoch %d): %s, %d partitions",
                  txn.transactional_id, txn.producer_id, txn.producer_epoch,
                  "committed" if commit else "aborted", len(txn.partitions))
+
+    def _marked(self, txn: Transaction, key: tuple[str, int], commit: bool) -> bool:
+        """Write the marker of `txn` in one partition; False if it must be tried again."""
+        topic, index = key
+        partition = self.registry.partition(topic, index)
+        if partition is None:
+            return True  # deleted since: nothing to mark
+        try:
+            result = partition.append_marker(txn.producer_id, txn.producer_epoch, commit)
+        except OSError as error:
+            result = AppendResult("kafka_storage_error", message=str(error))
+        if result.error is None:
+            return True
+        log.warning("transaction %s: %s marker in %s-%d refused: %s", txn.transactional_id,
+                    "commit" if commit else "abort", topic, index,
+                    result.message or result.error)
+        # A newer epoch already wrote there (the producer was fenced since): nothing owed.
+        return result.error == "invalid_producer_epoch"
+
+    def retry_markers(self) -> int:
+        """Another try at the markers still owed; how many transactions remain owing."""
+        for transactional_id in list(self._unmarked):
+            txn = self.transactions.get(transactional_id)
+            if txn is None or not txn.state.preparing:
+                self._unmarked.pop(transactional_id, None)
+            else:
+                self._complete(txn)
+        return len(self._unmarked)
 
     # --- timers ------------------------------------------------------------------------------
 
