@@ -372,3 +372,20 @@ def test_a_failed_complete_line_is_written_by_a_later_round(harness, monkeypatch
     assert harness.coordinator.retry_markers() == 0
     assert harness.describe().transaction_state == "CompleteCommit"
     assert control_batches(harness.registry.partition(TOPIC, 0)) == [producer]
+
+
+def test_a_transaction_no_coordinator_state_covers_is_aborted_after_two_sweeps(harness):
+    rogue = (4242, 3)  # never asked InitProducerId, never added the partition
+    first = harness.produce(rogue, 2)
+    _, producer_id, epoch = harness.init()
+    harness.add((producer_id, epoch), [2])
+    legit = harness.produce((producer_id, epoch), 2)
+    partition = harness.registry.partition(TOPIC, 2)
+    assert partition.last_stable_offset == first
+    assert harness.coordinator.abort_hanging() == 0  # seen once: maybe a race, not yet
+    assert harness.coordinator.abort_hanging() == 1
+    assert partition.aborted_transactions(0, partition.high_watermark) == [(4242, first)]
+    assert partition.last_stable_offset == legit  # the covered transaction still holds it
+    assert harness.coordinator.abort_hanging() == 0
+    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert partition.last_stable_offset == partition.high_watermark

@@ -297,3 +297,32 @@ def test_an_open_transaction_holds_back_the_lso_in_list_offsets_and_describe_pro
     assert sorted(starts.values()) == [-1, 2]
     made.abort_transaction(10)
     assert latest(isolation=1) == 4  # past the abort marker
+
+
+def test_a_transactional_batch_outside_any_transaction_cannot_stall_read_committed(broker):
+    """A client that writes a transactional batch without InitProducerId or AddPartitions
+    (a bug, or on purpose) would hold the partition's last stable offset for ever: the
+    coordinator's sweep aborts it."""
+    from kafka.protocol.producer.produce import ProduceRequest
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    create_topic(broker.bootstrap, "hanging", 1)
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
+                                        producer_id=777, producer_epoch=0, base_sequence=0,
+                                        batch_size=1 << 20)
+    builder.append(0, timestamp=int(time.time() * 1000), key=None, value=b"rogue", headers=[])
+    data = ProduceRequest.TopicProduceData
+    rogue = ProduceRequest[9](transactional_id="rogue", acks=1, timeout_ms=5000, topic_data=[
+        data(name="hanging", partition_data=[data.PartitionProduceData(
+            index=0, records=bytes(builder.build()))])])
+    rogue.with_header(correlation_id=1, client_id="rogue")
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+        client.send(frame(bytes(rogue.encode(header=True))))
+        assert decode_response(0, 9, client.receive())[1].responses[0].partition_responses[
+            0].error_code == 0
+    made = producer(broker, "after-rogue")
+    made.begin_transaction()
+    made.produce("hanging", b"after")
+    made.commit_transaction(10)
+    assert consume_all(broker, "hanging", "read_committed", 1, "hanging") == [b"after"]
+    assert broker.metric("broker_transactions_ended_total", outcome="hanging") == 1

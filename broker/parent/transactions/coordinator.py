@@ -43,7 +43,7 @@ from broker.parent.transactions.state import Transaction, TxnState, transition
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
-from broker.shared.log.partition import AppendResult
+from broker.shared.log.partition import AppendResult, has_open_transaction
 from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 
@@ -74,7 +74,8 @@ class TransactionCoordinator:
         self.offsets = offsets  # the group coordinator's store: offsets ended with the txn
         self.access = access or Access(False)
         self.transactions: dict[str, Transaction] = {}
-        self.ended = {"committed": 0, "aborted": 0, "timed_out": 0, "fenced": 0}  # /metrics
+        self.ended = {"committed": 0, "aborted": 0, "timed_out": 0, "fenced": 0,
+                      "hanging": 0}  # /metrics
         self.file = RecordFile(os.path.join(directory, FILE_NAME), Transaction,
                                fsync_every_write)
         for record in self.file.replay():
@@ -87,6 +88,7 @@ class TransactionCoordinator:
         assert set(self._handlers) == TRANSACTION_KEYS, "the API table and the coordinator disagree"
         self._timer: asyncio.TimerHandle | None = None
         self._unmarked: dict[str, list] = {}  # id -> partitions still owed their marker
+        self._suspects: set[tuple] = set()  # hanging transactions seen by the last sweep
         self._next_expiry = time.monotonic() + \
             props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
 
@@ -121,6 +123,7 @@ class TransactionCoordinator:
         try:
             self.retry_markers()
             self.abort_timed_out()
+            self.abort_hanging()
             if time.monotonic() >= self._next_expiry:
                 self._next_expiry = time.monotonic() + \
                     self.props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
@@ -447,6 +450,47 @@ class TransactionCoordinator:
             self._end(txn, commit=False, bump=True)
             self.ended["timed_out"] += 1
         return len(late)
+
+    def abort_hanging(self) -> int:
+        """Abort the transactions open in a partition that no transaction of this coordinator
+        covers: a producer that wrote before adding the partition (or never did), a forged
+        producer id, one whose marker a lost table forgot.  Left open, one such batch would
+        hold the partition's last stable offset, and every read_committed consumer of it,
+        for ever (Kafka leaves these "hanging transactions" to an operator's
+        `kafka-transactions abort`).  Only one seen by two sweeps in a row is aborted, with
+        the producer's own epoch."""
+        covered = {txn.producer_id: txn for txn in self.transactions.values()
+                   if txn.state is TxnState.ONGOING or txn.state.preparing}
+        seen, aborted = set(), 0
+        for info in list(self.registry.topics().values()):
+            for index, directory in enumerate(info.directories):
+                if not has_open_transaction(directory):
+                    continue
+                partition = self.registry.partition(info.name, index)
+                if partition is None:
+                    continue
+                with partition.locked():
+                    ongoing = partition.producers.ongoing()
+                for producer_id, epoch, first in ongoing:
+                    txn = covered.get(producer_id)
+                    if txn is not None and (info.name, index) in txn.partitions:
+                        continue
+                    suspect = (info.name, index, producer_id, first)
+                    seen.add(suspect)
+                    if suspect in self._suspects:
+                        aborted += self._abort_hanging(partition, producer_id, epoch, first)
+        self._suspects = seen
+        return aborted
+
+    def _abort_hanging(self, partition, producer_id: int, epoch: int, first: int) -> int:
+        result = partition.append_marker(producer_id, epoch, commit=False)
+        log.warning("partition %s-%d: transaction of producer %d (epoch %d) open at offset %d "
+                    "belongs to no transaction of the coordinator: %s", partition.topic,
+                    partition.index, producer_id, epoch, first,
+                    "aborted" if result.error is None else f"abort refused: {result.error}")
+        if result.error is None:
+            self.ended["hanging"] += 1
+        return result.error is None
 
     def expire_ids(self, now: int | None = None) -> int:
         """Forget transactional ids idle for transactional.id.expiration.ms."""

@@ -27,7 +27,9 @@ class TransactionCollector:
         ended = CounterMetricFamily("broker_transactions_ended",
                                     "Transactions ended, by outcome (timed_out: aborted by the "
                                     "coordinator past transaction.timeout.ms; fenced: aborted "
-                                    "because a new producer took the id)", labels=["outcome"])
+                                    "because a new producer took the id; hanging: open in a "
+                                    "partition outside any transaction, aborted by the "
+                                    "coordinator)", labels=["outcome"])
         for outcome, count in sorted(self.coordinator.ended.items()):
             ended.add_metric([outcome], count)
         yield ended

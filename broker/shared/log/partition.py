@@ -61,6 +61,7 @@ import fcntl
 import logging
 import mmap
 import os
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -819,6 +820,20 @@ def _in_transaction(batch: records.Batch) -> bool:
     transaction on the partition, opening one if none is open."""
     return (batch.producer_id >= 0 and bool(batch.attributes & records.TRANSACTIONAL)
             and not batch.attributes & records.CONTROL)
+
+
+def has_open_transaction(directory: str) -> bool:
+    """Whether the partition in `directory` has a transaction open (state word 17), read
+    without opening a handle on it: a sweep over every partition stays cheap."""
+    try:
+        fd = os.open(os.path.join(directory, STATE_FILE), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        word = os.pread(fd, 8, 8 * W_ONGOING_FIRST)
+    finally:
+        os.close(fd)
+    return len(word) == 8 and int.from_bytes(word, sys.byteorder, signed=True) != 0
 
 
 def _fsync_directory(directory: str) -> None:
