@@ -389,3 +389,25 @@ def test_a_transaction_no_coordinator_state_covers_is_aborted_after_two_sweeps(h
     assert harness.coordinator.abort_hanging() == 0
     assert harness.end((producer_id, epoch), commit=True) == E_NONE
     assert partition.last_stable_offset == partition.high_watermark
+
+
+def test_a_transaction_over_many_partitions_is_marked_a_slice_per_turn(harness):
+    from broker.parent.transactions.coordinator import MARKERS_PER_TURN
+
+    assert harness.registry.create("wide", 2 * MARKERS_PER_TURN + 5) is None
+    _, producer_id, epoch = harness.init()
+    wanted = list(range(2 * MARKERS_PER_TURN + 5))
+    answer = harness.send(24, 3, {
+        "v3_and_below_transactional_id": "app", "v3_and_below_producer_id": producer_id,
+        "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [
+            {"name": "wide", "partitions": wanted}]})
+    assert {r.partition_error_code for t in answer.results_by_topic_v3_and_below
+            for r in t.results_by_partition} == {E_NONE}
+    assert harness.end((producer_id, epoch), commit=True) == E_NONE  # decided, not all marked
+    marked = [bool(control_batches(harness.registry.partition("wide", p))) for p in wanted]
+    assert sum(marked) == MARKERS_PER_TURN
+    assert harness.end((producer_id, epoch), commit=True) == CONCURRENT
+    for _ in range(3):  # two more turns of the loop finish it
+        harness.loop.run_until_complete(asyncio.sleep(0))
+    assert all(control_batches(harness.registry.partition("wide", p)) for p in wanted)
+    assert harness.describe().transaction_state == "CompleteCommit"

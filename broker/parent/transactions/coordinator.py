@@ -52,6 +52,9 @@ log = logging.getLogger("broker.parent.transactions")
 FILE_NAME = ".pybroker-transactions.jsonl"
 COMPACT_MIN = 1000
 MAX_GROUPS = 1000  # groups one transaction may commit offsets for (AddOffsetsToTxn)
+# Markers written per turn of the parent's loop (about 5 ms): a transaction over thousands of
+# partitions is marked a slice at a time, the rest of the parent serving in between.
+MARKERS_PER_TURN = 64
 MAX_EPOCH = 32767  # int16: at the last epoch a producer gets a new id (Kafka's rule)
 E = errors.ErrorCode
 # The first version of each API that knows PRODUCER_FENCED; older ones hear
@@ -391,9 +394,12 @@ class TransactionCoordinator:
         start-up, as Kafka's marker channel retries until it is through."""
         commit = txn.state is TxnState.PREPARE_COMMIT
         owed = self._unmarked.get(txn.transactional_id, txn.partitions)
-        failed = [key for key in owed if not self._marked(txn, key, commit)]
-        if failed:
-            self._unmarked[txn.transactional_id] = failed
+        now, later = owed[:MARKERS_PER_TURN], owed[MARKERS_PER_TURN:]
+        failed = [key for key in now if not self._marked(txn, key, commit)]
+        if later:  # the next slice at the next turn
+            self.loop.call_soon(self._next_slice, txn.transactional_id)
+        if failed or later:
+            self._unmarked[txn.transactional_id] = later + failed
             return
         try:
             for group in txn.groups:
@@ -426,6 +432,11 @@ class TransactionCoordinator:
                     result.message or result.error)
         # A newer epoch already wrote there (the producer was fenced since): nothing owed.
         return result.error == "invalid_producer_epoch"
+
+    def _next_slice(self, transactional_id: str) -> None:
+        txn = self.transactions.get(transactional_id)
+        if txn is not None and txn.state.preparing and transactional_id in self._unmarked:
+            self._complete(txn)
 
     def retry_markers(self) -> int:
         """Another try at the markers still owed; how many transactions remain owing."""
