@@ -411,3 +411,15 @@ def test_a_transaction_over_many_partitions_is_marked_a_slice_per_turn(harness):
         harness.loop.run_until_complete(asyncio.sleep(0))
     assert all(control_batches(harness.registry.partition("wide", p)) for p in wanted)
     assert harness.describe().transaction_state == "CompleteCommit"
+
+
+def test_the_transaction_log_stays_small_under_many_transactions(harness):
+    from broker.parent.transactions import coordinator as module
+
+    _, producer_id, epoch = harness.init()
+    for _ in range(module.COMPACT_MIN):
+        harness.add((producer_id, epoch), [0])
+        assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert harness.coordinator.file.lines < module.COMPACT_MIN
+    harness.restart()
+    assert harness.describe().transaction_state == "CompleteCommit"

@@ -529,6 +529,7 @@ class TransactionCoordinator:
             self.transactions.pop(txn.transactional_id, None)
         else:
             self.transactions[txn.transactional_id] = txn
+        self.maybe_compact()  # an O(1) check: a busy producer writes 3 lines a transaction
 
     def maybe_compact(self) -> None:
         if self.file.lines >= COMPACT_MIN and self.file.lines > 2 * len(self.transactions):
