@@ -346,3 +346,23 @@ def test_retention_and_delete_records_keep_the_index_usable(partition):
     assert partition.aborted_transactions(partition.log_start_offset,
                                           partition.high_watermark) == [(29, 112)]
     assert partition.last_stable_offset == partition.high_watermark
+
+
+def test_aborts_below_the_log_start_leave_the_cache_and_the_rest_are_still_listed(partition):
+    from broker.shared.log.transactions import AbortedIndex
+
+    firsts = []
+    for number in range(2 * AbortedIndex.TRIM_AT_LEAST):
+        firsts.append(appended(partition, txn_batch(1, 9, 0, number)))
+        marked(partition, 9, 0, commit=False)
+    high = partition.high_watermark
+    assert len(partition.aborted_transactions(0, high)) == len(firsts)
+    cut = firsts[AbortedIndex.TRIM_AT_LEAST + 10]
+    assert partition.delete_records(cut)[1] is None  # the log now starts there
+    listed = partition.aborted_transactions(cut, high)
+    assert listed == [(9, first) for first in firsts if first >= cut]
+    assert len(partition.aborted._lasts) == len(listed)  # the older ones left the cache
+    # A later abort is still indexed once, and listed.
+    last = appended(partition, txn_batch(1, 9, 0, len(firsts)))
+    marked(partition, 9, 0, commit=False)
+    assert partition.aborted_transactions(last, partition.high_watermark) == [(9, last)]

@@ -406,6 +406,7 @@ class Partition:
         if count == 0:
             return []
         self.aborted.refresh(count, version)
+        self.aborted.trim(self.state[W_LOG_START])
         return self.aborted.matching(fetch_offset, upper)
 
     def _aged(self, state) -> bool:

@@ -99,7 +99,12 @@ def control_type(batch) -> int | None:
 
 class AbortedIndex:
     """One process's handle on a partition's aborted-transaction index, with the entries
-    read so far cached (the partition's state says how many there are)."""
+    read so far cached (the partition's state says how many there are).  Entries whose
+    marker fell below the log start are dropped from the cache (`trim`): memory follows the
+    aborts the log still holds, not every abort since the partition began; the file keeps
+    them (24 bytes each)."""
+
+    TRIM_AT_LEAST = 256  # entries dropped at once (each drop moves the rest of the arrays)
 
     def __init__(self, directory: str):
         self.path = os.path.join(directory, ABORTED_FILE)
@@ -110,6 +115,8 @@ class AbortedIndex:
     def _clear(self) -> None:
         self._producers, self._firsts, self._lasts = array("q"), array("q"), array("q")
         self._least_first = array("q")  # [i]: the least first offset of entries i..end
+        self._dropped = 0  # entries of the file before the first cached one (trimmed)
+        self._last_read = -1  # the last offset of the last entry read from the file
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -126,20 +133,32 @@ class AbortedIndex:
     def refresh(self, count: int, version: int) -> None:
         """Know the first `count` entries: only those not cached yet are read, unless the
         file was cut since (`version` changed, or fewer entries than cached)."""
-        if version != self._version or count < len(self._lasts):
+        if version != self._version or count < self._dropped + len(self._lasts):
             self._clear()
             self._version = version
-        cached = len(self._lasts)
-        if count <= cached:
+        held = len(self._lasts)
+        read = self._dropped + held
+        if count <= read:
             return
-        raw = os.pread(self._file(), (count - cached) * ENTRY.size, cached * ENTRY.size)
+        raw = os.pread(self._file(), (count - read) * ENTRY.size, read * ENTRY.size)
         whole = len(raw) // ENTRY.size * ENTRY.size  # a file a repair cut may hold fewer
         for producer_id, first, last in ENTRY.iter_unpack(raw[:whole]):
             self._producers.append(producer_id)
             self._firsts.append(first)
             self._lasts.append(last)
             self._least_first.append(first)
-        self._lower_minima(cached)
+            self._last_read = last
+        self._lower_minima(held)
+
+    def trim(self, log_start: int) -> None:
+        """Forget the cached entries whose marker lies below `log_start` (retention or
+        DeleteRecords took their records): once there are TRIM_AT_LEAST of them, or half."""
+        gone = bisect.bisect_left(self._lasts, log_start)
+        if gone == 0 or (gone < self.TRIM_AT_LEAST and 2 * gone < len(self._lasts)):
+            return
+        for cached in (self._producers, self._firsts, self._lasts, self._least_first):
+            del cached[:gone]
+        self._dropped += gone
 
     def _lower_minima(self, old: int) -> None:
         """Suffix minima over the new entries from `old` on, then back into the older ones
@@ -172,8 +191,8 @@ class AbortedIndex:
         return found
 
     def last_offset(self) -> int:
-        """The last cached entry's last offset (-1: none)."""
-        return self._lasts[-1] if self._lasts else -1
+        """The last offset of the last entry read (-1: none): a replayed abort is not added twice."""
+        return self._last_read
 
     # --- writing (under the partition lock) ----------------------------------------------
 
