@@ -242,7 +242,7 @@ def test_an_open_transaction_is_never_expired(tmp_path):
     later = int(time.time() * 1000) + 5000
     assert table.check(8, 0, 1, 1, now_ms=later)[0].value == "append"  # still known
     assert table.check(9, 0, 1, 1, now_ms=later)[0].value == "unknown_producer_id"
-    assert [item[0] for item in table.active(now_ms=later)] == [8]
+    assert [state.producer_id for state in table.states(now_ms=later)] == [8]
     marked(partition, 8, 0, commit=True)
     assert table.check(8, 0, 1, 1, now_ms=later)[0].value == "unknown_producer_id"
     registry.close()
@@ -269,7 +269,7 @@ def test_producer_states_show_the_current_transaction_start(partition):
     assert states[1].current_txn_start_offset == -1
     assert (states[2].epoch, states[2].last_sequence, states[2].current_txn_start_offset) == \
         (5, 1, 1)
-    assert [item[:3] for item in partition.active_producers()] == [(1, 0, 0), (2, 5, 1)]
+    assert [state[:3] for state in partition.producer_states()] == [(1, 0, 0), (2, 5, 1)]
     marked(partition, 2, 5, commit=True)
     assert [state.current_txn_start_offset for state in partition.producer_states()] == [-1, -1]
 

@@ -534,12 +534,6 @@ class Partition:
             self.state[W_SEGMENTS_VERSION] += 1
             return offset, None
 
-    def active_producers(self) -> list[tuple[int, int, int, int]]:
-        """The idempotent producers that wrote here and have not expired (DescribeProducers):
-        (producer id, epoch, last sequence, last write ms)."""
-        with self.locked():
-            return self.producers.active()
-
     def producer_states(self) -> list[ProducerState]:
         """DescribeProducers' view, with each producer's current_txn_start_offset (-1:
         none): the producers not expired that wrote here or have a transaction open."""

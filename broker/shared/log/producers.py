@@ -349,11 +349,6 @@ class ProducerTable:
         self._open()
         return self.words[H_LIVE]
 
-    def active(self, now_ms: int | None = None) -> list[tuple[int, int, int, int]]:
-        """(producer id, epoch, last sequence, last write ms) of each producer not expired
-        that wrote batches with sequences; call under the partition lock."""
-        return [state[:4] for state in self.states(now_ms) if state.last_sequence >= 0]
-
     def states(self, now_ms: int | None = None) -> list["ProducerState"]:
         """Every producer not expired that wrote here or has a transaction open, by id (for
         DescribeProducers); call under the partition lock."""
