@@ -260,8 +260,10 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(harne
     partition = harness.registry.partition(TOPIC, 1)
     assert partition.aborted_transactions(0, partition.high_watermark) == [(producer_id, first)]
     assert harness.end(producer, commit=True) == FENCED
-    # KIP-360: the fenced producer may ask for a bump with its last id and epoch.
-    assert harness.init(timeout_ms=1000, producer_id=producer_id, epoch=epoch)[2] == epoch + 2
+    # KIP-360: the producer whose transaction the coordinator aborted comes back with its
+    # id and epoch and gets the bumped epoch (Kafka's last epoch), once.
+    assert harness.init(timeout_ms=1000, producer_id=producer_id, epoch=epoch) == (
+        E_NONE, producer_id, epoch + 1)
 
 
 def test_idle_ids_expire_and_are_forgotten_across_restarts(harness):
@@ -423,3 +425,75 @@ def test_the_transaction_log_stays_small_under_many_transactions(harness):
     assert harness.coordinator.file.lines < module.COMPACT_MIN
     harness.restart()
     assert harness.describe().transaction_state == "CompleteCommit"
+
+
+def test_a_zombie_cannot_fence_the_instance_that_replaced_it(harness):
+    _, producer_id, epoch = harness.init()  # instance A
+    assert harness.init()[2] == epoch + 1  # instance B (no id given): A is fenced
+    assert harness.init(producer_id=producer_id, epoch=epoch)[0] == FENCED  # A again
+    assert harness.init(producer_id=producer_id, epoch=epoch, version=3)[0] == INVALID_EPOCH
+    # B's own bump (KIP-360) works, and a retry of it (its answer lost) gets the same epoch.
+    assert harness.init(producer_id=producer_id, epoch=epoch + 1) == (E_NONE, producer_id,
+                                                                       epoch + 2)
+    assert harness.init(producer_id=producer_id, epoch=epoch + 1) == (E_NONE, producer_id,
+                                                                       epoch + 2)
+
+
+def test_idempotent_producers_always_get_a_new_id(harness):
+    answer = harness.send(22, 4, {"transactional_id": None, "transaction_timeout":
+                                  datetime.timedelta(0), "producer_id": 5, "producer_epoch": 7})
+    assert answer.error_code == E_NONE and answer.producer_id != 5 and answer.producer_epoch == 0
+
+
+def test_fencing_at_the_last_epoch_keeps_the_producer_id(harness):
+    _, producer_id, epoch = harness.init()
+    txn = harness.coordinator.transactions["app"]
+    txn.producer_epoch = 32766
+    harness.add((producer_id, 32766), [0])
+    harness.produce((producer_id, 32766), 0)
+    assert harness.coordinator.abort_timed_out(now=txn.started_ms + txn.timeout_ms + 1) == 1
+    state = harness.describe()
+    assert (state.producer_id, state.producer_epoch) == (producer_id, 32767)
+    assert control_batches(harness.registry.partition(TOPIC, 0)) == [(producer_id, 32767)]
+    assert harness.init()[1] != producer_id  # epochs exhausted: the next instance, a new id
+
+
+def test_many_partitions_that_cannot_take_markers_do_not_spin_the_loop(harness):
+    from broker.parent.transactions.coordinator import MARKERS_PER_TURN
+
+    count = 2 * MARKERS_PER_TURN + 5
+    assert harness.registry.create("down", count) is None
+    _, producer_id, epoch = harness.init()
+    harness.send(24, 3, {
+        "v3_and_below_transactional_id": "app", "v3_and_below_producer_id": producer_id,
+        "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [
+            {"name": "down", "partitions": list(range(count)) * 2}]})  # duplicates: once
+    assert len(harness.coordinator.transactions["app"].partitions) == count
+    for index in range(count):
+        harness.registry.partition("down", index).state[13] = 1  # all offline
+    attempts = []
+    real = harness.coordinator._marked
+    harness.coordinator._marked = lambda *args: attempts.append(1) or real(*args)
+    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    for _ in range(10):
+        harness.loop.run_until_complete(asyncio.sleep(0))
+    assert len(attempts) == count  # each tried once, then left for the next round
+    assert harness.end((producer_id, epoch), commit=False) == TXN_STATE  # not the decision
+
+
+def test_a_plain_commit_after_the_transactional_one_is_not_overwritten(harness):
+    _, producer_id, epoch = harness.init()
+    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
+              "group_id": "g"}
+    harness.send(25, 3, values)
+    partitions = [{"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                   "committed_metadata": None}]
+    harness.send(28, 3, dict(values, generation_id=-1, member_id="", group_instance_id=None,
+                             topics=[{"name": TOPIC, "partitions": partitions}]))
+    harness.send(8, 8, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                        "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
+                            dict(partitions[0], committed_offset=9)]}]})
+    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert harness.offsets.get("g")[(TOPIC, 0)].offset == 9
+    harness.restart()
+    assert harness.offsets.get("g")[(TOPIC, 0)].offset == 9

@@ -54,12 +54,21 @@ class RecordFile:
             pass
 
     def append(self, records: list) -> None:
-        """Persist `records` (raises OSError if the write fails: the caller applies nothing)."""
+        """Persist `records` (raises OSError if the write fails: the caller applies nothing,
+        and the file is cut back to where it was, so no torn line is left for the next
+        write to be glued to)."""
         if not records:
             return
-        os.write(self._fd, b"".join(self._encoder.encode(record) + b"\n" for record in records))
-        if self.fsync:
-            os.fsync(self._fd)
+        data = memoryview(b"".join(self._encoder.encode(record) + b"\n" for record in records))
+        start = os.fstat(self._fd).st_size
+        try:
+            while data:  # a full disk may take part of it without raising
+                data = data[os.write(self._fd, data):]
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError:
+            os.ftruncate(self._fd, start)
+            raise
         self.lines += len(records)
 
     def rewrite(self, records: Iterable) -> None:
@@ -72,9 +81,10 @@ class RecordFile:
                 count += 1
             handle.flush()
             os.fsync(handle.fileno())
+        fresh = os.open(temporary, os.O_WRONLY | os.O_APPEND)  # first: a failure changes nothing
         os.replace(temporary, self.path)
         os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._fd = fresh
         log.info("rewrote %s: %d lines -> %d", self.path, self.lines, count)
         self.lines = count
 

@@ -57,6 +57,7 @@ class Committed:
     leader_epoch: int
     metadata: str | None
     committed_ms: int
+    written: int = 0  # when it was written, in the file's order (replay gives the same)
 
 
 Offsets = dict[tuple[str, int], Committed]
@@ -68,6 +69,7 @@ class OffsetStore:
         self.groups: dict[str, Offsets] = {}
         self.pending: dict[str, dict[int, Offsets]] = {}  # group -> producer id -> offsets
         self._live = 0  # offsets held: the file is compacted when it has twice as many lines
+        self._written = 0  # offsets applied so far: their order, as Kafka's log offsets
         for record in self.file.replay():
             self._apply(record)
         self.maybe_compact()
@@ -94,8 +96,9 @@ class OffsetStore:
     def _set(self, offsets: Offsets, record: Record) -> None:
         key = (record.topic, record.partition)
         self._live += key not in offsets
+        self._written += 1
         offsets[key] = Committed(record.offset, record.leader_epoch, record.metadata,
-                                 record.committed_ms)
+                                 record.committed_ms, self._written)
 
     def _apply_transactional(self, record: Record) -> None:
         producers = self.pending.setdefault(record.group, {})
@@ -109,8 +112,14 @@ class OffsetStore:
         if record.outcome == "commit":
             offsets = self.groups.setdefault(record.group, {})
             for key, committed in staged.items():
-                self._live += key not in offsets
-                offsets[key] = committed
+                current = offsets.get(key)
+                # As Kafka: the offset written later wins; a plain commit after the
+                # TxnOffsetCommit (before the transaction ended) is not overwritten.
+                if current is None or committed.written > current.written:
+                    self._live += current is None
+                    offsets[key] = committed
+            if not offsets:
+                del self.groups[record.group]
 
     def get(self, group: str) -> Offsets:
         return self.groups.get(group, {})
@@ -157,20 +166,26 @@ class OffsetStore:
         self.file.close()
 
     def maybe_compact(self) -> None:
+        """Rewrite the file with the live offsets once it holds twice as many lines; a failed
+        rewrite leaves it as it was (a commit already written stays acknowledged)."""
         if self.file.lines < COMPACT_MIN or self.file.lines <= 2 * self.live():
             return
-        self.file.rewrite(self._live_records())
+        try:
+            self.file.rewrite(self._live_records())
+        except OSError as error:
+            log.error("rewriting %s failed: %s", self.file.path, error)
 
-    def _live_records(self):
-        for group, offsets in self.groups.items():
-            yield from _records(group, offsets, NO_PRODUCER)
-        for group, producers in self.pending.items():
-            for producer_id, offsets in producers.items():
-                yield from _records(group, offsets, producer_id)
-
-
-def _records(group: str, offsets: Offsets, producer_id: int):
-    for (topic, partition), found in offsets.items():
-        yield Record(group=group, topic=topic, partition=partition, offset=found.offset,
-                     leader_epoch=found.leader_epoch, metadata=found.metadata,
-                     committed_ms=found.committed_ms, producer_id=producer_id)
+    def _live_records(self) -> list[Record]:
+        """Every offset held, committed and pending, in the order they were written (which
+        one is later decides when a transaction's offsets are committed)."""
+        held = [(found.written, group, key, found, NO_PRODUCER)
+                for group, offsets in self.groups.items() for key, found in offsets.items()]
+        held += [(found.written, group, key, found, producer_id)
+                 for group, producers in self.pending.items()
+                 for producer_id, offsets in producers.items()
+                 for key, found in offsets.items()]
+        held.sort(key=lambda item: item[0])
+        return [Record(group=group, topic=topic, partition=partition, offset=found.offset,
+                       leader_epoch=found.leader_epoch, metadata=found.metadata,
+                       committed_ms=found.committed_ms, producer_id=producer_id)
+                for _, group, (topic, partition), found, producer_id in held]

@@ -90,7 +90,10 @@ class TransactionCoordinator:
             ("DescribeTransactions", self._describe), ("ListTransactions", self._list))}
         assert set(self._handlers) == TRANSACTION_KEYS, "the API table and the coordinator disagree"
         self._timer: asyncio.TimerHandle | None = None
-        self._unmarked: dict[str, list] = {}  # id -> partitions still owed their marker
+        # Markers owed, by transactional id: partitions not tried yet (a slice a turn) and
+        # partitions whose marker failed (tried again every round).
+        self._untried: dict[str, list] = {}
+        self._failed: dict[str, list] = {}
         self._suspects: set[tuple] = set()  # hanging transactions seen by the last sweep
         self._next_expiry = time.monotonic() + \
             props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
@@ -123,16 +126,16 @@ class TransactionCoordinator:
         return self.props.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
 
     def _tick(self) -> None:
-        try:
-            self.retry_markers()
-            self.abort_timed_out()
-            self.abort_hanging()
-            if time.monotonic() >= self._next_expiry:
-                self._next_expiry = time.monotonic() + \
-                    self.props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
-                self.expire_ids()
-        except Exception:  # a failed round costs nothing but itself: the next one retries
-            log.exception("transaction coordinator round failed")
+        duties = [self.retry_markers, self.abort_timed_out, self.abort_hanging]
+        if time.monotonic() >= self._next_expiry:
+            self._next_expiry = time.monotonic() + \
+                self.props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+            duties.append(self.expire_ids)
+        for duty in duties:  # one failing costs only itself: the next round retries it
+            try:
+                duty()
+            except Exception:  # noqa: BLE001
+                log.exception("transaction coordinator: %s failed", duty.__name__)
         self._timer = self.loop.call_later(self._interval, self._tick)
 
     def close(self) -> None:
@@ -168,13 +171,14 @@ class TransactionCoordinator:
         if not 0 < timeout_ms <= self.props.transaction_max_timeout_ms:
             return answer(E.invalid_transaction_timeout)
         txn = self.transactions.get(transactional_id)
-        if txn is None and not self._room_for_one():
-            return answer(E.coordinator_not_available)
+        expected = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
         try:
+            if txn is None and not self._room_for_one():
+                return answer(E.coordinator_not_available)
             if txn is None:
                 txn = Transaction(transactional_id, _new_producer_id(), -1, timeout_ms)
             else:
-                problem = self._resuming_problem(txn, body)
+                problem = self._resuming_problem(txn, *expected)
                 if problem is None and txn.state.preparing:
                     problem = E.concurrent_transactions  # its markers are still owed
                 if problem is not None:
@@ -184,9 +188,17 @@ class TransactionCoordinator:
                     self.ended["fenced"] += 1
                     if txn.state.preparing:  # a marker is owed: the client asks again
                         return answer(E.concurrent_transactions)
+                elif expected[1] >= 0 and expected[1] == txn.last_epoch:
+                    # A retry (its answer was lost), or the producer whose transaction the
+                    # coordinator aborted with a bump: the current epoch is its own.
+                    return answer(E.none, txn.producer_id, txn.producer_epoch)
             producer_id, epoch = _bumped(txn)
+            # A producer that names its epoch may come back with it (above); a new instance
+            # (no id given) fences every earlier epoch.
+            last = txn.producer_epoch if expected[1] >= 0 and producer_id == txn.producer_id \
+                else -1
             self._record(txn, TxnState.EMPTY, producer_id=producer_id, producer_epoch=epoch,
-                         timeout_ms=timeout_ms)
+                         timeout_ms=timeout_ms, last_epoch=last)
         except OSError as error:
             log.error("transaction log write failed: %s", error)
             return answer(E.coordinator_not_available)
@@ -211,28 +223,23 @@ class TransactionCoordinator:
         return True
 
     def _idempotent(self, ctx: RequestContext, body) -> tuple:
-        """An idempotent producer (no transactional id): an id, or its epoch bumped (KIP-360)."""
+        """An idempotent producer (no transactional id): always a new id, as Kafka (a bump
+        of an id the client names would let anyone raise another producer's epoch)."""
         # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
         if not self.access.allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
                                    CLUSTER_NAME) and \
                 not self.access.check_any(ctx, Operation.WRITE, ResourceType.TOPIC):
             return (E.cluster_authorization_failed,)
-        producer_id = getattr(body, "producer_id", -1)
-        epoch = getattr(body, "producer_epoch", -1)
-        if producer_id >= 0 and epoch >= 0:
-            return E.none, producer_id, (epoch + 1) % MAX_EPOCH
         return E.none, _new_producer_id(), 0
 
     @staticmethod
-    def _resuming_problem(txn: Transaction, body):
-        """KIP-360: a producer that gives its id and epoch must be the current one (or the one
-        just before a bump the coordinator made, e.g. after its transaction timed out)."""
-        producer_id = getattr(body, "producer_id", -1)
-        epoch = getattr(body, "producer_epoch", -1)
+    def _resuming_problem(txn: Transaction, producer_id: int, epoch: int):
+        """KIP-360: a producer that gives its id and epoch must be the current one, or the
+        one the last bump replaced when that bump kept it a way back (Kafka's last epoch:
+        the coordinator aborted its transaction, or its own bump's answer was lost)."""
         if producer_id < 0 and epoch < 0:
             return None
-        if producer_id != txn.producer_id or epoch not in (txn.producer_epoch,
-                                                           txn.producer_epoch - 1):
+        if producer_id != txn.producer_id or epoch not in (txn.producer_epoch, txn.last_epoch):
             return E.producer_fenced
         return None
 
@@ -314,7 +321,8 @@ class TransactionCoordinator:
         groups = [] if fresh else txn.groups
         if group is not None and group not in groups and len(groups) >= MAX_GROUPS:
             return E.invalid_request  # a bound on what one transaction's log line carries
-        added = [key for key in partitions if key not in have]
+        known = set(have)
+        added = [key for key in dict.fromkeys(partitions) if key not in known]
         new_group = group is not None and group not in groups
         if not (added or new_group or fresh):
             return E.none
@@ -368,8 +376,10 @@ class TransactionCoordinator:
         finished = TxnState.COMPLETE_COMMIT if body.committed else TxnState.COMPLETE_ABORT
         if txn.state is finished:
             return answer(E.none)  # a retry of an end that was done
-        if txn.state.preparing:  # its markers wait for a partition to come back: retry later
-            return answer(E.concurrent_transactions)
+        if txn.state.preparing:  # its markers are being written (or wait for a partition)
+            deciding = TxnState.PREPARE_COMMIT if body.committed else TxnState.PREPARE_ABORT
+            return answer(E.concurrent_transactions if txn.state is deciding
+                          else E.invalid_txn_state)
         if txn.state is not TxnState.ONGOING:
             return answer(E.invalid_txn_state)
         try:
@@ -382,9 +392,12 @@ class TransactionCoordinator:
     def _end(self, txn: Transaction, commit: bool, bump: bool = False) -> None:
         """Prepare (logged), markers, complete (logged).  `bump`: the markers carry a new
         epoch, fencing the producer that began the transaction."""
-        producer_id, epoch = _bumped(txn) if bump else (txn.producer_id, txn.producer_epoch)
+        # A fencing bump keeps the producer id, whatever the epoch (a new id would leave the
+        # old one's transaction open in its partitions): at most 32767, as Kafka's fence.
+        epoch = min(txn.producer_epoch + 1, MAX_EPOCH) if bump else txn.producer_epoch
         self._record(txn, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
-                     producer_id=producer_id, producer_epoch=epoch)
+                     producer_epoch=epoch,
+                     last_epoch=txn.producer_epoch if bump else txn.last_epoch)
         self._complete(txn)
 
     def _complete(self, txn: Transaction) -> None:
@@ -392,14 +405,18 @@ class TransactionCoordinator:
         cannot take its marker (offline) keeps the transaction in its Prepare state: the
         markers still owed are written again every round (`retry_markers`) and by the next
         start-up, as Kafka's marker channel retries until it is through."""
-        commit = txn.state is TxnState.PREPARE_COMMIT
-        owed = self._unmarked.get(txn.transactional_id, txn.partitions)
-        now, later = owed[:MARKERS_PER_TURN], owed[MARKERS_PER_TURN:]
-        failed = [key for key in now if not self._marked(txn, key, commit)]
-        if later:  # the next slice at the next turn
-            self.loop.call_soon(self._next_slice, txn.transactional_id)
-        if failed or later:
-            self._unmarked[txn.transactional_id] = later + failed
+        commit, key = txn.state is TxnState.PREPARE_COMMIT, txn.transactional_id
+        untried = self._untried.pop(key, None)
+        if untried is None:  # a first pass over every partition, or a retry of the failed
+            untried = self._failed.pop(key) if key in self._failed else list(txn.partitions)
+        now, later = untried[:MARKERS_PER_TURN], untried[MARKERS_PER_TURN:]
+        failed = self._failed.pop(key, []) + [p for p in now if not self._marked(txn, p, commit)]
+        if later:  # the next slice at the next turn; failures wait for the next round
+            self._untried[key] = later
+            self.loop.call_soon(self._next_slice, key)
+        if failed:
+            self._failed[key] = failed
+        if later or failed:
             return
         try:
             for group in txn.groups:
@@ -407,9 +424,8 @@ class TransactionCoordinator:
             self._record(txn, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
         except OSError as error:  # the markers are written; the rest is owed, tried again
             log.error("transaction %s: completing failed: %s", txn.transactional_id, error)
-            self._unmarked[txn.transactional_id] = []
+            self._failed[key] = []
             return
-        self._unmarked.pop(txn.transactional_id, None)
         self.ended["committed" if commit else "aborted"] += 1
         log.debug("transaction %s (producer %d epoch %d): %s, %d partitions",
                  txn.transactional_id, txn.producer_id, txn.producer_epoch,
@@ -435,18 +451,19 @@ class TransactionCoordinator:
 
     def _next_slice(self, transactional_id: str) -> None:
         txn = self.transactions.get(transactional_id)
-        if txn is not None and txn.state.preparing and transactional_id in self._unmarked:
+        if txn is not None and txn.state.preparing and transactional_id in self._untried:
             self._complete(txn)
 
     def retry_markers(self) -> int:
-        """Another try at the markers still owed; how many transactions remain owing."""
-        for transactional_id in list(self._unmarked):
-            txn = self.transactions.get(transactional_id)
-            if txn is None or not txn.state.preparing:
-                self._unmarked.pop(transactional_id, None)
-            else:
+        """Another try at every Prepare state not being marked now (markers that failed, or
+        a Prepare line whose markers never began); how many remain owing."""
+        for txn in [txn for txn in self.transactions.values() if txn.state.preparing]:
+            if txn.transactional_id not in self._untried:
                 self._complete(txn)
-        return len(self._unmarked)
+        for gone in [key for key in self._failed if key not in self.transactions
+                     or not self.transactions[key].state.preparing]:
+            del self._failed[gone]
+        return sum(txn.state.preparing for txn in self.transactions.values())
 
     # --- timers ------------------------------------------------------------------------------
 
@@ -532,8 +549,13 @@ class TransactionCoordinator:
         self.maybe_compact()  # an O(1) check: a busy producer writes 3 lines a transaction
 
     def maybe_compact(self) -> None:
+        """Rewrite the log with the live lines once it holds twice as many; a failed rewrite
+        leaves the file as it was (it is tried again at the next line)."""
         if self.file.lines >= COMPACT_MIN and self.file.lines > 2 * len(self.transactions):
-            self.file.rewrite(list(self.transactions.values()))
+            try:
+                self.file.rewrite(list(self.transactions.values()))
+            except OSError as error:
+                log.error("rewriting %s failed: %s", self.file.path, error)
 
     # --- DescribeTransactions, ListTransactions ----------------------------------------------
 

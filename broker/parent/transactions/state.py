@@ -71,3 +71,6 @@ class Transaction(msgspec.Struct):
     groups: list[str] = []  # whose offsets it commits (AddOffsetsToTxn)
     started_ms: int = -1  # when the transaction in progress began (its first partition)
     updated_ms: int = 0
+    # The epoch the last bump replaced, when its producer may come back with it (Kafka's
+    # lastProducerEpoch: a coordinator's abort, or a bump the producer asked for); -1 not.
+    last_epoch: int = -1
