@@ -2,8 +2,8 @@
 
 A broker runs on 127.0.0.1 with its advertised listener pointing at a recording proxy, so every
 connection of every client (bootstrap and after) passes through it.  kafka-python, aiokafka and
-confluent-kafka (librdkafka) then produce (uncompressed and with each codec), consume in a
-group, commit, and use the admin APIs.  Each request frame (without its size prefix) is saved
+confluent-kafka (librdkafka) then produce (uncompressed and with each codec, and in
+transactions), consume in a group, commit, and use the admin APIs.  Each request frame (without its size prefix) is saved
 as `corpus/requests/<client>-<api key>-v<version>-<n>.bin`, at most PER_KIND per client, API
 and version, none larger than MAX_SEED_BYTES.  The corpus is committed; run this again after
 adding an API.
@@ -179,6 +179,17 @@ def confluent(bootstrap: str) -> None:
                 break
     consumer.commit(asynchronous=False)
     consumer.offsets_for_times([TopicPartition("ck", 0, 1000), TopicPartition("ck", 1, -1)])
+    transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ck-txn"})
+    transactional.init_transactions(10)
+    for commit in (True, False):  # AddPartitions, AddOffsets, TxnOffsetCommit, EndTxn
+        transactional.begin_transaction()
+        transactional.produce("ck", b"in a transaction", partition=0)
+        transactional.send_offsets_to_transaction([TopicPartition("ck", 0, got)],
+                                                  consumer.consumer_group_metadata(), 10)
+        if commit:
+            transactional.commit_transaction(10)
+        else:
+            transactional.abort_transaction(10)
     consumer.close()
     admin.list_topics(timeout=5)
     admin.delete_topics(["ck"])["ck"].result(10)

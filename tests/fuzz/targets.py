@@ -241,6 +241,16 @@ def records(data: bytes) -> None:
         if stamps is not None and len(stamps) > len(data) // 7:
             raise Finding("more records than the bytes can hold")
         _walks_agree(batches, data)
+        _control_type_is_bounded(data)
+
+
+def _control_type_is_bounded(data: bytes) -> None:
+    """A stored batch read as a transaction marker (the repair's replay): ABORT, COMMIT or
+    None, whatever the bytes."""
+    from broker.shared.log import transactions
+
+    if transactions.control_type(data) not in (None, transactions.ABORT, transactions.COMMIT):
+        raise Finding("a control type outside ABORT and COMMIT")
 
 
 def _walks_agree(batches, data: bytes) -> None:
