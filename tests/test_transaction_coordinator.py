@@ -497,3 +497,19 @@ def test_a_plain_commit_after_the_transactional_one_is_not_overwritten(harness):
     assert harness.offsets.get("g")[(TOPIC, 0)].offset == 9
     harness.restart()
     assert harness.offsets.get("g")[(TOPIC, 0)].offset == 9
+
+
+def test_deleting_a_group_drops_the_offsets_a_transaction_had_pending(harness):
+    _, producer_id, epoch = harness.init()
+    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
+              "group_id": "g"}
+    harness.send(25, 3, values)
+    harness.send(28, 3, dict(values, generation_id=-1, member_id="", group_instance_id=None,
+                             topics=[{"name": TOPIC, "partitions": [{
+                                 "partition_index": 0, "committed_offset": 3,
+                                 "committed_leader_epoch": -1, "committed_metadata": None}]}]))
+    harness.offsets.delete_group("g")
+    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert harness.offsets.get("g") == {}
+    harness.restart()
+    assert harness.offsets.get("g") == {} and harness.offsets.pending_partitions("g") == set()

@@ -83,8 +83,9 @@ class OffsetStore:
     def _apply(self, record: Record) -> None:
         if record.producer_id != NO_PRODUCER:
             self._apply_transactional(record)
-        elif record.deleted:
+        elif record.deleted:  # a transaction's pending offsets go with the group, as in Kafka
             self._live -= len(self.groups.pop(record.group, {}))
+            self._live -= sum(map(len, self.pending.pop(record.group, {}).values()))
         elif record.offset is None:
             offsets = self.groups.get(record.group, {})
             self._live -= offsets.pop((record.topic, record.partition), None) is not None
@@ -156,7 +157,7 @@ class OffsetStore:
                             outcome="commit" if commit else "abort")])
 
     def delete_group(self, group: str) -> None:
-        if group in self.groups:
+        if group in self.groups or group in self.pending:
             self.commit([Record(group=group, deleted=True)])
 
     def flush(self) -> None:
