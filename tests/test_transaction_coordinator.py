@@ -101,6 +101,22 @@ class Harness:
         assert result.error is None, result
         return result.base_offset
 
+    def commit_offset(self, producer, partition: int, offset: int, group="g",
+                      txn="app") -> list[int]:
+        """AddOffsetsToTxn, then TxnOffsetCommit of one offset: the partitions' codes."""
+        producer_id, epoch = producer
+        values = {"transactional_id": txn, "producer_id": producer_id, "producer_epoch": epoch,
+                  "group_id": group}
+        assert self.send(25, 3, values).error_code == E_NONE
+        answer = self.send(28, 3, dict(values, generation_id=-1, member_id="",
+                                       group_instance_id=None, topics=[{
+                                           "name": TOPIC, "partitions": [{
+                                               "partition_index": partition,
+                                               "committed_offset": offset,
+                                               "committed_leader_epoch": -1,
+                                               "committed_metadata": None}]}]))
+        return [p.error_code for t in answer.topics for p in t.partitions]
+
     def describe(self, txn="app"):
         (state,) = self.send(65, 0, {"transactional_ids": [txn]}).transaction_states
         return state
@@ -192,15 +208,7 @@ def test_requests_of_an_unknown_producer_or_a_bad_timeout_are_refused(harness):
 def test_offsets_in_a_transaction_are_visible_only_after_its_commit(harness):
     _, producer_id, epoch = harness.init()
     producer = (producer_id, epoch)
-    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
-              "group_id": "g"}
-    assert harness.send(25, 3, values).error_code == E_NONE
-    commit = dict(values, generation_id=-1, member_id="", group_instance_id=None, topics=[
-        {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 42,
-                                        "committed_leader_epoch": -1,
-                                        "committed_metadata": None}]}])
-    answer = harness.send(28, 3, commit)
-    assert [p.error_code for t in answer.topics for p in t.partitions] == [E_NONE]
+    assert harness.commit_offset(producer, 0, 42) == [E_NONE]
 
     def fetched(stable: bool):
         answer = harness.send(9, 8, {"groups": [{"group_id": "g", "topics": [
@@ -220,13 +228,7 @@ def test_offsets_in_a_transaction_are_visible_only_after_its_commit(harness):
 
 def test_an_aborted_transaction_drops_its_offsets(harness):
     _, producer_id, epoch = harness.init()
-    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
-              "group_id": "g"}
-    harness.send(25, 3, values)
-    harness.send(28, 3, dict(values, generation_id=-1, member_id="", group_instance_id=None,
-                             topics=[{"name": TOPIC, "partitions": [{
-                                 "partition_index": 1, "committed_offset": 9,
-                                 "committed_leader_epoch": -1, "committed_metadata": None}]}]))
+    assert harness.commit_offset((producer_id, epoch), 1, 9) == [E_NONE]
     assert harness.end((producer_id, epoch), commit=False) == E_NONE
     assert harness.offsets.get("g") == {} and harness.offsets.pending_partitions("g") == set()
 
@@ -483,16 +485,11 @@ def test_many_partitions_that_cannot_take_markers_do_not_spin_the_loop(harness):
 
 def test_a_plain_commit_after_the_transactional_one_is_not_overwritten(harness):
     _, producer_id, epoch = harness.init()
-    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
-              "group_id": "g"}
-    harness.send(25, 3, values)
-    partitions = [{"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
-                   "committed_metadata": None}]
-    harness.send(28, 3, dict(values, generation_id=-1, member_id="", group_instance_id=None,
-                             topics=[{"name": TOPIC, "partitions": partitions}]))
+    assert harness.commit_offset((producer_id, epoch), 0, 5) == [E_NONE]
     harness.send(8, 8, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                         "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
-                            dict(partitions[0], committed_offset=9)]}]})
+                            {"partition_index": 0, "committed_offset": 9,
+                             "committed_leader_epoch": -1, "committed_metadata": None}]}]})
     assert harness.end((producer_id, epoch), commit=True) == E_NONE
     assert harness.offsets.get("g")[(TOPIC, 0)].offset == 9
     harness.restart()
@@ -501,13 +498,7 @@ def test_a_plain_commit_after_the_transactional_one_is_not_overwritten(harness):
 
 def test_deleting_a_group_drops_the_offsets_a_transaction_had_pending(harness):
     _, producer_id, epoch = harness.init()
-    values = {"transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
-              "group_id": "g"}
-    harness.send(25, 3, values)
-    harness.send(28, 3, dict(values, generation_id=-1, member_id="", group_instance_id=None,
-                             topics=[{"name": TOPIC, "partitions": [{
-                                 "partition_index": 0, "committed_offset": 3,
-                                 "committed_leader_epoch": -1, "committed_metadata": None}]}]))
+    assert harness.commit_offset((producer_id, epoch), 0, 3) == [E_NONE]
     harness.offsets.delete_group("g")
     assert harness.end((producer_id, epoch), commit=True) == E_NONE
     assert harness.offsets.get("g") == {}
