@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"PYBRKSH1"
-LAYOUT_VERSION = 9
+LAYOUT_VERSION = 10
 HEADER_BYTES = 128
 HEADER = struct.Struct("=8sqqqqqqqqqq")
 SLOT_FIELDS = 4  # pid, generation, state, heartbeat
@@ -105,6 +105,14 @@ WORKER_COUNTERS = (
     ("fetch_sessions", ()),  # a gauge: incremental fetch sessions held (KIP-227)
     ("fetch_session_partitions", ()),  # a gauge: partitions those sessions remember
     ("fetch_session_evictions", ()),
+    # Descriptors (broker/shared/log/files.py, workers/fetch_response.py): log files held
+    # and answers' file regions held (gauges), and running totals of evictions, opens that
+    # failed for want of descriptors, and regions read into answers past the region budget.
+    ("log_files", ()),
+    ("log_file_evictions", ()),
+    ("log_descriptor_failures", ()),
+    ("fetch_regions", ()),
+    ("fetch_regions_read", ()),
 )
 # Cells whose readers take the greatest over the slots: the archive keeps the greatest.
 WORKER_MAXIMA = frozenset({"quota_origin_ns"})
@@ -112,7 +120,8 @@ WORKER_MAXIMA = frozenset({"quota_origin_ns"})
 WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels", "cpu_ns",
                            "idle_ppm", "quota_window", "quota_count", "quota_last",
 
-                           "fetch_sessions", "fetch_session_partitions"})
+                           "fetch_sessions", "fetch_session_partitions", "log_files",
+                           "fetch_regions"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 AUTH_RESULTS = ("success", "failure", "refused")  # refused: over a per-user limit

@@ -37,7 +37,9 @@ class BrokerProcess:
 
     def __init__(self, overrides: dict[str, str] | None = None, workers: int = 2,
                  data_dir: str | None = None, env: dict[str, str] | None = None,
-                 log_level: str = "INFO", config_file: str | None = None):
+                 log_level: str = "INFO", config_file: str | None = None,
+                 open_files: int | None = None):
+        """`open_files`: RLIMIT_NOFILE, soft and hard, of the broker and its workers."""
         self._tmp = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="pybroker-test-")
@@ -56,6 +58,7 @@ class BrokerProcess:
         for key, value in settings.items():
             self.argv += ["--override", f"{key}={value}"]
         self.env = dict(os.environ, **(env or {}))
+        self.open_files = open_files
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.listeners: dict[str, tuple[str, int]] = {}
@@ -71,7 +74,7 @@ class BrokerProcess:
             raise RuntimeError(f"broker pid {self.proc.pid} is already running")
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, env=self.env)
+                                     text=True, env=self.env, preexec_fn=self._limits)
         threading.Thread(target=self._read_stderr, daemon=True).start()
         try:
             self.wait_for_line(_READY, timeout)
@@ -81,6 +84,13 @@ class BrokerProcess:
                 self._tmp.cleanup()
             raise
         return self
+
+    def _limits(self) -> None:
+        """In the child, before exec: the open-files limit asked for (hard too, so the
+        broker cannot raise it)."""
+        if self.open_files is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def __enter__(self) -> "BrokerProcess":
         return self.start()

@@ -271,3 +271,46 @@ def test_segments_past_the_last_stable_offset_are_not_cleaned(table):
     compaction.clean(table, later(), 0, 10**9)
     kept = data_records(table)
     assert (b"k3", b"old") not in kept and (b"t", b"open") in kept
+
+
+def test_a_reader_opening_a_segment_mid_swap_never_pairs_new_and_old_files(tmp_path):
+    """Another process's handle (here: another registry, on a thread of its own) opens a
+    segment while the cleaner has renamed its log but not yet its index: it waits for the
+    swap, or opens the set again, and reads the cleaned segment whole.  Paired with the old
+    index, the new log made a read from the last round's first offset skip that round."""
+    import threading
+
+    settings = LogSettings(segment_bytes=600, index_interval_bytes=64)
+    cleaner = TopicRegistry((str(tmp_path),), settings, Epoch())
+    cleaner.create("table", 1)
+    partition = cleaner.partition("table", 0)
+    start = next(offset for offset, _key, value in fill(partition) if value == b"v0-4")
+    reader_registry = TopicRegistry((str(tmp_path),), settings, Epoch())
+    reader = reader_registry.partition("table", 0)  # no segment of it open yet
+    seen, renamed, real_replace = {}, threading.Event(), os.replace
+
+    def read_from_start():
+        data, _ = reader.read(start, 1 << 30)
+        seen["offsets"] = {offset for batch in records.headers_in(data)
+                           for offset in range(batch.base_offset, batch.next_offset)}
+
+    thread = threading.Thread(target=read_from_start)
+
+    def replace_and_read_between(source, target):
+        real_replace(source, target)
+        if target.endswith(".log") and not renamed.is_set():
+            renamed.set()  # the new log is in place, the old index still: a reader now
+            thread.start()
+            thread.join(0.5)  # it must not finish in the middle of the swap
+
+    compaction.os.replace = replace_and_read_between
+    try:
+        done = compaction.clean(partition, later(), min_lag_ms=0, delete_retention_ms=10**9)
+    finally:
+        compaction.os.replace = real_replace
+    thread.join(10)
+    assert renamed.is_set() and done.segments >= 1 and not thread.is_alive()
+    kept = {offset for offset, _key, _value in read_all(partition) if offset >= start}
+    assert kept <= seen["offsets"]  # later segments may still show records since cleaned
+    reader_registry.close()
+    cleaner.close()

@@ -3,9 +3,10 @@
 kio encodes in Python (tens of microseconds per nested entity) and wants every partition's
 records as bytes in memory, which is a copy of all the data a consumer reads.  This module
 writes the fields around the records with `struct` and leaves each partition's records as
-FileRegions: a descriptor of its own (a dup of the segment's), a position and a length, which
-the connection sends with `os.sendfile` (workers.file_sender), as Kafka's
-`FileRecords.writeTo`.  Where the bytes must pass through Python (a TLS listener, a throttled
+FileRegions: a descriptor of its own (a dup of the segment's, taken as the region is found),
+a position and a length, which the connection sends with `os.sendfile` (workers.file_sender),
+as Kafka's `FileRecords.writeTo`.  Those descriptors are bounded per worker (RegionBudget):
+past the bound a region is read into the answer instead.  Where the bytes must pass through Python (a TLS listener, a throttled
 answer), `FileResponse.materialize()` reads them once.
 
 It serves the Fetch versions the API table does (4-16); the tests compare its output with
@@ -14,9 +15,11 @@ kio's, byte for byte, for every version.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
+from broker.shared.log.files import default_capacity
 from broker.shared.protocol.varint import uvarint
 
 _I16 = struct.Struct(">h")
@@ -29,7 +32,12 @@ FIRST_TOPIC_ID = 13
 
 
 class FileRegion:
-    """`length` bytes at `position` of a file; `fd` belongs to the response holding it."""
+    """`length` bytes at `position` of a file, through a descriptor of its own (`fd`, a dup
+    of the segment's) that it closes when closed or dropped.
+
+    The worker holds at most `REGION_BUDGET.limit` of them at once (the answers being
+    sent): past it, `file_piece` reads the bytes instead, so answers over many partitions
+    cannot take the descriptors connections need."""
 
     __slots__ = ("fd", "position", "length")
 
@@ -37,6 +45,52 @@ class FileRegion:
         self.fd = fd
         self.position = position
         self.length = length
+        REGION_BUDGET.held += 1
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            REGION_BUDGET.held -= 1
+            os.close(fd)
+
+    def __del__(self) -> None:  # an answer dropped unsent (a parked read, an error) frees it
+        self.close()
+
+
+class RegionBudget:
+    """How many FileRegion descriptors the worker holds, and how many it may."""
+
+    def __init__(self, limit: int):
+        if limit < 0:
+            raise ValueError(f"a region budget cannot be negative: {limit}")
+        self.limit = limit
+        self.held = 0
+        self.read_instead = 0  # regions read as bytes because the budget was spent
+
+    @property
+    def room(self) -> bool:
+        return self.held < self.limit
+
+
+REGION_BUDGET = RegionBudget(default_capacity())  # a quarter of the open-files limit
+
+
+def file_piece(segment, position: int, length: int):
+    """A region of a segment as an answer piece: a FileRegion (a dup of its descriptor, taken
+    now: the segment's own may be closed by the time the answer is sent), or the bytes
+    themselves when the budget is spent or the process is out of descriptors."""
+    if REGION_BUDGET.room:
+        try:
+            return FileRegion(os.dup(segment.log_fd()), position, length)
+        except OSError as error:
+            if error.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+    REGION_BUDGET.read_instead += 1
+    return segment.read(position, length)
+
+
+def piece_size(piece) -> int:
+    return piece.length if type(piece) is FileRegion else len(piece)
 
 
 class FileResponse:
@@ -73,7 +127,7 @@ class FileResponse:
             self._open = False
             for piece in self.pieces:
                 if type(piece) is FileRegion:
-                    os.close(piece.fd)
+                    piece.close()
 
 class _Writer:
     """Bytes being gathered for one response, cut where a file region goes."""
@@ -105,12 +159,12 @@ class _Writer:
         if self.flexible:
             self.buffer.append(0)
 
-    def region(self, fd: int, position: int, length: int) -> None:
+    def region(self, region: FileRegion) -> None:
         self.size += len(self.buffer)
         self.pieces.append(bytes(self.buffer))
         self.buffer = bytearray()
-        self.pieces.append(FileRegion(os.dup(fd), position, length))
-        self.size += length
+        self.pieces.append(region)
+        self.size += region.length
 
     def finish(self) -> list:
         if self.buffer:
@@ -123,15 +177,15 @@ def encode_fetch(correlation, version: int, throttle_ms: int, error_code: int, s
                  topics: list) -> FileResponse | bytes:
     """A Fetch response frame.  `topics` are the handler's answers: dicts with "topic",
     "topic_id" and "partitions", each partition a dict of the response's fields whose
-    "records" is bytes or a list of (segment, position, length) regions.  Without regions
-    the answer is plain bytes."""
+    "records" is bytes or a list of pieces (`file_piece`: FileRegions and bytes); the
+    answer takes the FileRegions over.  Without regions the answer is plain bytes."""
     out = _Writer(version >= FIRST_FLEXIBLE)
     try:
         return _encode(out, correlation, version, throttle_ms, error_code, session_id, topics)
-    except BaseException:  # e.g. out of descriptors at the third region: release the first two
+    except BaseException:  # the regions taken so far go with it (the others when dropped)
         for piece in out.pieces:
             if type(piece) is FileRegion:
-                os.close(piece.fd)
+                piece.close()
         raise
 
 
@@ -181,7 +235,10 @@ def _partition(out: _Writer, version: int, part: dict) -> None:
         out.count(len(records))
         out.buffer += records
     else:
-        out.count(sum(length for _segment, _position, length in records))
-        for segment, position, length in records:
-            out.region(segment.log_fd, position, length)
+        out.count(sum(piece_size(piece) for piece in records))
+        for piece in records:
+            if type(piece) is FileRegion:
+                out.region(piece)
+            else:
+                out.buffer += piece
     out.no_tags()

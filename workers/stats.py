@@ -50,6 +50,9 @@ class WorkerStats:
         self._fetch_sessions = block.worker_cell(slot, "fetch_sessions")
         self._fetch_session_partitions = block.worker_cell(slot, "fetch_session_partitions")
         self._fetch_session_evictions = block.worker_cell(slot, "fetch_session_evictions")
+        self._descriptors = [block.worker_cell(slot, name) for name in (
+            "log_files", "log_file_evictions", "log_descriptor_failures", "fetch_regions",
+            "fetch_regions_read")]
         self._muted = {reason: block.worker_cell(slot, "muted_channels", n)
                        for n, reason in enumerate(MUTE_REASONS)}
         self._throttle_ns = block.worker_cell(slot, "throttle_ns", 0)
@@ -89,6 +92,12 @@ class WorkerStats:
         words[self._fetch_sessions] = sessions
         words[self._fetch_session_partitions] = partitions
         words[self._fetch_session_evictions] = evictions
+
+    def descriptors(self, files, regions) -> None:
+        """The log's open files (an OpenFiles) and the answers' regions (a RegionBudget)."""
+        for cell, value in zip(self._descriptors, (files.held, files.evicted, files.failures,
+                                                   regions.held, regions.read_instead)):
+            self.words[cell] = value
 
     def quota_untracked(self) -> None:
         self.words[self._quota_untracked] += 1

@@ -50,6 +50,7 @@ from workers.backpressure import MemoryWaiters, RequestQueue
 from workers.connection import MAPPED_FRAME_BYTES, Connection, PooledConnection, client_id_of
 from workers.connection_list import top_connections
 from workers.events import WorkerEvents
+from workers.fetch_response import REGION_BUDGET
 from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
 from workers.handlers import BrokerView, Router
@@ -350,6 +351,7 @@ class Worker:
     def _tick(self) -> None:
         self.block.beat(self.slot)
         self.stats.tick()
+        self.stats.descriptors(self.registry.files, REGION_BUDGET)
         now = time.monotonic()
         if self._idle_seconds >= 0 and not self._draining:
             cutoff = now - self._idle_seconds

@@ -7,7 +7,14 @@ partition is recovered from its files (torn trailing batches are cut).  A partit
 zeroed, another size), is recovered in any case; one that cannot be recovered is marked
 offline and the broker starts without it.  At shutdown, after the workers are gone, every
 partition is fsynced and the marker written.  Retention and the timed flush run on a thread
-of the parent, on their own handles.
+of the parent, compaction on another, each on registries of their own.
+
+Descriptors: the parent's registries (its loop's, maintenance's, the cleaner's) share a
+quarter of the open-files limit, a third each (broker.shared.log.files), and the duties over
+every partition (recovery, retention, flushes, shutdown) close each handle when done with it,
+so neither descriptors nor mappings grow with the partitions.  A duty that fails on one
+partition (out of descriptors, a disk error) is logged and counted, and the others go on: the
+threads never stop before the broker does.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import time
 
 from broker.shared.config import BrokerConfig
 from broker.shared.log import compaction, topic_config
+from broker.shared.log.files import MIN_CAPACITY, OpenFiles, default_capacity
 from broker.shared.log.partition import W_DIRTY
 from broker.shared.log.settings import log_settings
 from broker.shared.log.topics import Epoch, TopicRegistry, forget_offline, remove_leftovers
@@ -26,6 +34,8 @@ from broker.shared.log.topics import Epoch, TopicRegistry, forget_offline, remov
 log = logging.getLogger("broker.parent.log_manager")
 
 CLEAN_SHUTDOWN = ".pybroker-clean-shutdown"
+REGISTRIES = 3  # the parent's registries at once: its loop's, maintenance's, the cleaner's
+_FAILURE_LOG_EVERY_S = 60.0  # one line per duty this often, whatever the failures
 
 
 class LogManager:
@@ -36,11 +46,83 @@ class LogManager:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cleaner: threading.Thread | None = None
+        self.failures = 0  # partition duties that failed (broker_log_duty_failures_total)
+        self._failure_logged: dict[str, float] = {}
+        self.open_files: list[OpenFiles] = []  # of the registries alive, for /metrics
+        self._closed_files = [0, 0]  # evictions and failures of the registries gone
 
     def registry(self) -> TopicRegistry:
-        return TopicRegistry(self.config.log_dirs, self.settings, self.epoch, self.config.props)
+        """A registry for one of the parent's threads, with its share of the descriptors
+        (closed by `close_registry`)."""
+        files = OpenFiles(max(default_capacity() // REGISTRIES, MIN_CAPACITY))
+        self.open_files = self.open_files + [files]  # replaced whole: the metrics thread reads
+        return TopicRegistry(self.config.log_dirs, self.settings, self.epoch, self.config.props,
+                             files)
+
+    def close_registry(self, registry: TopicRegistry) -> None:
+        registry.close()
+        files = registry.files
+        self._closed_files = [self._closed_files[0] + files.evicted,
+                              self._closed_files[1] + files.failures]
+        self.open_files = [held for held in self.open_files if held is not files]
+
+    def descriptor_figures(self) -> tuple[int, int, int]:
+        """(log files open, evictions, failed opens) over the parent's registries."""
+        alive = self.open_files
+        return (sum(files.held for files in alive),
+                self._closed_files[0] + sum(files.evicted for files in alive),
+                self._closed_files[1] + sum(files.failures for files in alive))
+
+    def _each_partition(self, registry: TopicRegistry, duty: str, action) -> None:
+        """`action(partition)` on every partition, each handle closed after it; a failure is
+        this partition's (logged, counted), never the duty's."""
+        for topic in list(registry.topics().values()):
+            for index in range(topic.partitions):
+                if self._stop.is_set() and duty != "shutdown flush":
+                    return
+                try:
+                    partition = registry.partition(topic.name, index)
+                    if partition is not None:
+                        action(topic, index, partition)
+                except Exception as error:  # noqa: BLE001 - one partition pays, not the duty
+                    self._failed(duty, f"{topic.name}-{index}", error)
+                finally:
+                    registry.forget(topic.name, index)
+
+    def _failed(self, duty: str, where: str, error: BaseException) -> None:
+        self.failures += 1
+        now = time.monotonic()
+        if now - self._failure_logged.get(duty, -_FAILURE_LOG_EVERY_S) >= _FAILURE_LOG_EVERY_S:
+            self._failure_logged[duty] = now
+            log.error("log %s failed on partition %s: %s (%d failures so far; it goes on with "
+                      "the others and tries again next time)", duty, where, error, self.failures)
 
     # --- start-up and shutdown ------------------------------------------------------------
+
+    def _recover_one(self, registry: TopicRegistry, name: str, index: int, clean: bool) -> str:
+        """Start-up: recover one partition if in doubt; "checked", "recovered" or "offline"."""
+        try:
+            partition = registry.partition(name, index)
+        except OSError as error:  # its state file cannot even be opened
+            log.error("partition %s-%d is offline: it cannot be opened: %s", name, index, error)
+            registry.record_offline(name, index)
+            return "offline"
+        doubt = partition.consistent()
+        if clean and not partition.state[W_DIRTY] and not partition.offline and doubt is None:
+            return "checked"
+        if clean and doubt is not None:  # the marker says clean, the files do not
+            log.warning("partition %s-%d: %s; recovering it from its segments", name, index,
+                        doubt)
+        try:
+            cut = partition.recover()
+        except Exception as error:  # one bad partition must not stop the broker
+            partition.mark_offline(error)
+            return "offline"
+        if cut:
+            log.warning("partition %s-%d: cut %d bytes of torn or corrupt data at the end of "
+                        "the log", name, index, cut)
+        return "recovered"
+
 
     def startup(self) -> None:
         for name in remove_leftovers(self.config.log_dirs):
@@ -49,37 +131,17 @@ class LogManager:
         markers = [os.path.join(d, CLEAN_SHUTDOWN) for d in self.config.log_dirs]
         clean = all(os.path.exists(marker) for marker in markers)
         registry = self.registry()
-        recovered = offline = 0
+        outcomes = {"checked": 0, "recovered": 0, "offline": 0}
         try:
             for topic in registry.topics().values():
                 for index in range(topic.partitions):
                     try:
-                        partition = registry.partition(topic.name, index)
-                    except OSError as error:  # its state file cannot even be opened
-                        log.error("partition %s-%d is offline: it cannot be opened: %s",
-                                  topic.name, index, error)
-                        registry.record_offline(topic.name, index)
-                        offline += 1
-                        continue
-                    doubt = partition.consistent()
-                    if clean and not partition.state[W_DIRTY] and not partition.offline \
-                            and doubt is None:
-                        continue
-                    if clean and doubt is not None:  # the marker says clean, the files do not
-                        log.warning("partition %s-%d: %s; recovering it from its segments",
-                                    topic.name, index, doubt)
-                    recovered += 1
-                    try:
-                        cut = partition.recover()
-                    except Exception as error:  # one bad partition must not stop the broker
-                        partition.mark_offline(error)
-                        offline += 1
-                        continue
-                    if cut:
-                        log.warning("partition %s-%d: cut %d bytes of torn or corrupt data at "
-                                    "the end of the log", topic.name, index, cut)
+                        outcomes[self._recover_one(registry, topic.name, index, clean)] += 1
+                    finally:
+                        registry.forget(topic.name, index)  # start-up holds one at a time
         finally:
-            registry.close()
+            self.close_registry(registry)
+        recovered, offline = outcomes["recovered"] + outcomes["offline"], outcomes["offline"]
         if offline:
             log.error("log recovery: %d partitions are offline (see above); the others serve",
                       offline)
@@ -96,12 +158,16 @@ class LogManager:
             if thread is not None:
                 thread.join(30)
         registry = self.registry()
+        failures = self.failures
         try:
-            for topic in registry.topics().values():
-                for index in range(topic.partitions):
-                    registry.partition(topic.name, index).flush(always=True)
+            self._each_partition(registry, "shutdown flush",
+                                 lambda _topic, _index, partition: partition.flush(always=True))
         finally:
-            registry.close()
+            self.close_registry(registry)
+        if self.failures > failures:  # something unflushed: the next start checks everything
+            log.error("shutdown: %d partitions could not be flushed; no clean-shutdown marker, "
+                      "so the next start recovers every partition", self.failures - failures)
+            return
         for log_dir in self.config.log_dirs:
             with open(os.path.join(log_dir, CLEAN_SHUTDOWN), "w", encoding="utf-8"):
                 pass
@@ -122,30 +188,30 @@ class LogManager:
         registry = self.registry()
         try:
             while not self._stop.wait(props.log_cleaner_backoff_ms / 1000):
-                self._compact(registry)
-        except Exception:  # the cleaner must never take the parent down
-            log.exception("log cleaner stopped")
+                try:
+                    self._compact(registry)
+                except Exception as error:  # noqa: BLE001 - e.g. the topics could not be listed
+                    self._failed("compaction", "(all)", error)
         finally:
-            registry.close()
+            self.close_registry(registry)
 
     def _compact(self, registry: TopicRegistry) -> None:
         props = self.config.props
         rate = props.log_cleaner_io_max_bytes_per_second or float("inf")
-        for topic in list(registry.topics().values()):
+
+        def clean(topic, index, partition) -> None:
             values = topic_config.effective(props, registry.configs(topic.name))
-            if "compact" not in values["cleanup.policy"].split(","):
-                continue
-            for index in range(topic.partitions):
-                partition = registry.partition(topic.name, index)
-                if partition is None or partition.offline or self._stop.is_set():
-                    continue
-                done = compaction.clean(partition, int(time.time() * 1000),
-                                        int(values["min.compaction.lag.ms"]),
-                                        int(values["delete.retention.ms"]), rate,
-                                        float(values["min.cleanable.dirty.ratio"]))
-                if done.segments:
-                    log.info("partition %s-%d: compaction rewrote %d segments, %d records "
-                             "removed", topic.name, index, done.segments, done.removed)
+            if "compact" not in values["cleanup.policy"].split(",") or partition.offline:
+                return
+            done = compaction.clean(partition, int(time.time() * 1000),
+                                    int(values["min.compaction.lag.ms"]),
+                                    int(values["delete.retention.ms"]), rate,
+                                    float(values["min.cleanable.dirty.ratio"]))
+            if done.segments:
+                log.info("partition %s-%d: compaction rewrote %d segments, %d records "
+                         "removed", topic.name, index, done.segments, done.removed)
+
+        self._each_partition(registry, "compaction", clean)
 
     def _maintain(self) -> None:
         props = self.config.props
@@ -158,36 +224,37 @@ class LogManager:
             while not self._stop.wait(max(0.01, min(next_retention, next_flush) - time.monotonic())):
                 now = time.monotonic()
                 if now >= next_retention:
-                    self._retain(registry)
                     next_retention = now + retention_every
+                    self._round("retention", self._retain, registry)
                 if now >= next_flush:
-                    self._flush(registry)
                     next_flush = now + flush_every
-        except Exception:  # maintenance must never take the parent down; the next start recovers
-            log.exception("log maintenance stopped")
+                    self._round("flush", self._flush, registry)
         finally:
-            registry.close()
+            self.close_registry(registry)
+
+    def _round(self, duty: str, run, registry: TopicRegistry) -> None:
+        try:
+            run(registry)
+        except Exception as error:  # noqa: BLE001 - e.g. the topics could not be listed
+            self._failed(duty, "(all)", error)
 
     def _retain(self, registry: TopicRegistry) -> None:
         """Each topic's retention: its own retention.ms / retention.bytes, else the broker's;
         a topic whose cleanup.policy lacks delete is left alone."""
-        for topic in list(registry.topics().values()):
+        def retain(topic, index, partition) -> None:
             limits = topic_config.retention(self.config.props, registry.configs(topic.name))
             if limits is None or (limits[0] < 0 and limits[1] < 0):
-                continue
-            keep_bytes, keep_ms = limits
-            for index in range(topic.partitions):
-                partition = registry.partition(topic.name, index)
-                if partition is None:
-                    continue
-                deleted = partition.enforce_retention(keep_bytes, keep_ms, time.time())
-                if deleted:
-                    log.info("partition %s-%d: retention deleted %d segments; log starts at %d",
-                             topic.name, index, deleted, partition.log_start_offset)
+                return
+            deleted = partition.enforce_retention(limits[0], limits[1], time.time())
+            if deleted:
+                log.info("partition %s-%d: retention deleted %d segments; log starts at %d",
+                         topic.name, index, deleted, partition.log_start_offset)
+
+        self._each_partition(registry, "retention", retain)
 
     def _flush(self, registry: TopicRegistry) -> None:
-        for topic in list(registry.topics().values()):
-            for index in range(topic.partitions):
-                partition = registry.partition(topic.name, index)
-                if partition is not None and partition.unflushed_messages():
-                    partition.flush()
+        def flush(_topic, _index, partition) -> None:
+            if partition.unflushed_messages():
+                partition.flush()
+
+        self._each_partition(registry, "flush", flush)

@@ -339,3 +339,38 @@ class BlockCollector:
                     rates.append((self.sensors.measure(quota_index, entity)[0] / unit, key))
             found += [(quota, key, rate) for rate, key in sorted(rates, reverse=True)[:top]]
         return found
+
+
+class DescriptorCollector:
+    """Descriptors of the log store and of the answers sent from its files: the workers'
+    figures from the shared block, the parent's from its log manager."""
+
+    def __init__(self, block: SharedBlock, logs):
+        self.block = block
+        self.logs = logs
+
+    def collect(self):
+        total = self.block.worker_total
+        held, evictions, failures = self.logs.descriptor_figures()
+        yield GaugeMetricFamily(
+            "broker_log_open_files", "Log files (segments, states, indexes) held open by the "
+            "broker's processes; each keeps at most a quarter of its open-files limit",
+            value=total("log_files") + held)
+        yield CounterMetricFamily(
+            "broker_log_file_evictions", "Times a process closed its least recently used log "
+            "files to open others (more partitions in use than its descriptor budget)",
+            value=total("log_file_evictions") + evictions)
+        yield CounterMetricFamily(
+            "broker_log_descriptor_failures", "Log files that could not be opened for want of "
+            "descriptors (answered KAFKA_STORAGE_ERROR, retriable)",
+            value=total("log_descriptor_failures") + failures)
+        yield CounterMetricFamily(
+            "broker_log_duty_failures", "Partition duties of the parent (retention, flush, "
+            "compaction, shutdown flush) that failed on one partition and went on",
+            value=self.logs.failures)
+        yield GaugeMetricFamily(
+            "broker_fetch_file_regions", "File regions (a descriptor each) held by Fetch "
+            "answers being sent", value=total("fetch_regions"))
+        yield CounterMetricFamily(
+            "broker_fetch_regions_read", "File regions read into a Fetch answer because the "
+            "worker's region budget was spent", value=total("fetch_regions_read"))

@@ -29,7 +29,7 @@ from broker.parent.transactions.coordinator import TransactionCoordinator
 from broker.parent.transactions.metrics import TransactionCollector
 from broker.parent.ledger import ConnectionLedger
 from broker.parent.log_manager import LogManager
-from broker.parent.metrics import BlockCollector
+from broker.parent.metrics import BlockCollector, DescriptorCollector
 from broker.parent.resolver import HostResolver
 from broker.parent.runtime import Runtime
 from broker.parent.scram import ScramStore
@@ -201,7 +201,7 @@ class ParentServices:
 
     def close(self) -> None:
         if self._topics is not None:
-            self._topics.close()
+            self.logs.close_registry(self._topics)
         self._stop_metrics()
         self.resolver.close()
         if self.events is not None:
@@ -334,7 +334,8 @@ class ParentServices:
         collector = BlockCollector(self.block, self.config, self.ledger, self.pool, sensors,
                                    self.dynamic, self.workers, self.metrics_lock)
         host, port = self.config.prometheus
-        collectors = [collector, TransactionCollector(self.transactions)]
+        collectors = [collector, TransactionCollector(self.transactions),
+                      DescriptorCollector(self.block, self.logs)]
         self._metrics_server, bound = serve_status(host, port, collectors, self.listing)
         log.info("metrics listening address=%s:%d (/metrics, /connections)", host, bound)
 

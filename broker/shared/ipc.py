@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import array
 import collections
+import logging
 import os
 import socket
+import time
 
 import msgspec
 
@@ -31,6 +33,8 @@ from broker.shared.acl import Acl
 from broker.shared.config import BrokerConfig
 from broker.shared.sasl import ScramCredential
 from broker.shared.tls import TlsSettings
+
+log = logging.getLogger("broker.shared.ipc")
 
 MAX_FDS_PER_MESSAGE = 250  # Linux accepts at most 253 fds per SCM_RIGHTS message
 MAX_MESSAGE_BYTES = 1 << 16
@@ -357,7 +361,20 @@ def _receive_datagram(sock: socket.socket) -> tuple[bytes, list[int]]:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
     if not data and not fds:
         raise EOFError("peer closed the socket")
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or not data:
+    if flags & socket.MSG_TRUNC or not data:
         _close_all(fds)
         raise ChannelError(f"truncated IPC datagram (flags {flags:#x})")
-    return data, list(fds)
+    if flags & socket.MSG_CTRUNC:  # this process is out of descriptors: the kernel kept the
+        _lost_descriptors()  # ones it could not install; the message holds, those sockets
+    return data, list(fds)  # are missing (a hand-off counts them closed), the channel lives
+
+
+_lost_logged = [0.0]
+
+
+def _lost_descriptors() -> None:
+    now = time.monotonic()
+    if now - _lost_logged[0] >= 10.0:
+        _lost_logged[0] = now
+        log.error("descriptors passed over the IPC channel were lost: this process is at its "
+                  "open-files limit (their connections are closed)")

@@ -25,8 +25,9 @@ import logging
 
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import FETCH
+from broker.shared.log.files import OutOfDescriptors
 from broker.shared.protocol import errors
-from workers.fetch_response import FileResponse, encode_fetch
+from workers.fetch_response import FileResponse, encode_fetch, file_piece, piece_size
 from workers.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition,
                                     FetchSession, next_epoch)
 from workers.handlers import NO_THROTTLE, Api, RequestContext
@@ -36,6 +37,16 @@ log = logging.getLogger("workers.apis.fetch")
 
 POLL_SECONDS = 0.005
 DENIED = object()  # in place of a partition the principal may not READ
+UNAVAILABLE = object()  # in place of a partition the process has no descriptor to open
+
+
+def opened(registry, topic: str, index: int):
+    """The partition's handle, None if unknown, UNAVAILABLE when out of descriptors (a
+    retriable storage error for the client, never a closed connection)."""
+    try:
+        return registry.partition(topic, index)
+    except OutOfDescriptors:
+        return UNAVAILABLE
 NEW = object()  # a full fetch that asks for a session
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 READ_COMMITTED = 1  # isolation_level: nothing past the last stable offset, aborts listed
@@ -188,7 +199,7 @@ class Fetch(Api, api="Fetch"):
             for part in topic.partitions:
                 parts[part.partition] = part
         return [(name, topic_id, info,
-                 [(part, DENIED if denied else registry.partition(info.name, index)
+                 [(part, DENIED if denied else opened(registry, info.name, index)
                    if info else None) for index, part in parts.items()])
                 for name, topic_id, info, parts in by_topic.values()
                 for denied in (self._denied(ctx, name, info),)]
@@ -232,7 +243,7 @@ class Fetch(Api, api="Fetch"):
             return dict(answer, error_code=unknown), 0
         if partition is DENIED:
             return dict(answer, error_code=errors.ErrorCode.topic_authorization_failed), 0
-        if partition.offline:
+        if partition is UNAVAILABLE or partition.offline:
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error), 0
         stable = partition.last_stable_offset  # first: it never passes the high watermark
         high, start = partition.high_watermark, partition.log_start_offset
@@ -244,18 +255,20 @@ class Fetch(Api, api="Fetch"):
         upper = stable if committed else None
         try:
             if regions:
-                data, high = partition.read_regions(offset, limit, first, upper)
-                size = sum(length for _segment, _position, length in data)
+                data, high = partition.read_regions(offset, limit, first, upper, file_piece)
+                size = sum(piece_size(piece) for piece in data)
             else:
                 data, high = partition.read(offset, limit, first, upper)
                 size = len(data)
+            if committed:  # the consumer drops these producers' records up to their marker
+                answer["aborted_transactions"] = [
+                    {"producer_id": producer, "first_offset": first_offset}
+                    for producer, first_offset in partition.aborted_transactions(offset, stable)]
         except FileNotFoundError:  # retention deleted the segment between two looks
             return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
+        except OutOfDescriptors:  # retriable: the client asks again
+            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error), 0
         answer.update(high_watermark=high, records=data or b"")
-        if committed:  # the consumer drops these producers' records up to their abort marker
-            answer["aborted_transactions"] = [
-                {"producer_id": producer, "first_offset": first_offset}
-                for producer, first_offset in partition.aborted_transactions(offset, stable)]
         return dict(answer, error_code=errors.NONE), size
 
 
@@ -326,7 +339,8 @@ class _Waiter:
         self.answer = answer
         self.min_bytes = min_bytes
         self.partitions = list({id(p): p for _n, _i, _info, parts in wanted for _r, p in parts
-                                if p is not None and p is not DENIED}.values())
+                                if p is not None and p is not DENIED and p is not UNAVAILABLE}
+                               .values())
         self.marks = [p.high_watermark for p in self.partitions]
         self.timer = None
 
@@ -399,7 +413,7 @@ class ListOffsets(Api, api="ListOffsets"):
                     answers.append(self._duplicate(part))  # none looked up
                 else:
                     answers.append(self._offset(
-                        registry.partition(topic.name, part.partition_index), part, committed))
+                        opened(registry, topic.name, part.partition_index), part, committed))
             topics.append({"name": topic.name, "partitions": answers})
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})
 
@@ -414,7 +428,7 @@ class ListOffsets(Api, api="ListOffsets"):
                   "leader_epoch": 0, "error_code": errors.NONE}
         if partition is None:
             return dict(answer, error_code=errors.UNKNOWN_TOPIC_OR_PARTITION, leader_epoch=-1)
-        if partition.offline:
+        if partition is UNAVAILABLE or partition.offline:
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
         wanted = request.timestamp
         if wanted in (LATEST, LATEST_TIERED):
@@ -422,8 +436,11 @@ class ListOffsets(Api, api="ListOffsets"):
                         else partition.high_watermark)
         if wanted in (EARLIEST, EARLIEST_LOCAL):
             return dict(answer, offset=partition.log_start_offset)
-        found = partition.max_timestamp_offset() if wanted == MAX_TIMESTAMP \
-            else partition.offset_for_timestamp(wanted)
+        try:
+            found = partition.max_timestamp_offset() if wanted == MAX_TIMESTAMP \
+                else partition.offset_for_timestamp(wanted)
+        except OutOfDescriptors:
+            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
         if found is None:
             return answer
         return dict(answer, offset=found[0], timestamp=found[1])

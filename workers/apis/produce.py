@@ -11,6 +11,7 @@ import logging
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import PRODUCE
 from broker.shared.log import records
+from broker.shared.log.files import OutOfDescriptors
 from broker.shared.protocol import errors
 from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
 from workers.throttling import Throttled, throttle_applies_client_side
@@ -118,7 +119,10 @@ class Produce(Api, api="Produce"):
         """The partition and the check of its batch, or why it is refused."""
         if refusal is not None:
             return _Pending(data, None, None, refusal)
-        partition = self.services.registry.partition(topic, data.index)
+        try:
+            partition = self.services.registry.partition(topic, data.index)
+        except OutOfDescriptors:  # retriable: the producer sends it again
+            return _Pending(data, None, None, "kafka_storage_error")
         if partition is None:
             return _Pending(data, None, None, "unknown_topic_or_partition")
         if acks == -1 and partition.settings.min_insync_replicas > 1:  # one replica: this one

@@ -18,7 +18,10 @@ never on a request path.  For one partition of a topic whose cleanup.policy has 
   3. the rewritten segment (log, offset index, time index) is written to `cleaning/`, fsynced,
      then swapped in under the partition lock: a marker `cleaning/<base>.swap` is written (the
      commit point), the three files renamed over the old ones, the marker removed, and the
-     partition's segments version bumped so every process reopens it.  `finish_swaps`, called
+     partition's segments version bumped so every process reopens it.  The renames happen
+     between two bumps of the partition's swap counter: a reader in another process opening
+     that segment's files meanwhile (they are opened as a set, see segment.py) opens them
+     again, so it never pairs the new log with the old index;  `finish_swaps`, called
      by recovery, completes a swap whose marker exists and discards cleaned files without one,
      so a `kill -9` at any point leaves either the old segment or the new one, whole.
 
@@ -156,7 +159,7 @@ def _age_ms(directory: str, base: int, now_ms: int) -> float:
 
 def _batches(directory: str, base: int):
     """(header, bytes) of each sound batch of a closed segment."""
-    segment = Segment(directory, base)
+    segment = Segment(directory, base)  # files of its own, closed at the end
     try:
         for position, batch in segment.scan():
             yield batch, segment.read(position, batch.size)
@@ -336,8 +339,11 @@ def _swap(partition, base: int) -> bool:
         marker = os.path.join(cleaning, segment_name(base, "swap"))
         with open(marker, "wb") as handle:  # the commit point
             os.fsync(handle.fileno())
-        _complete(directory, base)
-        partition.segments_changed()  # every process reopens the segment
+        partition.begin_swap()  # a reader opening the segment now waits or opens it again
+        try:
+            _complete(directory, base)
+        finally:
+            partition.end_swap()  # and every process reopens the segment
     return True
 
 

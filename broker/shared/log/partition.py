@@ -14,6 +14,8 @@ process and holds (8-byte words, native endian):
     16 when the active segment got its first batch, unix ms (segment.ms counts from it)
     17 least first offset of an ongoing transaction + 1 (0: none; see "Transactions")
     18 entries in the aborted-transaction index   19 its version (bumped when a repair cuts it)
+    20 compaction swaps: odd while one renames a segment's files (readers open sets around it)
+    21 the producer file's generation: bumped before its size changes (others map it again)
     (the idempotent-producer table is a file of its own: producers.py; the aborted-transaction
     index too: transactions.py)
 
@@ -59,7 +61,6 @@ from __future__ import annotations
 import bisect
 import fcntl
 import logging
-import mmap
 import os
 import sys
 import time
@@ -67,6 +68,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from broker.shared.log import compaction, records, transactions
+from broker.shared.log.files import OpenFiles, OutOfDescriptors, default_capacity, is_exhaustion
+from broker.shared.log.mapping import Mapping
 from broker.shared.log.producers import ProducerState, ProducerTable, Verdict
 from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases, write_atomically
 
@@ -85,6 +88,8 @@ W_SEGMENT_STARTED = 16  # unix ms of the active segment's first append (0: unkno
 W_ONGOING_FIRST = 17  # 1 + the least first offset of an ongoing transaction (0: none)
 W_ABORTED_COUNT = 18  # entries of the aborted-transaction index readers may read
 W_ABORTED_VERSION = 19  # bumped when a repair cuts the index: readers drop what they cached
+W_SWAPS = 20  # compaction swaps, odd while one is renaming files (see Segment)
+W_PRODUCERS_GENERATION = 21  # bumped before the producer file changes size (see producers.py)
 STATE_WORDS = 32
 STATE_BYTES = 8 * STATE_WORDS
 
@@ -119,22 +124,37 @@ class AppendResult:
 
 
 class Partition:
-    """A process's handle on one partition; cheap to keep, safe to use from any worker."""
+    """A thread's handle on one partition; cheap to keep, safe to use from any worker.
 
-    def __init__(self, directory: str, topic: str, index: int, settings: LogSettings):
+    What it costs its process: the state file's one-page mapping, the producer table's
+    mapping once an idempotent producer wrote here, and the descriptors of its files while
+    they are among the registry's open files (`files`, bounded: see files.py)."""
+
+    def __init__(self, directory: str, topic: str, index: int, settings: LogSettings,
+                 files: OpenFiles | None = None):
         self.directory = directory
         self.topic = topic
         self.index = index
         self.settings = settings
-        path = os.path.join(directory, STATE_FILE)
-        self._state_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._state_fd).st_size < STATE_BYTES:
-            os.ftruncate(self._state_fd, STATE_BYTES)
-        self._map = mmap.mmap(self._state_fd, STATE_BYTES)
-        self.state = memoryview(self._map).cast("q")
+        self._files = files if files is not None else OpenFiles(default_capacity())
+        self._state_path = os.path.join(directory, STATE_FILE)
+        self._state_fd = self._files.open(self, self._state_path, os.O_RDWR | os.O_CREAT)
+        self._lock_depth = 0
+        try:
+            if os.fstat(self._state_fd).st_size < STATE_BYTES:
+                os.ftruncate(self._state_fd, STATE_BYTES)
+            self._map = Mapping(self._state_fd, STATE_BYTES)  # holds no descriptor
+        except BaseException as error:
+            self._files.close(self)
+            if is_exhaustion(error):  # vm.max_map_count reached: as retriable as EMFILE
+                raise OutOfDescriptors(error.errno, f"cannot map {self._state_path}: "
+                                                    f"{error.strerror}") from None
+            raise
+        self.state = self._map.words
         self.producers = ProducerTable(directory, settings.producer_expiration_ms,
-                                       settings.max_producers)
-        self.aborted = transactions.AbortedIndex(directory)
+                                       settings.max_producers, self.state,
+                                       W_PRODUCERS_GENERATION)
+        self.aborted = transactions.AbortedIndex(directory, self._files)
         self._segments: dict[int, Segment] = {}
         self._bases: list[int] = []
         self._segments_version = -1
@@ -146,9 +166,13 @@ class Partition:
         self._segments.clear()
         self.producers.close()
         self.aborted.close()
-        self.state.release()
         self._map.close()
-        os.close(self._state_fd)
+        self._files.close(self)
+        self._state_fd = -1
+
+    def files_evicted(self) -> None:
+        """The registry's OpenFiles closed the state file (its mapping stays)."""
+        self._state_fd = -1
 
     # --- shared state ---------------------------------------------------------------------
 
@@ -189,11 +213,57 @@ class Partition:
 
     @contextmanager
     def locked(self):
-        fcntl.flock(self._state_fd, fcntl.LOCK_EX)
+        """The partition's exclusive lock (a flock on the state file, held by the open file:
+        pinned among the open files until released)."""
+        fd = self._lock_fd()
+        self._files.pin(self)
         try:
-            yield
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(self._state_fd, fcntl.LOCK_UN)
+            self._files.unpin(self)
+
+    def _lock_fd(self) -> int:
+        if self._state_fd < 0:
+            self._state_fd = self._files.open(self, self._state_path, os.O_RDWR)
+        else:
+            self._files.touch(self)
+        return self._state_fd
+
+    def _swap_count(self) -> int:
+        return self.state[W_SWAPS]
+
+    @contextmanager
+    def _swap_waited(self):
+        """Until a compaction swap in progress is done: its maker holds the lock (a shared
+        lock waits for it), unless this thread holds it, and then no swap runs."""
+        if self._lock_depth:
+            yield
+            return
+        fd = self._lock_fd()
+        self._files.pin(self)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._files.unpin(self)
+
+    def begin_swap(self) -> None:
+        """Compaction, under the lock, before renaming a segment's files: readers opening
+        them wait (the counter is odd) or open them again."""
+        self.state[W_SWAPS] += 1
+
+    def end_swap(self) -> None:
+        self.state[W_SWAPS] += 1
+        self.segments_changed()
 
     # --- segments ------------------------------------------------------------------------
 
@@ -212,7 +282,8 @@ class Partition:
     def _segment(self, base: int, create: bool = False) -> Segment:
         segment = self._segments.get(base)
         if segment is None:
-            segment = Segment(self.directory, base, create=create)
+            segment = Segment(self.directory, base, self._files, create,
+                              (self._swap_count, self._swap_waited))
             self._segments[base] = segment
         return segment
 
@@ -260,6 +331,8 @@ class Partition:
             try:
                 self._repair()
             except Exception as error:  # files we cannot repair: this partition only pays
+                if is_exhaustion(error):  # not the files' fault: dirty stays, a retry repairs
+                    return AppendResult("kafka_storage_error", message=str(error))
                 self.mark_offline(error)
                 return AppendResult("kafka_storage_error", message="the partition is offline")
         return None
@@ -564,17 +637,23 @@ class Partition:
     def read(self, offset: int, max_bytes: int, at_least_one: bool = True,
              upper: int | None = None) -> tuple[bytes, int]:
         """The bytes of `read_regions`, copied: (bytes, high mark)."""
-        regions, high = self.read_regions(offset, max_bytes, at_least_one, upper)
-        return b"".join(segment.read(position, length)
-                        for segment, position, length in regions), high
+        pieces, high = self.read_regions(offset, max_bytes, at_least_one, upper, _read_piece)
+        return b"".join(pieces), high
 
     def read_regions(self, offset: int, max_bytes: int, at_least_one: bool = True,
-                     upper: int | None = None) -> tuple[list[tuple[Segment, int, int]], int]:
+                     upper: int | None = None, piece=None) -> tuple[list, int]:
         """Where the batches from the one holding `offset` on lie, up to `max_bytes` (but at
         least one whole batch if `at_least_one`), never past the high watermark nor holding
-        an offset at or past `upper` (the LSO, for read_committed):
-        ([(segment, position, length)], high mark).  Only batch headers are read (the index
-        leads to them), so the data itself can go to a socket without entering Python."""
+        an offset at or past `upper` (the LSO, for read_committed): (pieces, high mark).
+        Only batch headers are read (the index leads to them), so the data itself can go to
+        a socket without entering Python.
+
+        Each region becomes `piece(segment, position, length)` as soon as it is found (by
+        default the tuple itself): the segment's descriptor is valid then, but opening the
+        next segment may evict it (files.py), so a piece that needs the file later takes
+        its own `dup` of `segment.log_fd()` there and then."""
+        if piece is None:
+            piece = _region
         state = self.state
         high = state[W_HIGH_WATERMARK]  # first: every batch below it is whole on disk
         stop = high if upper is None else min(upper, high)
@@ -601,9 +680,9 @@ class Partition:
             if whole == position:
                 if at_least_one and not regions:  # bigger than max_bytes: whole (KIP-74)
                     size = records.read_header(segment.read(position, records.HEADER_BYTES)).size
-                    regions.append((segment, position, size))
+                    regions.append(piece(segment, position, size))
                 break
-            regions.append((segment, position, whole - position))
+            regions.append(piece(segment, position, whole - position))
             room -= whole - position
             if whole < end or room <= 0:
                 break
@@ -721,6 +800,8 @@ class Partition:
             for segment in self._segments.values():
                 segment.close()
             self._segments.clear()
+        if state[W_SWAPS] & 1:  # its maker died mid-swap: finished above, readers go on
+            state[W_SWAPS] += 1
         bases = list_bases(self.directory)
         if not bases:
             base = max(0, state[W_LOG_END])
@@ -804,10 +885,20 @@ class Partition:
 
     def _initialise_state(self) -> None:
         state = self.state
+        generation = state[W_PRODUCERS_GENERATION]  # only ever grows: others may hold a map
         for word in range(STATE_WORDS):
             state[word] = 0
+        state[W_PRODUCERS_GENERATION] = generation
         self.producers.clear()
         state[W_MAGIC] = STATE_MAGIC
+
+
+def _region(segment: Segment, position: int, length: int) -> tuple[Segment, int, int]:
+    return segment, position, length
+
+
+def _read_piece(segment: Segment, position: int, length: int) -> bytes:
+    return segment.read(position, length)
 
 
 def _in_transaction(batch: records.Batch) -> bool:

@@ -29,17 +29,21 @@ with linear probing:
 A file of another layout (an older MAGIC) is reset on first use, as a bad one is: its
 producers are forgotten (their next batch at a sequence past 0 gets UNKNOWN_PRODUCER_ID).
 
-Growing rewrites the file in place (ftruncate, then every live entry re-placed); the other
-processes see the new size at their next use and map it again.
+Growing rewrites the file in place (ftruncate, then every live entry re-placed).  A process
+holds the table as a mapping only (broker.shared.log.mapping: no descriptor); whoever changes
+the file's size first bumps a generation word in the partition's state (which never shrinks),
+so the others map it again at their next use, before touching a page the file may no longer
+have.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import time
 from enum import Enum
 from typing import NamedTuple
+
+from broker.shared.log.mapping import Mapping
 
 FILE_NAME = "producers"
 MAGIC = int.from_bytes(b"PYBRKPR2", "little")  # PR1: 21 words, no transactions
@@ -63,59 +67,78 @@ class Verdict(Enum):
 
 
 class ProducerTable:
-    """One process's handle on a partition's producer file (opened on first use)."""
+    """One thread's handle on a partition's producer file (mapped on first use).
 
-    def __init__(self, directory: str, expiration_ms: int, max_entries: int):
+    `state` and `generation_word`: the partition's state words and the one counting changes
+    of this file's size; without them (a table on its own) the size is looked up instead."""
+
+    def __init__(self, directory: str, expiration_ms: int, max_entries: int,
+                 state: memoryview | None = None, generation_word: int = 0):
         self.path = os.path.join(directory, FILE_NAME)
         self.expiration_ms = expiration_ms
         self.max_entries = max(FIRST_CAPACITY, max_entries)
-        self._fd = -1
-        self._map: mmap.mmap | None = None
+        self._state = state
+        self._generation_word = generation_word
+        self._seen_generation = -1
+        self._map: Mapping | None = None
         self.words: memoryview | None = None
         self._mapped = 0
 
     def close(self) -> None:
-        if self.words is not None:
-            self.words.release()
-            self.words = None
         if self._map is not None:
             self._map.close()
-            self._map = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._map, self.words, self._mapped = None, None, 0
 
     # --- the file ---------------------------------------------------------------------------
 
     def _open(self) -> None:
-        """Map the file (again, if another process grew it); create or reset it if needed."""
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        size = os.fstat(self._fd).st_size
-        if size != self._mapped:
-            self._remap(size)
+        """Map the file (again, if another process changed its size); create or reset it
+        if needed."""
+        if self.words is None or self._size_changed():
+            self._map_file()
         words = self.words
         if words is None or words[H_MAGIC] != MAGIC or words[H_RESIZING] or \
-                size != 8 * (HEADER_WORDS + words[H_CAPACITY] * ENTRY_WORDS):
+                self._mapped != 8 * (HEADER_WORDS + words[H_CAPACITY] * ENTRY_WORDS):
             self.reset()
 
-    def _remap(self, size: int) -> None:
-        if self.words is not None:
-            self.words.release()
-            self._map.close()
-        self.words, self._map, self._mapped = None, None, size
+    def _size_changed(self) -> bool:
+        if self._state is not None:
+            return self._state[self._generation_word] != self._seen_generation
+        try:
+            return os.stat(self.path).st_size != self._mapped
+        except FileNotFoundError:
+            return True
+
+    def _map_file(self, size: int | None = None, create: bool = True) -> None:
+        """Map the file as it is now, after setting its size to `size` if given (the
+        generation bumped first, so other processes never touch a page it lost)."""
+        fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        try:
+            if size is not None:
+                self._bump_generation()
+                os.ftruncate(fd, size)
+            if self._state is not None:
+                self._seen_generation = self._state[self._generation_word]
+            self._remap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+    def _bump_generation(self) -> None:
+        if self._state is not None:
+            self._state[self._generation_word] += 1
+
+    def _remap(self, fd: int, size: int) -> None:
+        self.close()
+        self._mapped = size
         if size >= 8 * HEADER_WORDS:
-            self._map = mmap.mmap(self._fd, size)
-            self.words = memoryview(self._map).cast("q")
+            self._map = Mapping(fd, size)
+            self.words = self._map.words
 
     def reset(self, capacity: int = FIRST_CAPACITY) -> None:
         """An empty table (a new partition, a lost or half-rewritten file)."""
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         size = 8 * (HEADER_WORDS + capacity * ENTRY_WORDS)
-        os.ftruncate(self._fd, 0)
-        os.ftruncate(self._fd, size)
-        self._remap(size)
+        self._map_file(0)
+        self._map_file(size)
         words = self.words
         for entry in range(capacity):
             words[HEADER_WORDS + entry * ENTRY_WORDS] = FREE
@@ -126,12 +149,9 @@ class ProducerTable:
     def clear(self) -> None:
         """Forget every producer (the partition's state is rebuilt); the file, if any, is
         emptied in place so that every process sees it, and made again on first use."""
-        if self._fd < 0 and not os.path.exists(self.path):
+        if self._map is None and not os.path.exists(self.path):
             return
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR)
-        os.ftruncate(self._fd, 0)
-        self._remap(0)
+        self._map_file(0, create=False)
 
     def flush(self) -> None:
         if self._map is not None:
@@ -267,7 +287,7 @@ class ProducerTable:
         """(producer id, epoch, first offset) of every ongoing transaction, by first offset.
         Two strided slices of the map, not a Python loop over every entry: a marker recomputes
         the partition's LSO from them."""
-        if self._fd < 0 and not os.path.exists(self.path):
+        if self._map is None and not os.path.exists(self.path):
             return []  # no producer ever wrote here: no file made just to say so
         self._open()
         words, starts = self.words, HEADER_WORDS
@@ -329,9 +349,7 @@ class ProducerTable:
         while (len(kept) + 1) * 2 > capacity and (grow or capacity * 2 <= self.max_entries):
             capacity *= 2
         words[H_RESIZING] = 1  # a crash from here on leaves a table to reset, not a wrong one
-        size = 8 * (HEADER_WORDS + capacity * ENTRY_WORDS)
-        os.ftruncate(self._fd, size)
-        self._remap(size)
+        self._map_file(8 * (HEADER_WORDS + capacity * ENTRY_WORDS))
         words = self.words
         for entry in range(capacity):
             words[self._at(entry)] = FREE

@@ -27,6 +27,7 @@ import msgspec
 
 from broker.shared.constants import INT_MAX
 from broker.shared.log import topic_config
+from broker.shared.log.files import OpenFiles, default_capacity
 from broker.shared.log.partition import LogSettings, Partition
 
 # Matched whole (fullmatch): with re.match, "$" would also match before a trailing newline.
@@ -76,9 +77,16 @@ class Epoch:
 
 
 class TopicRegistry:
+    """One thread's view of the topics, and its handles on their partitions.
+
+    `files` bounds the descriptors those handles hold (files.py): by default a quarter of the
+    process's open-files limit; a process with several registries (the parent's threads)
+    gives each a share."""
+
     def __init__(self, log_dirs: tuple[str, ...], settings: LogSettings, epoch: Epoch,
-                 props=None):
+                 props=None, files: OpenFiles | None = None):
         self.log_dirs = log_dirs
+        self.files = files if files is not None else OpenFiles(default_capacity())
         self.settings = settings  # the broker's; a topic's own configs override them
         self.props = props if props is not None else topic_config.DEFAULT_PROPS
         self.epoch = epoch
@@ -111,10 +119,17 @@ class TopicRegistry:
         key = (name, index)
         handle = self._partitions.get(key)
         if handle is None:
-            handle = Partition(topic.directories[index], name, index, self._settings_of(name))
+            handle = Partition(topic.directories[index], name, index, self._settings_of(name),
+                               self.files)
             handle.on_offline = lambda: self.record_offline(name, index)
             self._partitions[key] = handle
         return handle
+
+    def forget(self, name: str, index: int) -> None:
+        """Close the handle on a partition (a duty over every partition keeps none)."""
+        handle = self._partitions.pop((name, index), None)
+        if handle is not None:
+            handle.close()
 
     def configs(self, name: str) -> dict[str, str]:
         """The topic's own configs (not the broker's defaults)."""
@@ -381,7 +396,8 @@ class Staging:
         try:
             with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as handle:
                 handle.write(f"version: 0\ntopic_id: {encode_topic_id(self.topic_id)}\n")
-            partition = Partition(staging, self.name, index, self.registry.settings)
+            partition = Partition(staging, self.name, index, self.registry.settings,
+                                  self.registry.files)
             try:
                 partition.recover()  # writes a fresh state and an empty first segment
             finally:

@@ -31,6 +31,7 @@ from array import array
 from crc32c import crc32c
 
 from broker.shared.log import records
+from broker.shared.log.files import OpenFiles
 from broker.shared.protocol.varint import zigzag
 
 ABORTED_FILE = "aborted-txns"
@@ -106,8 +107,9 @@ class AbortedIndex:
 
     TRIM_AT_LEAST = 256  # entries dropped at once (each drop moves the rest of the arrays)
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, files: OpenFiles):
         self.path = os.path.join(directory, ABORTED_FILE)
+        self._files = files  # the registry's bounded open files (files.py)
         self._fd = -1
         self._version = -1
         self._clear()
@@ -119,13 +121,17 @@ class AbortedIndex:
         self._last_read = -1  # the last offset of the last entry read from the file
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._files.close(self)
+        self._fd = -1
+
+    def files_evicted(self) -> None:
+        self._fd = -1  # what was read stays cached: the file is only appended to or cut
 
     def _file(self) -> int:
         if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = self._files.open(self, self.path, os.O_RDWR | os.O_CREAT)
+        else:
+            self._files.touch(self)
         return self._fd
 
     # --- reading (no lock) -----------------------------------------------------------------
@@ -205,7 +211,7 @@ class AbortedIndex:
     def kept_below(self, log_end: int) -> int:
         """Repair: how many leading whole entries have their marker below `log_end` (a torn
         last entry, or one whose marker the log lost, and all after it, are not)."""
-        if self._fd < 0 and not os.path.exists(self.path):
+        if not os.path.exists(self.path):
             return 0
         fd = self._file()
         size = os.fstat(fd).st_size
@@ -219,7 +225,7 @@ class AbortedIndex:
 
     def truncate(self, entries: int) -> None:
         """Repair: the file holds `entries` entries from now on."""
-        if self._fd >= 0 or os.path.exists(self.path):
+        if os.path.exists(self.path):
             fd = self._file()
             if os.fstat(fd).st_size != entries * ENTRY.size:
                 os.ftruncate(fd, entries * ENTRY.size)
@@ -227,5 +233,7 @@ class AbortedIndex:
         self._version = -1
 
     def flush(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
+        """fsync the index, whichever process wrote it (fsync works on the file, not on the
+        descriptor that wrote)."""
+        if os.path.exists(self.path):
+            os.fsync(self._file())
