@@ -151,7 +151,7 @@ class Acceptor:
         # PROXY protocol: sockets waiting for their header, then (fd, client address) of
         # those whose header is read, waiting for hand-off capacity.
         self.proxy = None if proxy is None else ProxyReader(
-            loop, proxy[0], proxy[1], self._header_read, self._proxy_refused)
+            loop, proxy[0], proxy[1], self._header_read, self._proxy_refused, self.maybe_resume)
         self._ready: deque[tuple[int, tuple]] = deque()
         # Legible refusals: the first request of a socket over its IP's limit is answered.
         self.refusals = None if refusal_delay is None else RefusalAnswers(
@@ -339,7 +339,7 @@ class Acceptor:
 
     def _header_read(self, fd: int, client: tuple) -> None:
         self._ready.append((fd, client))
-        self._admit_ready()
+        self.maybe_resume()  # judged now; one refused leaves its room to the next socket
 
     def _admit_ready(self) -> None:
         """Judge the sockets whose header is read, as far as hand-off capacity allows."""

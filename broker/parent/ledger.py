@@ -5,7 +5,11 @@ the `Acceptor`s (one per listener), the `Dispatcher` (bounded hand-off), and the
 reports.  Workers report every connection that ends (IPC `Progress.closed`), and a dead
 worker's connections are all released at once, so the counts are exact within a loop turn.
 A connection that authenticated is counted for its principal when its worker asks
-(`UserClaim`, answered with `UserVerdict`) and released by the same reports.
+(`UserClaim`, answered with `UserVerdict`) and released by the same reports.  One refused
+for its principal's limits holds no slot from the refusal on, as one refused at accept: its
+worker answers it and closes it after the failed-authentication delay, and up to
+MAX_DELAYED_CLOSES such connections are left out of the counts meanwhile (past that they
+count until closed, so max.connections still bounds the sockets the workers hold).
 
 Eviction (KIP-402 inter-broker protection, or a lowered `max.connections`): when more
 connections are open than allowed, the parent asks every worker for its least recently
@@ -24,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from broker.parent.acceptor import Acceptor, DelayedCloser
+from broker.parent.acceptor import MAX_DELAYED_CLOSES, Acceptor, DelayedCloser
 from broker.parent.admission import ConnectionQuotas, Verdict
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.handoff import Dispatcher
@@ -90,6 +94,7 @@ class ConnectionLedger:
         self.acceptors: list[Acceptor] = []
         self._ids = itertools.count(1)
         self._evicting: set[int] = set()
+        self._refused: set[int] = set()  # refused for their user, released, not closed yet
         self._round: EvictionRound | None = None
         self._rounds = itertools.count(1)
 
@@ -159,6 +164,7 @@ class ConnectionLedger:
                      else limits.user_rate(message.user))
             listener, ip = self.quotas.owner(message.conn_id)
             self.acceptors[listener].rejected(refused, ip=ip, principal=f"User:{message.user}")
+            self._release_refused(message.conn_id)
         try:
             worker.channel.send(ipc.UserVerdict(conn_id=message.conn_id, refused=refused,
                                                 limit=limit))
@@ -190,6 +196,17 @@ class ConnectionLedger:
     def _release(self, conn_id: int) -> None:
         self.quotas.closed(conn_id)
         self._evicting.discard(conn_id)
+        self._refused.discard(conn_id)
+
+    def _release_refused(self, conn_id: int) -> None:
+        """A connection refused for its user: its slots are free now, though its worker
+        closes it only after the delay (its close report then finds nothing to release)."""
+        if len(self._refused) >= MAX_DELAYED_CLOSES:
+            return  # counted until closed: the workers' held sockets stay bounded
+        self._release(conn_id)
+        self._refused.add(conn_id)
+        self._sync_active()
+        self.wake_acceptors()
 
     def _handoff_lost(self, listener: int, conn_ids: list[int]) -> None:
         with self.lock:

@@ -42,12 +42,13 @@ class ProxyReader:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, trusted: TrustedProxies,
                  timeout: float, on_header: Callable[[int, tuple], None],
-                 on_refused: Callable[[str, str], None]):
+                 on_refused: Callable[[str, str], None], on_gone: Callable[[], None]):
         self.loop = loop
         self.trusted = trusted
         self.timeout = timeout
         self._on_header = on_header  # (fd, client address): admit it
         self._on_refused = on_refused  # (reason, peer ip): count it
+        self._on_gone = on_gone  # a peer left before its header: its room is free
         self._waiting: dict[int, _Waiting] = {}
 
     def __len__(self) -> int:
@@ -81,6 +82,7 @@ class ProxyReader:
             data = b""
         if not data:  # the peer went away before its header was whole: nothing to count
             self._forget(fd).close()
+            self._on_gone()
             return
         whole = waiting.taken + data
         try:

@@ -336,11 +336,11 @@ class ParentServices:
         host, port = self.config.prometheus
         collectors = [collector, TransactionCollector(self.transactions),
                       DescriptorCollector(self.block, self.logs)]
-        self._metrics_server, bound = serve_status(host, port, collectors, self.listing)
-        log.info("metrics listening address=%s:%d (/metrics, /connections)", host, bound)
+        self._metrics_server = serve_status(host, port, collectors, self.listing)
+        log.info("metrics listening address=%s:%d (/metrics, /connections)", host,
+                 self._metrics_server.port)
 
     def _stop_metrics(self) -> None:
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
+            self._metrics_server.close()
             self._metrics_server = None

@@ -96,6 +96,14 @@ def write_seeds(target: str, directory: str) -> int:
         seeds = [header + frames[0] for header in (
             b"PROXY TCP4 192.0.2.7 10.0.0.1 40000 9092\r\n", b"PROXY UNKNOWN\r\n",
             b"PROXY TCP6 2001:db8::7 2001:db8::1 40000 9092\r\n", V2_TCP4, V2_TCP6, V2_LOCAL)]
+    elif target == "http":  # what Prometheus, curl and a browser send
+        seeds = [b"GET /metrics HTTP/1.1\r\nHost: b:9404\r\nUser-Agent: Prometheus/2.45.0\r\n"
+                 b"Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;"
+                 b"q=0.5,*/*;q=0.1\r\nAccept-Encoding: gzip\r\n"
+                 b"X-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n",
+                 b"GET /connections?top=5&by=age HTTP/1.1\r\nHost: b\r\nAccept: */*\r\n\r\n",
+                 b"GET /metrics?name[]=broker_connections HTTP/1.0\n\n",
+                 b"OPTIONS / HTTP/1.1\r\nHost: b\r\n\r\n"]
     elif target == "ipc":
         config = load_config({})
         seeds = [ipc.encode(message) for message in (
@@ -138,6 +146,7 @@ def run_one(target: str, args: list[str]) -> None:
         # later would run uninstrumented and give the fuzzer no coverage to follow).
         import broker.parent.admin  # noqa: F401
         import broker.parent.groups.coordinator  # noqa: F401
+        import broker.parent.http_head  # noqa: F401
         import broker.parent.proxy_header  # noqa: F401
         import proxyprotocol.v1  # noqa: F401
         import proxyprotocol.v2  # noqa: F401

@@ -20,6 +20,8 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
     tags      a flexible request frame through the unknown-tagged-field stripper
               (broker.shared.protocol.tags): a shorter-or-equal frame or ValueError, nothing
               else, however the counts and lengths lie.
+    http      what a peer sends the metrics endpoint (broker.parent.http_head): a head found
+              within the bytes, then an environ or BadRequest with a status, nothing else.
 """
 
 from __future__ import annotations
@@ -375,9 +377,28 @@ def proxy(data: bytes) -> None:
         raise Finding(f"a header of {header.length} bytes in {len(data)}")
 
 
+def http(data: bytes) -> None:
+    """`data`: what a peer sends the metrics endpoint first."""
+    from broker.parent.http_head import BadRequest, environ_of, head_end
+
+    end = head_end(data)
+    if end < 0:
+        return  # not whole: the endpoint waits for more, within its size and time bounds
+    if not 0 < end <= len(data):
+        raise Finding(f"a head of {end} bytes in {len(data)}")
+    try:
+        environ = environ_of(data[:end], ("127.0.0.1", 9404), ("127.0.0.2", 5000))
+    except BadRequest as error:
+        if error.status[:3] not in ("400", "431", "505"):
+            raise Finding(f"refused with {error.status!r}") from None
+        return
+    if not all(isinstance(value, str) for value in environ.values()):
+        raise Finding(f"an environ value that is not a string: {environ!r}")
+
+
 TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
-           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy}
+           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy, "http": http}
 # Which committed seed directory each target starts from (corpus/<name>/).
 SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
          "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged",
-         "proxy": "proxy"}
+         "proxy": "proxy", "http": "http"}
