@@ -96,6 +96,14 @@ def write_seeds(target: str, directory: str) -> int:
         seeds = [header + frames[0] for header in (
             b"PROXY TCP4 192.0.2.7 10.0.0.1 40000 9092\r\n", b"PROXY UNKNOWN\r\n",
             b"PROXY TCP6 2001:db8::7 2001:db8::1 40000 9092\r\n", V2_TCP4, V2_TCP6, V2_LOCAL)]
+    elif target == "names":  # hostile subjects, alone and in a signed certificate
+        import trustme
+
+        from tests.test_certificate_principals import JAVA_17, certificate
+
+        ca = trustme.CA()
+        seeds = [der for der, _printed in JAVA_17.values()]
+        seeds += [certificate(ca, JAVA_17[case][0])[0] for case in ("spoof_comma", "multi")]
     elif target == "ipc":
         config = load_config({})
         seeds = [ipc.encode(message) for message in (
@@ -146,6 +154,7 @@ def run_one(target: str, args: list[str]) -> None:
         import broker.shared.protocol.codec  # noqa: F401
         import broker.shared.protocol.guard  # noqa: F401
         import broker.shared.protocol.tags  # noqa: F401
+        import broker.shared.x500  # noqa: F401
         import workers.apis.forwarded  # noqa: F401
         import workers.apis.discovery  # noqa: F401
         import workers.apis.fetch  # noqa: F401

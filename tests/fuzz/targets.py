@@ -20,6 +20,8 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
     tags      a flexible request frame through the unknown-tagged-field stripper
               (broker.shared.protocol.tags): a shorter-or-equal frame or ValueError, nothing
               else, however the counts and lengths lie.
+    names     bytes as a DER X.500 name and as a DER client certificate (broker.shared.x500):
+              a printed subject no longer than four characters a byte, or ValueError.
 """
 
 from __future__ import annotations
@@ -375,9 +377,23 @@ def proxy(data: bytes) -> None:
         raise Finding(f"a header of {header.length} bytes in {len(data)}")
 
 
+def names(data: bytes) -> None:
+    """`data`: a certificate subject (or a whole certificate) as a client may present it."""
+    from broker.shared.x500 import rfc2253, subject_name
+
+    for read in (rfc2253, subject_name):
+        try:
+            printed = read(data)
+        except ValueError:
+            continue  # names no one: the connection is closed
+        # An OID octet prints as at most four characters, a value octet as at most three.
+        if not isinstance(printed, str) or len(printed) > 4 * len(data):
+            raise Finding(f"{read.__name__} printed {printed!r} from {len(data)} bytes")
+
+
 TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
-           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy}
+           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy, "names": names}
 # Which committed seed directory each target starts from (corpus/<name>/).
 SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
          "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged",
-         "proxy": "proxy"}
+         "proxy": "proxy", "names": "names"}
