@@ -563,3 +563,102 @@ def test_a_reauthentication_keeps_its_count_and_is_not_asked_again():
         assert len(claims) == 1 and results[-1] == ("alice", "success")
     finally:
         loop.close()
+
+
+# --- KIP-368: what a re-authentication may not change ----------------------------------------
+
+def _sasl_handshake(sock: KafkaSocket, mechanism: str, correlation_id: int = 2) -> int:
+    sock.send(raw_request(17, 1, correlation_id, _string(mechanism)))
+    return struct.unpack_from(">h", sock.receive(), 4)[0]
+
+
+def _scram_session(sock: KafkaSocket, mechanism: str, user: str, password: str) -> int:
+    """A whole SCRAM exchange over SaslHandshake v1 and SaslAuthenticate v1: the last code."""
+    from scramp import ScramClient
+
+    from tests.wire import decode_response
+
+    assert _sasl_handshake(sock, mechanism) == 0
+    client = ScramClient([mechanism], user, password)
+    code, body = _authenticate(sock, client.get_client_first().encode())
+    if code != 0:
+        return code
+    client.set_server_first(decode_response(36, 1, body)[1].auth_bytes.decode())
+    code, body = _authenticate(sock, client.get_client_final().encode())
+    if code == 0:
+        client.set_server_final(decode_response(36, 1, body)[1].auth_bytes.decode())
+    return code
+
+
+def _served(sock: KafkaSocket, correlation_id: int) -> bool:
+    sock.send(metadata_request(12, correlation_id=correlation_id))
+    return struct.unpack_from(">i", sock.receive())[0] == correlation_id
+
+
+@pytest.mark.system
+def test_a_reauthentication_may_change_neither_mechanism_nor_principal(pki):
+    """As Kafka: the re-authentication's SaslHandshake naming another mechanism is answered,
+    its first token fails and the connection closes after the delay; the same mechanism and
+    principal re-authenticate, at most once a second; a SaslAuthenticate outside an exchange
+    is refused and the session goes on."""
+    overrides = sasl_broker(pki, **{"connections.max.reauth.ms": "60000",
+                                    "connection.failed.authentication.delay.ms": "300"})
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            add_scram_user(broker.bootstrap, "alice", "alice-secret", mechanism)
+        address = broker.listeners["SASL_PLAINTEXT"]
+        changes = [("PLAIN", "SCRAM-SHA-256"), ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                   ("SCRAM-SHA-512", "PLAIN")]
+        for first, then in changes:
+            with KafkaSocket(address) as sock:
+                if first == "PLAIN":
+                    assert _sasl_handshake(sock, "PLAIN") == 0
+                    assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+                else:
+                    assert _scram_session(sock, first, "alice", "alice-secret") == 0
+                assert _served(sock, 11)
+                assert _sasl_handshake(sock, then, 12) == 0  # answered, as Kafka does
+                token = b"\x00alice\x00alice-secret" if then == "PLAIN" else \
+                    b"n,,n=alice,r=abcdefghijklmnop"
+                code, body = _authenticate(sock, token)
+                assert code == SASL_AUTHENTICATION_FAILED, (first, then)
+                assert f"SASL mechanism '{then}' requested by client is not supported for " \
+                       f"re-authentication of mechanism '{first}'".encode() in body
+                assert peer_closed(sock.sock, wait=5)
+        wait_until(lambda: broker.metric("broker_connections_closed_total",
+                                         listener="SASL_PLAINTEXT",
+                                         reason="authentication_failed") == len(changes))
+        with KafkaSocket(address) as sock:  # the same mechanism and user: once a second
+            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
+            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
+            assert _served(sock, 21)
+            assert _sasl_handshake(sock, "SCRAM-SHA-256", 22) == ILLEGAL_SASL_STATE
+            assert _served(sock, 23)
+            sock.send(raw_request(36, 1, 24, struct.pack(">i", 1) + b"x"))  # outside one
+            assert struct.unpack_from(">h", sock.receive(), 4)[0] == ILLEGAL_SASL_STATE
+            assert _served(sock, 25)
+        assert broker.metric("broker_connections_closed_total", listener="SASL_PLAINTEXT",
+                             reason="authentication_failed") == len(changes)
+
+
+@pytest.mark.system
+def test_sasl_requests_out_of_order_are_answered_then_closed(pki):
+    """An unsupported mechanism, a token before SaslHandshake, a second SaslHandshake: Kafka
+    answers and closes the connection, and so does the broker, after the delay."""
+    overrides = sasl_broker(pki, **{"connection.failed.authentication.delay.ms": "300"})
+    with BrokerProcess(workers=1, overrides=overrides) as broker:
+        address = broker.listeners["SASL_PLAINTEXT"]
+        with KafkaSocket(address) as sock:
+            assert _sasl_handshake(sock, "GSSAPI") == 33  # UNSUPPORTED_SASL_MECHANISM
+            assert peer_closed(sock.sock, wait=5)
+        with KafkaSocket(address) as sock:
+            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == ILLEGAL_SASL_STATE
+            assert peer_closed(sock.sock, wait=5)
+        with KafkaSocket(address) as sock:
+            assert _sasl_handshake(sock, "PLAIN") == 0
+            assert _sasl_handshake(sock, "PLAIN", 3) == ILLEGAL_SASL_STATE
+            assert peer_closed(sock.sock, wait=5)
+        wait_until(lambda: broker.metric("broker_connections_closed_total",
+                                         listener="SASL_PLAINTEXT",
+                                         reason="authentication_failed") == 3)
+        broker.wait_for_line(r"SASL from 127\.0\.0\.1: SASL mechanism 'GSSAPI' is not enabled")

@@ -82,6 +82,7 @@ def test_principal_mapping_rules_follow_kafkas_syntax():
     assert rules.user("CN=Alice,OU=Payments,O=Example") == "alice@payments"
     assert rules.user("CN=bob,O=Example") == "CN=bob,O=Example"  # DEFAULT: the whole name
     assert PrincipalRules("RULE:^CN=(.*)$/$1/U").user("CN=eve") == "EVE"
+    assert PrincipalRules("RULE:^CN=(.*)$/$1/").user("O=x") is None  # no rule: no one
     with pytest.raises(ValueError):
         PrincipalRules("RULE:no-slashes")
 
@@ -112,6 +113,10 @@ def test_iana_cipher_names_become_openssl_names():
      "ssl.cipher.suites: no usable cipher suite"),
     ({"SERVER": True, "ssl.principal.mapping.rules": "RULE:broken"},
      "ssl.principal.mapping.rules: invalid rule"),
+    ({"SERVER": True, "ssl.principal.mapping.rules": "RULE:(/x/"},
+     "ssl.principal.mapping.rules: invalid pattern '('"),
+    ({"SERVER": True, "ssl.principal.mapping.rules": "RULE:CN=x/$1/"},
+     "ssl.principal.mapping.rules: replacement '$1'"),
     ({"SERVER": True, "listener.name.plaintext.ssl.client.auth": "required"},
      "listener.name.plaintext.ssl.*: listener PLAINTEXT is not in listeners"),
 ])

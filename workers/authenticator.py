@@ -6,10 +6,11 @@ SaslAuthenticate carries its tokens (PLAIN: one; SCRAM: two rounds through `scra
 other request closes the connection, as Kafka does.  After SaslHandshake v0 the tokens come
 raw, without a Kafka header.  On success the connection's principal becomes `User:<name>` and
 its requests go to the router from then on; with `connections.max.reauth.ms` (KIP-368) the
-session has that lifetime, a SaslHandshake on the connection starts a new exchange (the same
-principal only), and the worker closes sessions left to expire.  On failure the answer goes out at once and the
-connection is closed `connection.failed.authentication.delay.ms` later, on a timer: nothing
-waits, neither the acceptor nor the worker.
+session has that lifetime, a SaslHandshake on the connection starts a new exchange (at most one
+a second; the same mechanism and the same principal only, else it fails), and the worker closes
+sessions left to expire.  On failure, or a SASL request out of order, the answer goes out at
+once and the connection is closed `connection.failed.authentication.delay.ms` later, on a
+timer: nothing waits, neither the acceptor nor the worker.
 
 A successful exchange is not answered at once: the parent, which counts connections per
 principal across all workers, must first admit the user (`claim`, the per-user count and
@@ -25,6 +26,7 @@ import datetime
 import hmac
 import logging
 import struct
+import time
 from typing import Callable
 
 from scramp import ScramException, ScramMechanism
@@ -42,6 +44,7 @@ log = logging.getLogger("workers.authenticator")
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE, _API_VERSIONS = 17, 36, 18
 _INT32 = struct.Struct(">i")
 _NO_REAUTH = datetime.timedelta(0)  # no session lifetime: re-authentication is not asked
+_REAUTH_INTERVAL = 1.0  # seconds: at most one re-authentication a second, as Kafka's channel
 FAILED = "Authentication failed: invalid username or password"
 
 
@@ -66,6 +69,8 @@ class Authenticator:
         self.reauth_ms = reauth_ms
         self._lifetime = datetime.timedelta(milliseconds=reauth_ms)
         self._reauthenticating = False
+        self._reauth_started = -_REAUTH_INTERVAL  # monotonic time the last one began
+        self._session_mechanism: str | None = None  # the mechanism the session began with
         self.mechanism: str | None = None
         self._raw_tokens = False  # SaslHandshake v0: tokens follow without a Kafka header
         self._scram = None  # scramp's server side of the exchange, once it began
@@ -75,8 +80,10 @@ class Authenticator:
 
     def handle(self, request, listener: int):
         if self.user is not None and not self._reauthenticating:  # authenticated
+            # KIP-368: only a SaslHandshake begins a re-authentication, and at most one a
+            # second; any other SASL request goes to the router, which refuses it.
             if not (self.reauth_ms and len(request) >= 8
-                    and api_key_of(request) in (_SASL_HANDSHAKE, _SASL_AUTHENTICATE)):
+                    and api_key_of(request) == _SASL_HANDSHAKE and self._may_reauthenticate()):
                 return self._router_handle(request, listener, self.user, self.conn.ip)
             self._begin_reauthentication()
         if self._failed:
@@ -125,11 +132,17 @@ class Authenticator:
         return RequestContext(request[4:8], api_key, version, listener, header), body
 
     def _handshake(self, ctx: RequestContext, body) -> bytes:
+        """The mechanism for the exchange.  A second handshake or a mechanism not enabled is
+        answered, then the connection is closed, as Kafka does.  A re-authentication's
+        handshake is answered even with another mechanism: the exchange fails on its first
+        token (Kafka's REAUTH_BAD_MECHANISM)."""
         enabled = list(self.settings.mechanisms)
         if self.mechanism is not None:
-            code = errors.ErrorCode.illegal_sasl_state
+            code = self._refuse(errors.ErrorCode.illegal_sasl_state,
+                                "a SaslHandshake during an exchange")[1]
         elif body.mechanism not in enabled:
-            code = errors.ErrorCode.unsupported_sasl_mechanism
+            code = self._refuse(errors.ErrorCode.unsupported_sasl_mechanism,
+                                f"SASL mechanism {body.mechanism[:64]!r} is not enabled")[1]
         else:
             code = errors.NONE
             self.mechanism = body.mechanism
@@ -148,7 +161,12 @@ class Authenticator:
     def _token(self, token: bytes):
         """(reply token, error code, error message) for one client token."""
         if self.mechanism is None:
-            return b"", errors.ErrorCode.illegal_sasl_state, "SaslHandshake first"
+            return self._refuse(errors.ErrorCode.illegal_sasl_state,
+                                "a SASL token before SaslHandshake")
+        if self._reauthenticating and self.mechanism != self._session_mechanism:
+            return self._fail(self.user, f"SASL mechanism '{self.mechanism}' requested by client "
+                                         f"is not supported for re-authentication of mechanism "
+                                         f"'{self._session_mechanism}'")
         if self.mechanism == "PLAIN":
             return self._plain(token)
         return self._scram_step(token)
@@ -187,9 +205,16 @@ class Authenticator:
         return credential.salt, credential.stored_key, credential.server_key, \
             credential.iterations
 
+    def _may_reauthenticate(self) -> bool:
+        now = time.monotonic()
+        if now - self._reauth_started < _REAUTH_INTERVAL:
+            return False
+        self._reauth_started = now
+        return True
+
     def _begin_reauthentication(self) -> None:
-        """A SaslHandshake or SaslAuthenticate on an authenticated connection: a new exchange,
-        which must end with the same principal."""
+        """A SaslHandshake on an authenticated connection: a new exchange, which must use the
+        session's mechanism and end with the same principal."""
         self._reauthenticating = True
         self.mechanism, self._raw_tokens, self._scram, self._scram_user = None, False, None, None
 
@@ -204,6 +229,7 @@ class Authenticator:
 
     def _admitted(self, user: str) -> None:
         self.user, self._reauthenticating = user, False
+        self._session_mechanism = self.mechanism
         self._on_result(self, self.mechanism, user, "success")
 
     def _after_verdict(self, respond) -> asyncio.Future:
@@ -231,10 +257,20 @@ class Authenticator:
         return answer
 
     def _fail(self, user: str | None, message: str):
+        """The exchange failed: (reply token, error code, `message`) for the answer; nothing
+        more is answered and the connection closes after the failed-authentication delay."""
         self._failed = True
         self._on_result(self, self.mechanism, user, "failure")
         self.conn.close_later(self._failure_delay, "authentication_failed")
         return b"", errors.ErrorCode.sasl_authentication_failed, message
+
+    def _refuse(self, code: int, message: str):
+        """A SASL request out of the protocol's order: answered with `code`, then, as Kafka
+        does, the connection closes (after the same delay)."""
+        self._failed = True
+        log.info("SASL from %s: %s; closing the connection", self.conn.ip, message)
+        self.conn.close_later(self._failure_delay, "authentication_failed")
+        return b"", code, message
 
 
 def refusal_message(user: str, verdict) -> str:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from broker.shared.acl import canonical_host
 from broker.shared.apis import api_key_of
 from broker.shared.pool import QueueFull
-from broker.shared.tls import ANONYMOUS
+from broker.shared.tls import ANONYMOUS, CertificateRefused
 from workers.fetch_response import FileResponse
 from workers.file_sender import FileSender
 from workers.frame_maps import FrameMaps, new_mapping
@@ -201,7 +201,14 @@ class Connection(asyncio.BufferedProtocol):
         self.fd = sock.fileno() if sock is not None else -1
         # TLS must encrypt every byte in Python: file regions are read into memory there.
         self._zero_copy = self.fd >= 0 and transport.get_extra_info("ssl_object") is None
-        self.principal = self.host.principal_of(self.listener_index, transport)
+        try:
+            self.principal = self.host.principal_of(self.listener_index, transport)
+        except CertificateRefused as refusal:  # as Kafka: a certificate naming no one is closed
+            log.info("closing connection %s from %s: %s", self.conn_id, self.peer, refusal)
+            self.host.connection_registered(self)
+            self.close("authentication_failed")
+            self._update_reading()  # closing: what the client sent already is never served
+            return
         if self.principal != ANONYMOUS:  # a client certificate: quotas know the user
             self.user = self.principal.partition(":")[2]
             self._handle = functools.partial(self.host.router.handle, user=self.user,

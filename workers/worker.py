@@ -40,7 +40,7 @@ from broker.shared.pool import SharedPool, wake_address
 from broker.shared.protocol import guard
 from broker.shared.protocol.refusal import refuse_change
 from broker.shared.sasl import ScramCredential
-from broker.shared.tls import (ANONYMOUS, PrincipalRules, TlsConfigError, distinguished_name,
+from broker.shared.tls import (ANONYMOUS, PrincipalRules, TlsConfigError, certificate_principal,
                                server_context)
 from shm.block import STATE_DRAINING, STATE_SERVING, SharedBlock
 from workers.apis import Services, build_apis
@@ -117,8 +117,10 @@ class Worker:
         self._failed_auth_delay = props.connection_failed_authentication_delay_ms / 1000
         self.sasl_max_receive_bytes = props.sasl_server_max_receive_size
         self._reauth_ms = props.connections_max_reauth_ms
+        # SSL listeners only: on SASL_SSL, as in Kafka, SASL names the principal.
         self._principal_rules = [
             None if (settings := config.listener_tls.get(item.name)) is None
+            or item.protocol != "SSL"
             else PrincipalRules(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
             for item in config.listeners]
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
@@ -283,13 +285,14 @@ class Worker:
         conn.close_later(self._failed_auth_delay, reason)
 
     def principal_of(self, listener: int, transport) -> str:
-        """The connection's principal: on a TLS listener with a verified client certificate,
-        its distinguished name through ssl.principal.mapping.rules; else User:ANONYMOUS."""
+        """The connection's principal: on an SSL listener with a verified client certificate,
+        its subject through ssl.principal.mapping.rules (CertificateRefused when it names no
+        one); else User:ANONYMOUS."""
         rules = self._principal_rules[listener]
-        peercert = transport.get_extra_info("peercert") if rules is not None else None
-        if not peercert:
+        if rules is None or not transport.get_extra_info("peercert"):
             return ANONYMOUS
-        return "User:" + rules.user(distinguished_name(peercert))
+        return certificate_principal(
+            rules, transport.get_extra_info("ssl_object").getpeercert(binary_form=True))
 
     @staticmethod
     def _event_log(boot: ipc.Boot) -> WorkerEvents | None:

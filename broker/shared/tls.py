@@ -22,6 +22,8 @@ import tempfile
 
 import msgspec
 
+from broker.shared.x500 import subject_name
+
 # The keys, as Kafka names them, that may be set per listener.
 TLS_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password",
             "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.key.password",
@@ -226,52 +228,149 @@ def openssl_cipher(name: str) -> str:
 
 # --- principals ----------------------------------------------------------------------------
 
-_RULE = re.compile(r"RULE:((?:\\/|[^/])*)/((?:\\/|[^/])*)/([LU]?)")
+# Kafka's own grammar (SslPrincipalMapper): rules split on commas, `\` escapes a character in
+# a pattern or a replacement, anything else is an invalid rule.
+_RULE = r"(DEFAULT)|RULE:((\\.|[^\\/])*)/((\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+_RULE_SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(,\s*|$)")
+_RULE_PARSER = re.compile(_RULE)
+
+
+class CertificateRefused(ValueError):
+    """A verified client certificate that names no principal: its subject cannot be read, or
+    no ssl.principal.mapping.rules rule matches it.  Kafka closes such a connection."""
+
+
+def certificate_principal(rules: PrincipalRules, certificate: bytes) -> str:
+    """`User:<name>` of a DER client certificate: its subject as Java prints it (RFC 2253,
+    escaped: broker.shared.x500) through the rules; CertificateRefused if it names no one."""
+    try:
+        subject = subject_name(certificate)
+    except ValueError as error:
+        raise CertificateRefused(f"unreadable client certificate subject ({error})") from None
+    user = rules.user(subject)
+    if user is None:
+        raise CertificateRefused(f"no ssl.principal.mapping.rules rule applies to {subject!r}")
+    return "User:" + user
 
 
 class PrincipalRules:
-    """`ssl.principal.mapping.rules`: Kafka's syntax, `DEFAULT` and
-    `RULE:pattern/replacement/[LU]` separated by commas; the first rule whose pattern matches
-    the whole distinguished name gives the user name (`$1` refers to a group)."""
+    """`ssl.principal.mapping.rules`, as Kafka reads and applies them: `DEFAULT` and
+    `RULE:pattern/replacement/[LU]`, the first rule whose pattern matches the whole
+    distinguished name gives the user name (`$1` a group, as Java's replaceAll), and no rule
+    matching names no one: Kafka closes such a connection."""
 
     def __init__(self, text: str = "DEFAULT"):
-        self.rules: list[tuple[re.Pattern, str, str] | None] = []  # None is DEFAULT
-        position = 0
-        text = text.strip() or "DEFAULT"
-        while position < len(text):
-            if text.startswith("DEFAULT", position):
+        self.rules: list[_Rule | None] = []  # None is DEFAULT
+        for found in _RULE_SPLITTER.finditer(text.strip()):
+            rule = found.group(1)
+            match = _RULE_PARSER.match(rule)
+            if match.end() != len(rule):
+                raise ValueError(f"invalid rule {rule!r}")
+            if match.group(1) is not None:
                 self.rules.append(None)
-                position += len("DEFAULT")
-            else:
-                match = _RULE.match(text, position)
-                if match is None:
-                    raise ValueError(f"invalid rule at {text[position:]!r}")
-                pattern = re.compile(match.group(1).replace("\\/", "/"))
-                replacement = re.sub(r"\$(\d)", r"\\\1", match.group(2).replace("\\/", "/"))
-                self.rules.append((pattern, replacement, match.group(3)))
-                position = match.end()
-            while position < len(text) and text[position] in ", \n":
-                position += 1
+            elif match.group(2) is not None:
+                self.rules.append(_Rule(match.group(2), match.group(4), match.group(6)))
 
-    def user(self, distinguished_name: str) -> str:
+    def user(self, distinguished_name: str) -> str | None:
+        """The user name the first matching rule gives; None when no rule matches."""
         for rule in self.rules:
             if rule is None:
                 return distinguished_name
-            pattern, replacement, case = rule
-            if pattern.fullmatch(distinguished_name):
-                name = pattern.sub(replacement, distinguished_name)
-                return name.lower() if case == "L" else name.upper() if case == "U" else name
-        return distinguished_name  # Kafka: no rule applies, the name is kept
+            name = rule.apply(distinguished_name)
+            if name is not None:
+                return name
+        return None
 
 
-def distinguished_name(peercert: dict) -> str:
-    """RFC 2253 order (most specific first), as Java's X500Principal.getName() gives it."""
-    parts = []
-    for rdn in reversed(peercert.get("subject", ())):
-        parts.append("+".join(f"{_ATTRIBUTE.get(key, key)}={value}" for key, value in rdn))
-    return ",".join(parts)
+class _Rule:
+    """One `RULE:pattern/replacement/[LU]`: the pattern in Java's syntax (named groups
+    `(?<name>...)` included), the replacement as Java's replaceAll reads it after Kafka made
+    references past the last group literal; a replacement Java would refuse on every match is
+    refused here, once."""
+
+    def __init__(self, pattern: str, replacement: str, case: str):
+        try:
+            self.pattern = re.compile(_JAVA_NAMED_GROUP.sub(
+                lambda m: f"(?P<{m.group(1)}>" if m.group(1) else m.group(0), pattern))
+        except re.error as error:
+            raise ValueError(f"invalid pattern {pattern!r}: {error}") from None
+        self.parts = _java_replacement(_literal_back_references(replacement, self.pattern.groups),
+                                       self.pattern)
+        self.case = case
+
+    def apply(self, distinguished_name: str) -> str | None:
+        if self.pattern.fullmatch(distinguished_name) is None:
+            return None
+        name = self.pattern.sub(self._expand, distinguished_name)
+        return name.lower() if self.case == "L" else name.upper() if self.case == "U" else name
+
+    def _expand(self, match: re.Match) -> str:
+        return "".join(part if type(part) is str else match.group(part) or ""
+                       for part in self.parts)
 
 
-_ATTRIBUTE = {"commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O",
-              "localityName": "L", "stateOrProvinceName": "ST", "countryName": "C",
-              "streetAddress": "STREET", "domainComponent": "DC", "userId": "UID"}
+_JAVA_NAMED_GROUP = re.compile(r"\\.|\(\?<([A-Za-z][A-Za-z0-9]*)>", re.DOTALL)
+_BACK_REFERENCE = re.compile(r"\$([0-9]+)")
+_DIGITS = "0123456789"
+
+
+def _literal_back_references(text: str, groups: int) -> str:
+    """Kafka's escapeLiteralBackReferences, as it is: `$n` past the last group (n shortened
+    digit by digit while above it) gets a backslash, the positions found in the text as
+    given even after an insertion has shifted them."""
+    if groups == 0:
+        return text
+    value = text
+    for found in _BACK_REFERENCE.finditer(text):
+        digits = found.group(1)
+        if digits.startswith("0"):
+            continue
+        number = int(digits)
+        while number > groups and number >= 10:
+            number //= 10
+        if number > groups:
+            start = found.start(1)
+            value = value[:start - 1] + "\\" + value[start - 1:]
+    return value
+
+
+def _java_replacement(text: str, pattern: re.Pattern) -> list[str | int]:
+    """Literal text and group numbers (`$n`, `${name}`) of a Java replacement string;
+    ValueError where Java's appendReplacement would throw."""
+    parts, literal, position = [], [], 0
+    while position < len(text):
+        char = text[position]
+        if char == "\\":
+            if position + 1 == len(text):
+                raise ValueError(f"replacement {text!r} ends with a lone backslash")
+            literal.append(text[position + 1])
+            position += 2
+        elif char == "$":
+            group, position = _group_reference(text, position + 1, pattern)
+            parts += ["".join(literal), group]
+            literal = []
+        else:
+            literal.append(char)
+            position += 1
+    parts.append("".join(literal))
+    return [part for part in parts if part != ""]
+
+
+def _group_reference(text: str, position: int, pattern: re.Pattern) -> tuple[int, int]:
+    """(group, position after it) of the reference after a `$`: `{name}`, or as many digits
+    as still name a group, as Java reads it."""
+    if text.startswith("{", position):
+        close = text.find("}", position)
+        name = text[position + 1:close] if close > 0 else ""
+        if name not in pattern.groupindex:
+            raise ValueError(f"replacement {text!r}: no group named {name!r}")
+        return pattern.groupindex[name], close + 1
+    groups = pattern.groups
+    if position == len(text) or text[position] not in _DIGITS or int(text[position]) > groups:
+        raise ValueError(f"replacement {text!r}: {text[position - 1:]!r} names no group of "
+                         f"{pattern.pattern!r}")
+    group, position = int(text[position]), position + 1
+    while position < len(text) and text[position] in _DIGITS \
+            and group * 10 + int(text[position]) <= groups:
+        group, position = group * 10 + int(text[position]), position + 1
+    return group, position

@@ -104,6 +104,14 @@ def write_seeds(target: str, directory: str) -> int:
                  b"GET /connections?top=5&by=age HTTP/1.1\r\nHost: b\r\nAccept: */*\r\n\r\n",
                  b"GET /metrics?name[]=broker_connections HTTP/1.0\n\n",
                  b"OPTIONS / HTTP/1.1\r\nHost: b\r\n\r\n"]
+    elif target == "names":  # hostile subjects, alone and in a signed certificate
+        import trustme
+
+        from tests.test_certificate_principals import JAVA_17, certificate
+
+        ca = trustme.CA()
+        seeds = [der for der, _printed in JAVA_17.values()]
+        seeds += [certificate(ca, JAVA_17[case][0])[0] for case in ("spoof_comma", "multi")]
     elif target == "ipc":
         config = load_config({})
         seeds = [ipc.encode(message) for message in (
@@ -155,6 +163,7 @@ def run_one(target: str, args: list[str]) -> None:
         import broker.shared.protocol.codec  # noqa: F401
         import broker.shared.protocol.guard  # noqa: F401
         import broker.shared.protocol.tags  # noqa: F401
+        import broker.shared.x500  # noqa: F401
         import workers.apis.forwarded  # noqa: F401
         import workers.apis.discovery  # noqa: F401
         import workers.apis.fetch  # noqa: F401

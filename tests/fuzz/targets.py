@@ -22,6 +22,8 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
               else, however the counts and lengths lie.
     http      what a peer sends the metrics endpoint (broker.parent.http_head): a head found
               within the bytes, then an environ or BadRequest with a status, nothing else.
+    names     bytes as a DER X.500 name and as a DER client certificate (broker.shared.x500):
+              a printed subject no longer than four characters a byte, or ValueError.
 """
 
 from __future__ import annotations
@@ -396,9 +398,23 @@ def http(data: bytes) -> None:
         raise Finding(f"an environ value that is not a string: {environ!r}")
 
 
+def names(data: bytes) -> None:
+    """`data`: a certificate subject (or a whole certificate) as a client may present it."""
+    from broker.shared.x500 import rfc2253, subject_name
+
+    for read in (rfc2253, subject_name):
+        try:
+            printed = read(data)
+        except ValueError:
+            continue  # names no one: the connection is closed
+        # An OID octet prints as at most four characters, a value octet as at most three.
+        if not isinstance(printed, str) or len(printed) > 4 * len(data):
+            raise Finding(f"{read.__name__} printed {printed!r} from {len(data)} bytes")
+
+
 TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
-           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy, "http": http}
+           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy, "http": http, "names": names}
 # Which committed seed directory each target starts from (corpus/<name>/).
 SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
          "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged",
-         "proxy": "proxy", "http": "http"}
+         "proxy": "proxy", "http": "http", "names": "names"}

@@ -1,7 +1,8 @@
 """SaslHandshake and SaslAuthenticate where no authentication is going on: on a listener
-without SASL, or after the connection authenticated (re-authentication, KIP-368, is not
-offered: the session lifetime answered is 0).  Kafka answers ILLEGAL_SASL_STATE; the exchange
-itself is workers.authenticator's."""
+without SASL, or after the connection authenticated (a SaslAuthenticate outside an exchange, or
+any SASL request when no re-authentication (KIP-368) may begin: none is offered, or one began
+less than a second ago).  Kafka answers ILLEGAL_SASL_STATE; the exchange itself is
+workers.authenticator's."""
 
 from __future__ import annotations
 
