@@ -2,16 +2,15 @@
 the decompressed records of a bounded number of batches (not one per connection), and
 another client's produce is answered while they are walked."""
 
-import struct
 import threading
 import time
 
 import cramjam
 import pytest
-from crc32c import crc32c
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, memory, wait_until
+from tests.raw_batches import batch_of, tiny_records
 from tests.wire import KafkaSocket, produce_errors, produce_request
 
 pytestmark = pytest.mark.system  # every test here starts a broker
@@ -19,35 +18,6 @@ pytestmark = pytest.mark.system  # every test here starts a broker
 CONNECTIONS = 32
 RECORDS = 1_000_000  # about 29 MB once decompressed, 0.8 MB as zstd
 MIB = 1 << 20
-
-
-def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)  # zigzag
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def tiny_records(count: int, value: bytes = b"x" * 20) -> bytes:
-    """The records of a v2 batch: no key, a small value, no headers, offset deltas 0..count-1."""
-    tail = _varint(-1) + _varint(len(value)) + value + b"\x00"
-    records = []
-    for index in range(count):
-        record = b"\x00\x00" + _varint(index) + tail  # attributes, timestamp delta 0
-        records.append(_varint(len(record)) + record)
-    return b"".join(records)
-
-
-def batch_of(records: bytes, count: int, codec: int, timestamp_ms: int) -> bytes:
-    """A v2 batch around `records` (already compressed with `codec`)."""
-    header = struct.pack(">qiibIhiqqqhii", 0, 49 + len(records), -1, 2, 0, codec, count - 1,
-                         timestamp_ms, timestamp_ms, -1, -1, -1, count)
-    whole = bytearray(header + records)
-    struct.pack_into(">I", whole, 17, crc32c(bytes(whole[21:])))
-    return bytes(whole)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +77,7 @@ class Probe(threading.Thread):
 def test_many_connections_sending_dense_batches_hold_a_bounded_decompressed_total(broker):
     records = tiny_records(RECORDS)
     packed = bytes(cramjam.zstd.compress(records, level=3))
-    batch = batch_of(packed, RECORDS, 4, int(time.time() * 1000))
+    batch = batch_of(packed, RECORDS, int(time.time() * 1000), attributes=4)  # zstd
     assert len(batch) < MIB and len(records) > 25 * MIB
     address = broker.listeners["PLAINTEXT"]
     (pid,) = broker.worker_pids.values()
