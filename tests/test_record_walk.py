@@ -1,6 +1,7 @@
 """The C record walk (_recordwalk.c) against the Python walk it replaces: on sound batches,
 mangled ones and random bytes both must return the same position and timestamp bounds or
-refuse with the same Kafka error code."""
+refuse with the same Kafka error code.  And the timestamp lookup built on them against the
+full listing of a batch's records."""
 
 
 import pytest
@@ -9,7 +10,8 @@ from hypothesis import strategies as st
 
 from broker.shared.log import records
 from broker.shared.log.records import HEADER_BYTES, BatchError
-from tests.batches import make_batch
+from tests.batches import compressed, make_batch
+from tests.raw_batches import batch_of, record
 
 pytestmark = pytest.mark.skipif(records._recordwalk is None, reason="never: make install builds it")
 
@@ -85,3 +87,39 @@ def test_a_keyless_record_in_a_compacted_topic_is_an_invalid_record_in_both():
     batch[key_at] = 1
     assert _agree(batch, len(batch), 1, keyed=True) == "invalid_record"
     assert _agree(batch, len(batch), 1, keyed=False) == "corrupt_message"
+
+
+@settings(max_examples=300, deadline=None)
+@given(deltas=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=20),
+       keyed=st.booleans())
+def test_timestamp_deltas_at_the_ends_of_64_bits_meet_the_same_verdict(deltas, keyed):
+    body = b"".join(record(index, delta) for index, delta in enumerate(deltas))
+    buffer = bytes(HEADER_BYTES) + body
+    assert _agree(buffer, len(buffer), len(deltas), keyed) == (len(buffer), min(deltas),
+                                                               max(deltas))
+
+
+@settings(max_examples=60, deadline=None)
+@given(stamps=st.lists(st.integers(0, 50), min_size=1, max_size=40), repeat=st.integers(1, 300),
+       wanted=st.integers(-1, 52), codec=st.sampled_from([0, 1, 4]))
+def test_a_timestamp_lookup_finds_what_the_full_listing_finds(stamps, repeat, wanted, codec):
+    """Across the lookup's slices of FIND_SLICE records, compressed or not."""
+    stamps = (stamps * repeat)[:9000]
+    body = b"".join(record(index, stamp) for index, stamp in enumerate(stamps))
+    batch = batch_of(body, len(stamps), 1000)
+    if codec:
+        batch = compressed(batch, codec)
+    listing = records.record_timestamps(batch)
+    assert listing == [(index, 1000 + stamp) for index, stamp in enumerate(stamps)]
+    expected = next((item for item in listing if item[1] >= 1000 + wanted), None)
+    assert records.first_record_from(batch, 1000 + wanted) == expected
+
+
+def test_a_stored_timestamp_past_64_bits_is_read_as_java_reads_it():
+    """Stored before such batches were refused: the lookup wraps, as a Java reader does."""
+    batch = batch_of(record(0, 0) + record(1, 2), 2, 2**63 - 1)
+    assert records.record_timestamps(batch) == [(0, 2**63 - 1), (1, -(2**63) + 1)]
+    assert records.first_record_from(batch, 2**63 - 1) == (0, 2**63 - 1)
+    assert records.first_record_from(batch, -5) == (0, 2**63 - 1)
+    wrapped_up = batch_of(record(0, 0) + record(1, -2), 2, -(2**63))
+    assert records.first_record_from(wrapped_up, 2**62) == (1, 2**63 - 2)

@@ -57,6 +57,15 @@ def _sasl_seeds() -> list[bytes]:
     ]
 
 
+def _timestamp_seeds() -> list[bytes]:
+    """Batches with a client's LogAppendTime attribute and timestamps at the ends of 64 bits."""
+    from tests.raw_batches import LOG_APPEND_TIME, batch_of, record
+
+    edges = record(0, -(2**63)) + record(1, 2**63 - 1)
+    return [batch_of(record(0, 5) + record(1, -5), 2, 10**12, attributes=LOG_APPEND_TIME),
+            batch_of(edges, 2, 0), batch_of(edges, 2, 1), batch_of(edges, 2, -1)]
+
+
 def write_seeds(target: str, directory: str) -> int:
     """The seeds of one target, derived from the captured request frames."""
     from broker.shared import ipc
@@ -82,6 +91,7 @@ def write_seeds(target: str, directory: str) -> int:
         seeds = [batch for frame in frames for batch in _batches(frame)]
         seeds += [compressed(make_batch(5), codec, xerial) for codec, xerial in
                   ((1, False), (2, False), (2, True), (3, False), (4, False))]
+        seeds += _timestamp_seeds()
     elif target == "sasl":
         seeds = _sasl_seeds()
     elif target == "tags":  # flexible frames, each with an unknown tagged field appended

@@ -244,8 +244,55 @@ def records(data: bytes) -> None:
         stamps = batches.record_timestamps(data)
         if stamps is not None and len(stamps) > len(data) // 7:
             raise Finding("more records than the bytes can hold")
+        _lookups_agree(batches, data, stamps)
         _walks_agree(batches, data)
         _control_type_is_bounded(data)
+        _slices_agree(batches, data)
+
+
+def _verdict(check, room: int | None, most: int):
+    """The header a check stores, or its refusal's code, walked as Produce walks it: a first
+    start within `room` (which may decline), then `most` records a step."""
+    from broker.shared.log import records as batches
+
+    try:
+        check.start(room)
+        while not check.step(most):
+            pass
+        return check.batch
+    except batches.BatchError as error:
+        return error.code
+
+
+def _slices_agree(batches, data: bytes) -> None:
+    """A batch checked in slices after a start with little room (Produce's queue) meets the
+    verdict of one whole walk; what it stores is a sound batch carrying that header."""
+    appended = bool(data[1] & 1)  # the topic's message.timestamp.type
+    verdicts = []
+    for room, most in ((None, 1 << 62), (data[2] * 16, 1 + data[3] % 5)):
+        try:
+            check = batches.BatchCheck(data, 1 << 20, max_decompressed=1 << 12,
+                                       log_append_time=appended)
+        except batches.BatchError:
+            return
+        verdicts.append(_verdict(check, room, most))
+    if verdicts[0] != verdicts[1]:
+        raise Finding(f"sliced and whole checks disagree: {verdicts}")
+    if isinstance(verdicts[0], batches.Batch):
+        stored = batches.restamped(data, verdicts[0])
+        if batches.is_sound(stored, 0, len(stored)) != verdicts[0]._replace(position=0):
+            raise Finding("the stored batch does not carry the checked header")
+
+
+def _lookups_agree(batches, data: bytes, stamps) -> None:
+    """A timestamp lookup finds the record a full listing finds."""
+    if stamps is None:
+        return
+    for wanted in {stamps[len(stamps) // 2][1] if stamps else 0, -1, 2**62}:
+        expected = next((item for item in stamps if item[1] >= wanted), None)
+        found = batches.first_record_from(data, wanted)
+        if found != expected:
+            raise Finding(f"lookup of {wanted}: {found}, the listing says {expected}")
 
 
 def _control_type_is_bounded(data: bytes) -> None:

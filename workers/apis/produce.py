@@ -18,16 +18,23 @@ from workers.throttling import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.produce")
 
-SYNC_RECORDS = 20_000  # records one request may walk at once (about 15 ms)
+SYNC_RECORDS = 20_000  # records one request may walk at once (under 1 ms in C)
+SYNC_DECOMPRESSED = 4 << 20  # decompressed bytes likewise (a few ms of zstd)
 SLICE_RECORDS = 10_000  # records walked per loop turn beyond that
 
 
 class Produce(Api, api="Produce"):
     """Every batch is validated before anything is appended (broker.shared.log.records.BatchCheck).
-    Up to SYNC_RECORDS records in all are walked at once; a request with more (large batches
-    of small records, compressed batches) is walked SLICE_RECORDS per event-loop turn, one such
-    request at a time per worker (which also bounds the decompressed bytes held), and answered
-    when all of it was appended: no request holds the worker's loop for long."""
+
+    A request of at most SYNC_RECORDS records whose compressed batches decompress within
+    SYNC_DECOMPRESSED bytes is walked at once.  A larger one waits in a queue, holding nothing
+    but its request, and the queue is walked one request at a time, SLICE_RECORDS records and
+    at most one batch's decompression per event-loop turn; the request is answered when all
+    of it was appended.  So the decompressed records a worker holds are at most one batch
+    being walked in slices (pybroker.max.decompressed.batch.bytes) and one being walked at once
+    (SYNC_DECOMPRESSED), however many connections send large batches, and no request holds the
+    loop for longer than one such step: other clients' small requests are answered between
+    slices."""
 
     def __init__(self, services):
         self.services = services
@@ -51,7 +58,7 @@ class Produce(Api, api="Produce"):
                                           refusal or denied or self._refusal(ctx, body, data), acks)
                             for data in topic.partition_data])
         checks = [item for items in pending for item in items if item.check is not None]
-        if _walk(checks, SYNC_RECORDS):
+        if _walk_at_once(checks):
             return self._finish(ctx, body, pending)
         future = asyncio.get_running_loop().create_future()
         self._walking.append((ctx, body, pending, checks, future))
@@ -64,7 +71,7 @@ class Produce(Api, api="Produce"):
         ctx, body, pending, checks, future = self._walking[0]
         if not future.done():  # else its connection went away: nothing is appended
             try:
-                if not _walk(checks, SLICE_RECORDS):
+                if not _walk_some(checks, SLICE_RECORDS):
                     asyncio.get_running_loop().call_soon(self._walk_slice)
                     return
                 future.set_result(self._finish(ctx, body, pending))
@@ -174,19 +181,39 @@ class _Pending:
         self.done = check is None
 
 
-def _walk(pending: list, budget: int) -> bool:
-    """Walk up to `budget` records of the checks not done yet; True once all are done.  A
-    check that refuses its batch leaves its refusal in its place."""
+def _walk_at_once(pending: list) -> bool:
+    """Walk a small request's checks now; True once all are done.  False, holding nothing, for
+    one past SYNC_RECORDS records in all (as the headers count them: a walk stops at the count)
+    or SYNC_DECOMPRESSED decompressed bytes: the queue walks the checks not done yet.  A check
+    that refuses its batch leaves its refusal in its place."""
+    if sum(item.check.batch.record_count for item in pending) > SYNC_RECORDS:
+        return False
+    room = SYNC_DECOMPRESSED
+    for item in pending:
+        try:
+            if not item.check.start(room):
+                return False
+            room -= item.check.decompressed
+            item.done = item.check.step(SYNC_RECORDS)
+        except records.BatchError as error:
+            item.problem, item.message, item.done = error.code, str(error), True
+    return all(item.done for item in pending)
+
+
+def _walk_some(pending: list, budget: int) -> bool:
+    """Walk up to `budget` records of the checks not done yet, decompressing at most one
+    batch; True once all are done.  A check that refuses its batch leaves its refusal in its
+    place."""
     for item in pending:
         if item.done:
             continue
-        before = item.check.walked
+        check = item.check
+        decompresses, before = check.compressed and not check.started, check.walked
         try:
-            item.done = item.check.step(budget)
+            item.done = check.step(budget)
         except records.BatchError as error:
             item.problem, item.message, item.done = error.code, str(error), True
-            continue
-        budget -= item.check.walked - before
-        if not item.done or budget <= 0:
-            return all(other.done for other in pending)
-    return True
+        budget -= check.walked - before
+        if decompresses or not item.done or budget <= 0:
+            break
+    return all(item.done for item in pending)

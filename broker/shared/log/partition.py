@@ -294,7 +294,8 @@ class Partition:
         settings = self.settings
         return records.BatchCheck(batch_bytes, settings.max_message_bytes, settings.timestamps,
                                   max_decompressed=settings.max_decompressed_bytes,
-                                  keyed=settings.compacted)
+                                  keyed=settings.compacted,
+                                  log_append_time=settings.log_append_time)
 
     def append(self, batch_bytes: bytes, checked: records.Batch | None = None) -> AppendResult:
         """Validate (unless `checked` is the header a finished check gave), assign offsets,
@@ -314,8 +315,8 @@ class Partition:
             batch_bytes = records.with_log_append_time(batch_bytes, append_time)
             batch = batch._replace(max_timestamp=append_time,
                                    attributes=batch.attributes | records.LOG_APPEND_TIME)
-        elif batch.max_timestamp != records.max_timestamp_of(batch_bytes):
-            batch_bytes = records.with_max_timestamp(batch_bytes, batch.max_timestamp)
+        else:  # the attributes and max timestamp the check decided
+            batch_bytes = records.restamped(batch_bytes, batch)
         with self.locked():
             refused = self._writable_locked()
             result = refused or self._append_locked(batch_bytes, batch)
@@ -709,12 +710,9 @@ class Partition:
                     return None
                 if batch.max_timestamp < timestamp:
                     continue
-                stamps = records.record_timestamps(segment.read(position, batch.size),
-                                                   self.settings.max_decompressed_bytes)
-                if stamps is None:
-                    return batch.base_offset, batch.max_timestamp
-                return next((item for item in stamps if item[1] >= timestamp),
-                            (batch.base_offset, batch.max_timestamp))
+                found = records.first_record_from(segment.read(position, batch.size),
+                                                  timestamp, self.settings.max_decompressed_bytes)
+                return found or (batch.base_offset, batch.max_timestamp)
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
@@ -735,10 +733,11 @@ class Partition:
             if batch.base_offset >= high:
                 return None
             if batch.max_timestamp >= greatest[0]:
-                stamps = records.record_timestamps(segment.read(position, batch.size),
-                                                   self.settings.max_decompressed_bytes)
-                return next((item for item in stamps or () if item[1] == batch.max_timestamp),
-                            (batch.last_offset, batch.max_timestamp))
+                found = records.first_record_from(segment.read(position, batch.size),
+                                                  batch.max_timestamp,
+                                                  self.settings.max_decompressed_bytes)
+                return found if found is not None and found[1] == batch.max_timestamp \
+                    else (batch.last_offset, batch.max_timestamp)
         return None
 
     def _time_maxima(self, base: int) -> list[int]:

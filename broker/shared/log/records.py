@@ -37,6 +37,8 @@ TRANSACTIONAL = 0x10
 CONTROL = 0x20
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 ZSTD = 4
+NO_TIMESTAMP = -1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class BatchError(ValueError):
@@ -106,24 +108,28 @@ class BatchCheck:
     The constructor checks the header at once: "corrupt_message" for wrong lengths, CRC or an
     unknown codec; "invalid_record" for what a v3+ Produce may not carry (old magic, several
     batches, control batches) or a last offset delta that disagrees with the record count;
-    "message_too_large" above `max_batch_bytes`.  `step(n)` then walks at most n more records
-    (decompressed first, at most `max_decompressed` bytes: pybroker.max.decompressed.batch.bytes)
-    and returns True once all were: offset deltas consecutive, fields within each record,
-    records filling the batch exactly, CreateTime stamps within `bounds` ("invalid_timestamp").
-    `batch` is then the header with its max timestamp as the records have it.  Every walk is
-    bounded by the bytes, never by the count the header claims.  Raises BatchError.
+    "message_too_large" above `max_batch_bytes`.  `start()` makes the records ready to walk (a
+    compressed batch's decompressed, at most `max_decompressed` bytes:
+    pybroker.max.decompressed.batch.bytes); `step(n)` then walks at most n more records and
+    returns True once all were: offset deltas consecutive, fields within each record, records
+    filling the batch exactly, timestamps as the topic's message.timestamp.type wants them (see
+    `_stamped`).  `batch` is then the header as it is to be stored.  Every walk is bounded by
+    the bytes, never by the count the header claims; the decompressed records are held from
+    `start()` until the walk ends, and no longer.  Raises BatchError.
     """
 
     def __init__(self, buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBounds(),
                  now_ms: int | None = None, max_decompressed: int = 32 << 20,
-                 keyed: bool = False):
-        """`keyed`: a compacted topic's batch, whose every record needs a key."""
+                 keyed: bool = False, log_append_time: bool = False):
+        """`keyed`: a compacted topic's batch, whose every record needs a key.
+        `log_append_time`: the topic's message.timestamp.type is LogAppendTime."""
         self.batch = _check_framing(buffer, max_batch_bytes)
-        self.keyed = keyed
+        self.keyed, self.log_append_time = keyed, log_append_time
         _check_header(self.batch)
         self.buffer = buffer
         self.bounds, self.now_ms = bounds, now_ms
         self.max_decompressed = max_decompressed
+        self.decompressed = 0  # bytes the records took once decompressed
         self.base_timestamp = _BASE_TIMESTAMP.unpack_from(buffer, 27)[0]
         self._walk: RecordWalk | None = None
 
@@ -132,31 +138,80 @@ class BatchCheck:
         return bool(self.batch.attributes & CODEC_MASK)
 
     @property
+    def started(self) -> bool:
+        return self._walk is not None
+
+    @property
     def walked(self) -> int:
         """Records walked so far."""
         return 0 if self._walk is None else self._walk.index
 
-    def step(self, most: int) -> bool:
-        if self._walk is None:
-            if self.compressed:
-                records = decompress(self.batch.attributes & CODEC_MASK,
-                                     memoryview(self.buffer)[HEADER_BYTES:self.batch.size],
-                                     self.max_decompressed)
-                self._walk = RecordWalk(records, 0, len(records), self.batch.record_count,
-                                        self.keyed)
-            else:
-                self._walk = RecordWalk(self.buffer, HEADER_BYTES, self.batch.size,
-                                        self.batch.record_count, self.keyed)
-        if not self._walk.step(most):
-            return False
-        least = self.base_timestamp + self._walk.least
-        greatest = self.base_timestamp + self._walk.greatest
-        if not self.batch.attributes & LOG_APPEND_TIME:
-            _check_timestamps((least, greatest), self.bounds, self.now_ms)
-        # As Kafka, the header's max timestamp is the records' greatest (with_max_timestamp).
-        self.batch = self.batch._replace(max_timestamp=greatest)
-        self._walk.buffer = None  # a decompressed copy is not kept
+    def start(self, room: int | None = None) -> bool:
+        """Make the records ready to walk; a compressed batch's are decompressed within `room`
+        bytes (at most `max_decompressed`).  False, holding nothing, when they do not fit a
+        `room` smaller than `max_decompressed`: a later start with more room decides."""
+        if self._walk is not None:
+            return True
+        count = self.batch.record_count
+        if not self.compressed:
+            self._walk = RecordWalk(self.buffer, HEADER_BYTES, self.batch.size, count, self.keyed)
+            return True
+        limit = self.max_decompressed if room is None else min(room, self.max_decompressed)
+        try:
+            records = decompress(self.batch.attributes & CODEC_MASK,
+                                 memoryview(self.buffer)[HEADER_BYTES:self.batch.size], limit)
+        except BatchError:
+            if limit < self.max_decompressed:
+                return False
+            raise
+        self.decompressed = len(records)
+        self._walk = RecordWalk(records, 0, len(records), count, self.keyed)
         return True
+
+    def step(self, most: int) -> bool:
+        self.start()
+        walk = self._walk
+        try:
+            done = walk.step(most)
+        except BatchError:
+            walk.buffer = None  # a decompressed copy is not kept past the walk
+            raise
+        if not done:
+            return False
+        walk.buffer = None
+        self.batch = self._stamped(walk.least, walk.greatest)
+        return True
+
+    def _stamped(self, least: int, greatest: int) -> Batch:
+        """The header to store, given the least and greatest timestamp deltas of the records.
+
+        As Kafka's LogValidator, the topic's type decides, never the client's attribute: a
+        client may not set LogAppendTime ("invalid_timestamp"), except on a CreateTime topic
+        with a max timestamp, which Kafka reads as every record's timestamp and checks against
+        the bounds.  Such a batch is stored as CreateTime, so its records' own timestamps are
+        what readers see: they are checked too (Kafka leaves them unchecked).  CreateTime
+        stamps must lie within the bounds and within int64 ("invalid_timestamp"), and the max
+        timestamp is set to the records' greatest.  A LogAppendTime topic's batch is stamped
+        at append (Partition.append).
+        """
+        batch = self.batch
+        if batch.attributes & LOG_APPEND_TIME:
+            if self.log_append_time or batch.max_timestamp == NO_TIMESTAMP:
+                raise BatchError("invalid_timestamp", "Producer should not set timestamp type "
+                                                      "to LogAppendTime.")
+            _check_timestamps((batch.max_timestamp,), self.bounds, self.now_ms)
+            batch = batch._replace(attributes=batch.attributes & ~LOG_APPEND_TIME)
+        if self.log_append_time:
+            return batch
+        base = self.base_timestamp
+        if base + least < INT64_MIN or base + greatest > INT64_MAX:
+            raise BatchError("invalid_timestamp",
+                             f"a record's timestamp does not fit 64 bits (base timestamp {base}, "
+                             f"deltas from {least} to {greatest})")
+        least, greatest = base + least, base + greatest
+        _check_timestamps((least, greatest), self.bounds, self.now_ms)
+        # As Kafka, the header's max timestamp is the records' greatest (setMaxTimestamp).
+        return batch._replace(max_timestamp=greatest)
 
 
 def _check_framing(buffer, max_batch_bytes: int) -> Batch:
@@ -189,7 +244,8 @@ def decompress(codec: int, data, limit: int):
     """The records of a compressed batch, at most `limit` bytes (else BatchError).  Memory
     follows what the records need, never what a bomb could expand to: gzip stops at the limit,
     snappy's lengths are read before anything is expanded, and lz4 and zstd decompress into
-    a buffer that stops when full, doubled from 8x the compressed size up to the limit."""
+    a buffer that stops when full: the size a zstd frame declares, else 8x the compressed
+    size, doubled up to the limit."""
     try:
         if codec == 1:
             inflater = zlib.decompressobj(wbits=31)  # a gzip stream
@@ -199,15 +255,19 @@ def decompress(codec: int, data, limit: int):
             return memoryview(out)
         if codec == 2:
             return _snappy(data, limit)
-        return _into_growing_buffer({3: cramjam.lz4, 4: cramjam.zstd}[codec], bytes(data), limit)
+        data = bytes(data)
+        first = _declared_zstd_size(data) if codec == ZSTD else None
+        return _into_growing_buffer({3: cramjam.lz4, 4: cramjam.zstd}[codec], data, limit, first)
     except (cramjam.DecompressionError, zlib.error, ValueError, KeyError) as error:
         raise BatchError("corrupt_message",
                          f"{CODECS.get(codec, codec)} records do not decompress within "
                          f"{limit} bytes (pybroker.max.decompressed.batch.bytes): {error}") from None
 
 
-def _into_growing_buffer(module, data: bytes, limit: int):
-    size = min(limit, max(64 * 1024, 8 * len(data)))
+def _into_growing_buffer(module, data: bytes, limit: int, first: int | None = None):
+    """Each try that does not fit costs what its buffer holds: doubling keeps them all within
+    twice the last (a first guess from the frame makes one try of most batches)."""
+    size = min(limit, max(64 * 1024, first or 8 * len(data)))
     while True:
         out = bytearray(size)
         try:
@@ -216,6 +276,27 @@ def _into_growing_buffer(module, data: bytes, limit: int):
             if size >= limit:
                 raise
             size = min(limit, 2 * size)
+
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _declared_zstd_size(data: bytes) -> int | None:
+    """The content size the first zstd frame's header declares, if it does (RFC 8878 3.1.1.1;
+    librdkafka and one-shot compressors write it, Java's streaming one does not).  Only a
+    first guess: a frame that lies about it is refused by the decompression itself."""
+    if len(data) < 6 or data[:4] != _ZSTD_MAGIC:
+        return None
+    descriptor = data[4]
+    single_segment = descriptor >> 5 & 1
+    field = (single_segment, 2, 4, 8)[descriptor >> 6]  # bytes of Frame_Content_Size
+    if not field:
+        return None
+    at = 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3]  # window, dictionary id
+    if len(data) < at + field:
+        return None
+    size = int.from_bytes(data[at:at + field], "little")
+    return size + 256 if field == 2 else size
 
 
 def _snappy(data, limit: int):
@@ -297,6 +378,19 @@ def with_max_timestamp(batch, max_timestamp: int) -> bytes:
     """The same batch with its header's max timestamp set and the CRC recomputed."""
     rewritten = bytearray(batch)
     _BASE_TIMESTAMP.pack_into(rewritten, 35, max_timestamp)
+    struct.pack_into(">I", rewritten, 17, crc32c(memoryview(rewritten)[21:]))
+    return bytes(rewritten)
+
+
+def restamped(batch, header: Batch) -> bytes:
+    """The batch as its validation decided to store it (BatchCheck.batch): `header`'s
+    attributes and max timestamp, CRC recomputed; the same bytes if they carry them already."""
+    attributes = struct.unpack_from(">h", batch, 21)[0]
+    if attributes == header.attributes and max_timestamp_of(batch) == header.max_timestamp:
+        return batch
+    rewritten = bytearray(batch)
+    struct.pack_into(">h", rewritten, 21, header.attributes)
+    _BASE_TIMESTAMP.pack_into(rewritten, 35, header.max_timestamp)
     struct.pack_into(">I", rewritten, 17, crc32c(memoryview(rewritten)[21:]))
     return bytes(rewritten)
 
@@ -504,20 +598,72 @@ def record_timestamps(batch, max_decompressed: int = 32 << 20) -> list[tuple[int
     """(offset, timestamp) of each record of a stored batch, a compressed one decompressed
     first (at most `max_decompressed` bytes: a bomb is refused, never allocated); None if its
     records do not parse (then only the header can be believed).  A LogAppendTime batch's
-    records all carry its max timestamp, as Kafka reads them."""
-    header = read_header(batch, 0)
-    base_timestamp = _BASE_TIMESTAMP.unpack_from(batch, 27)[0]
-    stamps: list[tuple[int, int]] = []
-    end = min(len(batch), header.size)
+    records all carry its max timestamp, as Kafka reads them.  A list as long as the batch:
+    lookups use `first_record_from`."""
     try:
-        codec = header.attributes & CODEC_MASK
-        if codec:
-            body = decompress(codec, memoryview(batch)[HEADER_BYTES:end], max_decompressed)
-            walk_records(body, 0, len(body), header.record_count, stamps)
-        else:
-            walk_records(batch, HEADER_BYTES, end, header.record_count, stamps)
+        stored = _StoredRecords(batch, max_decompressed)
+        stamps: list[tuple[int, int]] = []
+        walk_records(stored.body, stored.position, stored.end, stored.header.record_count, stamps)
     except BatchError:
         return None
-    if header.attributes & LOG_APPEND_TIME:
-        return [(header.base_offset + delta, header.max_timestamp) for delta, _ in stamps]
-    return [(header.base_offset + delta, base_timestamp + stamp) for delta, stamp in stamps]
+    return [stored.record(delta, stamp) for delta, stamp in stamps]
+
+
+def first_record_from(batch, timestamp: int,
+                      max_decompressed: int = 32 << 20) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of a stored batch stamped at or after
+    `timestamp`; None if there is none, or its records do not parse (read as
+    record_timestamps reads them).  The C walk finds the slice of FIND_SLICE records where the
+    first such record lies; only that slice is read record by record, and nothing is kept."""
+    try:
+        stored = _StoredRecords(batch, max_decompressed)
+        header = stored.header
+        if header.attributes & LOG_APPEND_TIME:
+            walk_records(stored.body, stored.position, stored.end, header.record_count)
+            return stored.record(0, 0) if header.max_timestamp >= timestamp else None
+        walk = RecordWalk(stored.body, stored.position, stored.end, header.record_count)
+        while walk.index < walk.count:
+            first, position = walk.index, walk.position
+            walk.least, walk.greatest = INT64_MAX, INT64_MIN
+            walk.step(FIND_SLICE)
+            base = stored.base_timestamp
+            # A sum below 64 bits wraps up: such a slice may hold the record too.
+            if base + walk.greatest >= timestamp or base + walk.least < INT64_MIN:
+                stamps: list[tuple[int, int]] = []
+                _walk(stored.body, position, stored.end, first, walk.index, INT64_MAX,
+                      INT64_MIN, stamps)
+                found = next((item for item in (stored.record(*each) for each in stamps)
+                              if item[1] >= timestamp), None)
+                if found is not None:
+                    return found
+    except BatchError:
+        return None
+    return None
+
+
+FIND_SLICE = 4096  # records a lookup reads one by one at most (a few ms in Python)
+
+
+class _StoredRecords:
+    """The records of a stored batch: its header, and where they lie (a compressed batch's
+    decompressed first, within a limit)."""
+
+    def __init__(self, batch, max_decompressed: int):
+        self.header = header = read_header(batch, 0)
+        self.base_timestamp = _BASE_TIMESTAMP.unpack_from(batch, 27)[0]
+        end = min(len(batch), header.size)
+        codec = header.attributes & CODEC_MASK
+        if codec:
+            self.body = decompress(codec, memoryview(batch)[HEADER_BYTES:end], max_decompressed)
+            self.position, self.end = 0, len(self.body)
+        else:
+            self.body, self.position, self.end = batch, HEADER_BYTES, end
+
+    def record(self, delta: int, stamp: int) -> tuple[int, int]:
+        """(offset, timestamp) of a record, as a reader sees it: a LogAppendTime batch's
+        records carry its max timestamp; a sum past 64 bits wraps, as Java's does."""
+        header = self.header
+        if header.attributes & LOG_APPEND_TIME:
+            return header.base_offset + delta, header.max_timestamp
+        stamp = (self.base_timestamp + stamp - INT64_MIN) % 2**64 + INT64_MIN
+        return header.base_offset + delta, stamp

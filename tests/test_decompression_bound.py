@@ -1,0 +1,111 @@
+"""Compressed batches of many small records, sent by many connections at once: a worker holds
+the decompressed records of a bounded number of batches (not one per connection), and
+another client's produce is answered while they are walked."""
+
+import threading
+import time
+
+import cramjam
+import pytest
+
+from tests.batches import make_batch
+from tests.harness import BrokerProcess, memory, wait_until
+from tests.raw_batches import batch_of, tiny_records
+from tests.wire import KafkaSocket, produce_errors, produce_request
+
+pytestmark = pytest.mark.system  # every test here starts a broker
+
+CONNECTIONS = 32
+RECORDS = 1_000_000  # about 29 MB once decompressed, 0.8 MB as zstd
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with BrokerProcess(workers=1) as running:
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=running.bootstrap)
+        admin.create_topics([NewTopic("dense", num_partitions=1, replication_factor=1),
+                             NewTopic("probe", num_partitions=1, replication_factor=1)])
+        admin.close()
+        yield running
+
+
+class PeakRss(threading.Thread):
+    """The greatest VmRSS a process reaches while this runs (sampled every 5 ms)."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.running = pid, 0, True
+
+    def run(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, memory(self.pid).get("VmRSS", 0))
+            time.sleep(0.005)
+
+    def stop(self) -> int:
+        self.running = False
+        self.join(timeout=5)
+        return self.peak
+
+
+class Probe(threading.Thread):
+    """Another client producing one small batch after another: the slowest answer's time."""
+
+    def __init__(self, address):
+        super().__init__(daemon=True)
+        self.address, self.slowest, self.answers, self.running = address, 0.0, 0, True
+        self.errors: list = []
+
+    def run(self) -> None:
+        with KafkaSocket(self.address, timeout=60) as client:
+            while self.running:
+                started = time.monotonic()
+                client.send(produce_request("probe", make_batch(1), correlation_id=self.answers))
+                self.errors += [code for code, _ in produce_errors(client.receive()) if code]
+                self.slowest = max(self.slowest, time.monotonic() - started)
+                self.answers += 1
+                time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.running = False
+        self.join(timeout=60)
+
+
+def test_many_connections_sending_dense_batches_hold_a_bounded_decompressed_total(broker):
+    records = tiny_records(RECORDS)
+    packed = bytes(cramjam.zstd.compress(records, level=3))
+    batch = batch_of(packed, RECORDS, int(time.time() * 1000), attributes=4)  # zstd
+    assert len(batch) < MIB and len(records) > 25 * MIB
+    address = broker.listeners["PLAINTEXT"]
+    (pid,) = broker.worker_pids.values()
+    clients = [KafkaSocket(address, timeout=120) for _ in range(CONNECTIONS)]
+    probe = Probe(address)
+    try:
+        for client in clients:  # connected, and the worker warmed up, before the baseline
+            client.send(produce_request("probe", make_batch(1)))
+            assert produce_errors(client.receive())[0][0] == 0
+        baseline = memory(pid)["VmRSS"]
+        probe.start()
+        wait_until(lambda: probe.answers >= 3, timeout=30)
+        peak = PeakRss(pid)
+        peak.start()
+        request = produce_request("dense", batch, correlation_id=7)
+        for client in clients:
+            client.send(request)
+        answers = [produce_errors(client.receive()) for client in clients]
+        grown = peak.stop() - baseline
+        probe.stop()
+    finally:
+        probe.running = False
+        for client in clients:
+            client.close()
+    assert [codes for codes in answers if codes[0][0] != 0] == []
+    assert sorted(offset for (_, offset), in answers) == [n * RECORDS for n in range(CONNECTIONS)]
+    # Without a bound each connection's batch was held decompressed while it waited:
+    # 32 x 29 MB.  Now one batch walked in slices and one small walk at a time.
+    assert grown < 4 * len(records), f"the worker grew by {grown / MIB:.0f} MiB"
+    assert probe.errors == []
+    assert probe.slowest < 1.0, f"another client's produce waited {probe.slowest:.2f} s"
