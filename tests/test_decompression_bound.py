@@ -109,3 +109,55 @@ def test_many_connections_sending_dense_batches_hold_a_bounded_decompressed_tota
     assert grown < 4 * len(records), f"the worker grew by {grown / MIB:.0f} MiB"
     assert probe.errors == []
     assert probe.slowest < 1.0, f"another client's produce waited {probe.slowest:.2f} s"
+
+
+def lookup_frame(timestamp: int, correlation: int) -> bytes:
+    from kafka.protocol.consumer.offsets import ListOffsetsRequest
+
+    from tests.wire import frame
+
+    topic = ListOffsetsRequest[4].ListOffsetsTopic
+    request = ListOffsetsRequest[4](replica_id=-1, isolation_level=0, topics=[topic(
+        name="dense", partitions=[topic.ListOffsetsPartition(
+            partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])])
+    request.with_header(correlation_id=correlation, client_id="lookups")
+    return frame(bytes(request.encode(header=True)))
+
+
+def test_lookups_by_time_in_dense_batches_take_turns_with_other_clients(broker):
+    """Each lookup decompresses a batch of a million records (tens of ms): 16 connections
+    asking at once are served one lookup per loop turn, so another client's produce waits
+    for about one of them, not for all (3 s before they took turns)."""
+    from tests.wire import decode_response
+
+    stamp = int(time.time() * 1000) + 1000  # later than every batch of the other tests
+    batch = batch_of(bytes(cramjam.zstd.compress(tiny_records(RECORDS))), RECORDS, stamp,
+                     attributes=4)
+    address = broker.listeners["PLAINTEXT"]
+    with KafkaSocket(address, timeout=60) as client:
+        client.send(produce_request("dense", batch))
+        ((code, base),) = produce_errors(client.receive())
+        assert code == 0
+    found, running = [], True
+
+    def ask() -> None:
+        with KafkaSocket(address, timeout=60) as client:
+            for correlation in range(1000):  # bounded; stopped by `running` long before
+                if not running:
+                    return
+                client.send(lookup_frame(stamp, correlation))
+                (answer,) = decode_response(2, 4, client.receive())[1].topics[0].partitions
+                found.append((answer.error_code, answer.offset))
+
+    probe = Probe(address)
+    probe.start()
+    askers = [threading.Thread(target=ask, daemon=True) for _ in range(16)]
+    for asker in askers:
+        asker.start()
+    wait_until(lambda: len(found) >= 64, timeout=60, message="lookups answered")
+    running = False
+    for asker in askers:
+        asker.join(timeout=60)
+    probe.stop()
+    assert set(found) == {(0, base)} and not probe.errors
+    assert probe.slowest < 0.6, f"a produce waited {probe.slowest:.2f} s behind the lookups"

@@ -20,8 +20,10 @@ those with news.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import logging
+import time
 
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import FETCH
@@ -49,6 +51,7 @@ def opened(registry, topic: str, index: int):
         return UNAVAILABLE
 NEW = object()  # a full fetch that asks for a session
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
+LOOKUP_TURN_S = 0.002  # offsets by time looked up per loop turn (at least one)
 READ_COMMITTED = 1  # isolation_level: nothing past the last stable offset, aborts listed
 
 
@@ -390,15 +393,24 @@ class _Waiter:
 
 
 class ListOffsets(Api, api="ListOffsets"):
+    """Offsets by position answer at once; offsets by time (a timestamp, or the greatest one)
+    may decompress a batch each (up to pybroker.max.decompressed.batch.bytes, tens of ms), so
+    they are looked up through one queue per worker, a request at a time and at most
+    LOOKUP_TURN_S of lookups per loop turn (always one): other clients are answered between
+    them however many connections ask."""
 
-    def handle(self, ctx: RequestContext, body) -> bytes:
+    def __init__(self, services):
+        self.services = services
+        self._looking: collections.deque = collections.deque()  # (answers, lookups, ...)
+
+    def handle(self, ctx: RequestContext, body):
         registry = self.services.registry
         seen: dict[tuple[str, int], int] = {}
         for topic in body.topics:
             for part in topic.partitions:
                 key = (topic.name, part.partition_index)
                 seen[key] = seen.get(key, 0) + 1
-        topics, access = [], self.services.access
+        topics, access, lookups = [], self.services.access, []
         committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
         for topic in body.topics:
             answers = []
@@ -411,11 +423,40 @@ class ListOffsets(Api, api="ListOffsets"):
             for part in topic.partitions:
                 if seen[(topic.name, part.partition_index)] > 1:  # Kafka: each one refused,
                     answers.append(self._duplicate(part))  # none looked up
-                else:
-                    answers.append(self._offset(
-                        opened(registry, topic.name, part.partition_index), part, committed))
+                    continue
+                partition = opened(registry, topic.name, part.partition_index)
+                answers.append(self._offset(partition, part, committed))
+                if answers[-1] is None:  # by time: looked up in turn
+                    lookups.append((answers, len(answers) - 1, partition, part))
             topics.append({"name": topic.name, "partitions": answers})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})
+        if not lookups:
+            return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})
+        future = asyncio.get_running_loop().create_future()
+        self._looking.append((ctx, topics, collections.deque(lookups), future))
+        if len(self._looking) == 1:
+            asyncio.get_running_loop().call_soon(self._look_some)
+        return future
+
+    def _look_some(self) -> None:
+        """Lookups of the oldest request for at most LOOKUP_TURN_S; answer it once done."""
+        ctx, topics, lookups, future = self._looking[0]
+        if not future.done():  # else its connection went away
+            deadline = time.monotonic() + LOOKUP_TURN_S
+            while True:  # at least one
+                answers, slot, partition, part = lookups.popleft()
+                answers[slot] = self._by_time(partition, part)
+                if not lookups or time.monotonic() >= deadline:
+                    break
+            if lookups:
+                asyncio.get_running_loop().call_soon(self._look_some)
+                return
+            try:
+                future.set_result(ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics}))
+            except Exception as error:  # noqa: BLE001 - the connection hears of it
+                future.set_exception(error)
+        self._looking.popleft()
+        if self._looking:
+            asyncio.get_running_loop().call_soon(self._look_some)
 
     @staticmethod
     def _duplicate(request) -> dict:
@@ -423,7 +464,8 @@ class ListOffsets(Api, api="ListOffsets"):
                 "leader_epoch": -1, "error_code": errors.ErrorCode.invalid_request}
 
     @staticmethod
-    def _offset(partition, request, committed: bool = False) -> dict:
+    def _offset(partition, request, committed: bool = False) -> dict | None:
+        """The answer, or None when it is looked up by time (`_by_time`)."""
         answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
                   "leader_epoch": 0, "error_code": errors.NONE}
         if partition is None:
@@ -436,11 +478,20 @@ class ListOffsets(Api, api="ListOffsets"):
                         else partition.high_watermark)
         if wanted in (EARLIEST, EARLIEST_LOCAL):
             return dict(answer, offset=partition.log_start_offset)
+        return None
+
+    @staticmethod
+    def _by_time(partition, request) -> dict:
+        answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
+                  "leader_epoch": 0, "error_code": errors.NONE}
+        wanted = request.timestamp
         try:
             found = partition.max_timestamp_offset() if wanted == MAX_TIMESTAMP \
                 else partition.offset_for_timestamp(wanted)
         except OutOfDescriptors:
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
+        except FileNotFoundError:  # retention took the segment meanwhile: no record there
+            return answer
         if found is None:
             return answer
         return dict(answer, offset=found[0], timestamp=found[1])
