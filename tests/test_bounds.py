@@ -186,10 +186,10 @@ def test_new_producer_ids_at_the_table_bound_cost_what_they_cost_below_it():
         address = broker.listeners["PLAINTEXT"]
         at_bound = 16384 * 3 // 4  # live entries at the load factor
         with KafkaSocket(address, timeout=60) as client:
-            below = _new_producers([client], "ids", range(1, 1025))
-            _new_producers([client], "ids", range(1025, at_bound + 1))
-            sequential = _new_producers([client], "ids", range(at_bound + 1, at_bound + 1025))
-            crafted = _new_producers([client], "ids", range(65536, 65536 * 1025, 65536))
+            below = new_producers([client], "ids", range(1, 1025))
+            new_producers([client], "ids", range(1025, at_bound + 1))
+            sequential = new_producers([client], "ids", range(at_bound + 1, at_bound + 1025))
+            crafted = new_producers([client], "ids", range(65536, 65536 * 1025, 65536))
         assert sequential < 3 * below and crafted < 3 * below, (below, sequential, crafted)
         latencies: list[float] = []
         done = threading.Event()
@@ -197,7 +197,7 @@ def test_new_producer_ids_at_the_table_bound_cost_what_they_cost_below_it():
         clients = [KafkaSocket(address, timeout=60) for _ in range(3)]
         try:
             other.start()
-            _new_producers(clients, "ids", range(100_000, 101_536), in_flight=1)
+            new_producers(clients, "ids", range(100_000, 101_536), in_flight=1)
         finally:
             done.set()
             other.join(30)
@@ -212,7 +212,7 @@ def test_new_producer_ids_at_the_table_bound_cost_what_they_cost_below_it():
         assert median < 0.004
 
 
-def _with_producer(batch: bytes, producer_id: int) -> bytes:
+def with_producer(batch: bytes, producer_id: int) -> bytes:
     """`batch` as producer `producer_id` sends it (its id and CRC rewritten)."""
     patched = bytearray(batch)
     struct.pack_into(">q", patched, 43, producer_id)
@@ -220,12 +220,12 @@ def _with_producer(batch: bytes, producer_id: int) -> bytes:
     return bytes(patched)
 
 
-def _new_producers(clients: list[KafkaSocket], topic: str, producer_ids,
-                   in_flight: int = 32) -> float:
+def new_producers(clients: list[KafkaSocket], topic: str, producer_ids, in_flight: int = 32,
+                  partition: int = 0) -> float:
     """Seconds to append a first batch (sequence 0) for each producer id, `in_flight`
     requests at a time on each client; the requests are built before the clock starts."""
     template = make_batch(1, producer_id=0, epoch=0, sequence=0)
-    frames = [produce_request(topic, _with_producer(template, producer_id),
+    frames = [produce_request(topic, with_producer(template, producer_id), partition=partition,
                               correlation_id=n) for n, producer_id in enumerate(producer_ids)]
     start = time.perf_counter()
     for first in range(0, len(frames), in_flight * len(clients)):
