@@ -284,7 +284,8 @@ def test_an_old_format_producer_file_is_reset(tmp_path):
         handle.write(int.from_bytes(b"PYBRKPR1", "little").to_bytes(8, "little"))
     reopened = producer_table.ProducerTable(str(tmp_path), expiration_ms=10**9, max_entries=64)
     assert reopened.live() == 0 and reopened.ongoing() == []
-    assert os.path.getsize(path) == 8 * (8 + 64 * producer_table.ENTRY_WORDS)
+    assert os.path.getsize(path) == \
+        8 * (producer_table.HEADER_WORDS + 64 * producer_table.ENTRY_WORDS)
     reopened.close()
 
 
