@@ -66,18 +66,20 @@ class Harness:
         self.registry.close()
         self.loop.close()
 
-    def send(self, api_key: int, version: int, values: dict):
+    def send(self, api_key: int, version: int, values: dict, peer="10.0.0.1:1",
+             user="ANONYMOUS"):
         frame = request(api_key, version, values)
         service = self.groups if api_key in GROUP_KEYS else self.coordinator
-        return decode_response(api_key, version, service.handle(frame, 0, "10.0.0.1:1")[4:])[1]
+        return decode_response(api_key, version, service.handle(frame, 0, peer, user)[4:])[1]
 
     # --- as a transactional producer sends them ---------------------------------------------
 
-    def init(self, txn="app", timeout_ms=60_000, producer_id=-1, epoch=-1, version=4):
+    def init(self, txn="app", timeout_ms=60_000, producer_id=-1, epoch=-1, version=4,
+             **who):
         answer = self.send(22, version, {
             "transactional_id": txn, "transaction_timeout":
             datetime.timedelta(milliseconds=timeout_ms), "producer_id": producer_id,
-            "producer_epoch": epoch})
+            "producer_epoch": epoch}, **who)
         return answer.error_code, answer.producer_id, answer.producer_epoch
 
     def add(self, producer, partitions, txn="app", version=3):
@@ -291,7 +293,8 @@ def test_list_transactions_filters_by_state_and_producer(harness):
 
 
 def test_the_number_of_transactional_ids_is_bounded(tmp_path):
-    harness = Harness(str(tmp_path), pybroker_max_transactional_ids="2")
+    harness = Harness(str(tmp_path), pybroker_max_transactional_ids="2",
+                      pybroker_max_transactional_ids_per_principal="2")
     try:
         _, producer_id, epoch = harness.init("a")
         harness.add((producer_id, epoch), [0], txn="a")  # in a transaction: never forgotten
