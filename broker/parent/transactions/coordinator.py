@@ -28,7 +28,6 @@ the producer's next marker there.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 import secrets
@@ -39,6 +38,8 @@ import msgspec
 from broker.parent.forwarded import decode_forwarded
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.record_file import RecordFile
+from broker.parent.transactions.answers import (describe_transactions_body,
+                                                list_transactions_body)
 from broker.parent.transactions.holders import Holder, Holdings
 from broker.parent.transactions.refusals import BoundReport
 from broker.parent.transactions.state import Transaction, TxnState, transition
@@ -599,7 +600,7 @@ class TransactionCoordinator:
             elif txn is None:
                 code = E.transactional_id_not_found
             states.append(_described(transactional_id, code, txn, describable))
-        return ctx.respond({"throttle_time": NO_THROTTLE, "transaction_states": states})
+        return ctx.frame(describe_transactions_body(states))
 
     def _describable(self, ctx: RequestContext):
         """The test of a topic the caller may see in an answer (decided once per topic)."""
@@ -613,28 +614,29 @@ class TransactionCoordinator:
         return describable
 
     def _list(self, ctx: RequestContext, body) -> bytes:
+        """Every transaction the filters select and the caller may describe.  The one small
+        request that answers with the whole table: its answer is written straight to bytes
+        (answers.py), and each id costs a few attribute reads."""
         known = {state.value for state in TxnState}
         wanted = set(body.state_filters)
         producers = set(body.producer_id_filters)
         longer_than = getattr(body, "duration_filter", -1)
-        now = now_ms()
-        listed = []
-        for txn in self.transactions.values():
-            if (wanted and txn.state.value not in wanted) or \
-                    (producers and txn.producer_id not in producers):
-                continue
-            if longer_than >= 0 and (txn.state is not TxnState.ONGOING
-                                     or now - txn.started_ms < longer_than):
-                continue
-            if not self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                                       txn.transactional_id):
-                continue
-            listed.append({"transactional_id": txn.transactional_id,
-                           "producer_id": txn.producer_id,
-                           "transaction_state": txn.state.value})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
-                            "unknown_state_filters": sorted(wanted - known),
-                            "transaction_states": listed})
+        selected = self.transactions.values()
+        if wanted:
+            selected = [txn for txn in selected if txn.state._value_ in wanted]
+        if producers:
+            selected = [txn for txn in selected if txn.producer_id in producers]
+        if longer_than >= 0:
+            began_before = now_ms() - longer_than
+            selected = [txn for txn in selected if txn.state is TxnState.ONGOING
+                        and txn.started_ms <= began_before]
+        if self.access.enabled:
+            allowed = self.access.allowed
+            selected = [txn for txn in selected if allowed(
+                ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn.transactional_id)]
+        listed = [(txn.transactional_id, txn.producer_id, txn.state._value_)
+                  for txn in selected]
+        return ctx.frame(list_transactions_body(E.none, sorted(wanted - known), listed))
 
 
 BY_NAME_OF_KEY = {spec.key: name for name, spec in BY_NAME.items()}
@@ -660,26 +662,16 @@ def _by_topic(verdicts: dict, code_field: str, partitions_field: str) -> list[di
     return [{"name": name, partitions_field: rows} for name, rows in topics.items()]
 
 
-def _described(transactional_id: str, code, txn: Transaction | None, describable) -> dict:
-    answer = {"error_code": code, "transactional_id": transactional_id,
-              "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
-              "transaction_start_time": _datetime(-1), "producer_id": -1, "producer_epoch": -1,
-              "topics": []}
+def _described(transactional_id: str, code, txn: Transaction | None, describable) -> tuple:
+    """One state of a DescribeTransactions answer (answers.describe_transactions_body): the
+    partitions of a transaction in progress, of the topics the caller may describe."""
     if txn is None:
-        return answer
+        return code, transactional_id, "", 0, -1, -1, -1, {}
     topics: dict[str, list[int]] = {}
     if txn.state is TxnState.ONGOING or txn.state.preparing:
         for name, partition in txn.partitions:
             if name in topics or describable(name):
                 topics.setdefault(name, []).append(partition)
-    return dict(answer, transaction_state=txn.state.value,
-                transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
-                transaction_start_time=_datetime(txn.started_ms),  # -1: none yet (Kafka's)
-                producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
-                topics=[{"topic": name, "partitions": parts} for name, parts in topics.items()])
-
-
-def _datetime(ms: int) -> datetime.datetime:
-    """Kafka's int64 milliseconds as kio takes them (-1: none)."""
-    return datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc) + \
-        datetime.timedelta(milliseconds=ms)
+    # A start time of -1: none yet (Kafka's).
+    return (code, transactional_id, txn.state._value_, txn.timeout_ms, txn.started_ms,
+            txn.producer_id, txn.producer_epoch, topics)
