@@ -20,6 +20,16 @@ refused in every partition it wrote to); a request with an older epoch hears PRO
 (INVALID_PRODUCER_EPOCH for older request versions).  A transaction open longer than its
 timeout is aborted with a bumped epoch too.
 
+Bounds Kafka does not have (a client must not exhaust what others need): at most
+`pybroker.max.transactional.ids` ids, and of them a share per principal (per client address
+for ANONYMOUS), `pybroker.max.transactional.ids.per.principal`; at either bound an idle id is
+forgotten to make room, or, with all busy, InitProducerId answers COORDINATOR_NOT_AVAILABLE
+(holders.py decides, refusals.py counts, logs and writes the event).  A transaction spans at
+most `pybroker.max.partitions.per.transaction` partitions and 1,000 groups, and a complete one
+keeps neither (as Kafka's).  DescribeTransactions answers an id named twice once and shows
+only the topics the caller may describe; its answers and ListTransactions' are written
+straight to bytes (answers.py).
+
 Not done (as Kafka before KIP-890's verification): a produce to a partition never added to
 the transaction is not refused; its records stay invisible to read_committed consumers until
 the producer's next marker there.

@@ -24,6 +24,7 @@ import heapq
 from typing import NamedTuple
 
 ANONYMOUS = "ANONYMOUS"
+MAX_NAME_CHARS = 256  # of a principal's name in a log line or an event
 SHARE = "share"  # refused: the holder is at its share, all of its ids busy
 FULL = "full"  # refused: the table is full, every id busy
 
@@ -39,7 +40,9 @@ class Holder(NamedTuple):
         return cls(user, host if user == ANONYMOUS else "")
 
     def __str__(self) -> str:
-        return f"User:{self.user}@{self.host}" if self.host else f"User:{self.user}"
+        user = self.user if len(self.user) <= MAX_NAME_CHARS else \
+            self.user[:MAX_NAME_CHARS] + "..."
+        return f"User:{user}@{self.host}" if self.host else f"User:{user}"
 
 
 class Room(NamedTuple):

@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 import time
 
-from broker.parent.transactions.holders import FULL, SHARE, Holder, Holdings
+from broker.parent.transactions.holders import FULL, MAX_NAME_CHARS, SHARE, Holder, Holdings
 from broker.shared.events import EventLog, TransactionalIdRefused
 
 log = logging.getLogger("broker.parent.transactions")
 
 LOG_INTERVAL = 10.0  # seconds between two log lines about the bounds
 MAX_KEYS = 1000  # distinct (listener, address, principal, reason) refused per second
-MAX_NAME_CHARS = 256  # of a principal's name written to the event log
 LARGEST = 5  # holders named by the log line
 OTHER = "<other>"
 EXPIRED = "expired"
