@@ -6,8 +6,9 @@ timeline    one row per second from the first event to the last: connections acc
             their throttle time, and per plane the request rate with p50/p99 latency from the
             merged sketches
 top_n       the N biggest IPs, client ids, users and principals by connections, rejections,
-            bytes, throttle time and failed authentications; and by what limits in shadow
-            mode would have done (shadow_rejections, shadow_throttle_ms)
+            bytes, throttle time, failed authentications and transactional ids refused; and
+            by what limits in shadow mode would have done (shadow_rejections,
+            shadow_throttle_ms)
 
 Shadow mode (issue 19): events with `dry_run` set are what a limit observing only would have
 done.  They are kept out of every enforced count (rejections, throttles, incidents) and
@@ -17,7 +18,7 @@ incidents   runs of seconds where rejections, acceptor blocking, pool depletion,
             joined), with start, end, peaks, and per dimension of what happened inside (IPs
             and principals refused, refusals by reason, clients by bytes, clients and quotas
             by throttle time, control-plane clients, acceptor blocking by reason, mutes, ACL
-            denials) the total, the leaders and how many keys: `totals`, `leaders` and `keys`
+            denials, transactional ids refused by holder) the total, the leaders and how many keys: `totals`, `leaders` and `keys`
             maps, and the leaders that name an incident as columns of their own (top_ip,
             top_client_id, ...)
 impact      per incident, the clients that were already there (served both in the quiet
@@ -185,6 +186,10 @@ def top_n(events: DataFrame, n: int = 10) -> DataFrame:
              F.sum("count"), n),
         _top(_of(events, "authentication_failed"), "ip", "ip", "authentication_failures",
              count, n),
+        _top(_of(events, "transactional_id_refused"), "principal", "principal",
+             "transactional_id_refusals", F.sum("count"), n),
+        _top(_of(events, "transactional_id_refused"), "ip", "ip", "transactional_id_refusals",
+             F.sum("count"), n),
         _top(_of(events, "authentication_failed"), "user", "user", "authentication_failures",
              count, n),
         _top(_of(events, "connection_rejected", dry_run=True), "ip", "ip", "shadow_rejections",
@@ -268,6 +273,11 @@ def _contributions(events: DataFrame) -> DataFrame:
         (throttled, "throttle_quota", F.col("quota"), F.col("throttle_ms")),
         (denials, "denied_principal", F.col("principal"), F.col("count")),
         (denials, "denied_resource", F.col("resource"), F.col("count")),
+        # The transaction coordinator's holder: the principal, or its address if ANONYMOUS.
+        (kind == "transactional_id_refused", "txn_refused_holder",
+         F.when(F.col("principal") == "User:ANONYMOUS",
+                F.concat(F.col("principal"), F.lit("@"), F.col("ip")))
+         .otherwise(F.col("principal")), F.col("count")),
         (kind == "acceptor_blocked", "blocked_reason", F.col("reason"), F.col("blocked_ms")),
         (kind == "broker_stats", "depleted_node", F.col("node"), F.col("depleted_ms")),
         (kind == "memory_mutes", "muted_proc", F.col("proc"), F.col("muted")),

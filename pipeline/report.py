@@ -60,6 +60,8 @@ TOP_TITLES = {
     ("principal", "connections"): "Principals by connections",
     ("principal", "denials"): "Principals by requests denied",
     ("ip", "authentication_failures"): "IPs by failed authentications",
+    ("principal", "transactional_id_refusals"): "Principals refused transactional ids",
+    ("ip", "transactional_id_refusals"): "IPs refused transactional ids",
     ("user", "authentication_failures"): "User names by failed authentications",
     ("ip", "shadow_rejections"): "IPs shadow mode would have refused",
     ("client_id", "shadow_throttle_ms"): "Clients shadow mode would have throttled",

@@ -297,6 +297,11 @@ def actions(incident: dict) -> str:
         done.append(f"denied {plural(denied, 'request')} by ACL"
                     + (f", most to {whom[0]}" if whom else "")
                     + (f" on {whom[1]}" if len(whom) > 1 else ""))
+    refused_ids = total(incident, "txn_refused_holder")
+    if refused_ids:
+        done.append(f"refused transactional ids {plural(refused_ids, 'time')} (a principal's "
+                    "share or the whole table in transactions), most to "
+                    f"{_first(incident, 'txn_refused_holder')}")
     if not done:
         return "The broker did not refuse, mute or throttle anything."
     return f"The broker {listing(done)}."

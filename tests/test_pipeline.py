@@ -162,6 +162,31 @@ def test_top_n_names_users_principals_and_failed_authentications(spark, tmp_path
     assert found[("principal", "rejections")] == ("User:svc", 2)  # per-user limits
 
 
+def test_refused_transactional_ids_name_their_holder(spark, tmp_path):
+    """transactional_id_refused events: principals and IPs ranked, and an incident says how
+    many times and to whom (an ANONYMOUS holder is its address)."""
+    from pipeline import words
+
+    def refused(second, principal, ip, count):
+        return ev.TransactionalIdRefused(ts=at(second), second=T0 + second, listener="CLIENT",
+                                         ip=ip, principal=principal, reason="share", held=4,
+                                         count=count)
+
+    storm = [rejected(10, ip="10.6.6.6") for _ in range(12)]
+    directory = write(tmp_path, [*storm, refused(10, "User:ANONYMOUS", "10.6.6.6", 30),
+                                 refused(10, "User:alice", "10.0.0.2", 5)])
+    events = load_events(spark, [directory]).events
+    top = aggregate.top_n(events, n=1).collect()
+    found = {(row["dimension"], row["metric"]): (row["key"], row["value"]) for row in top}
+    assert found[("principal", "transactional_id_refusals")] == ("User:ANONYMOUS", 30)
+    assert found[("ip", "transactional_id_refusals")] == ("10.6.6.6", 30)
+    (incident,) = [row.asDict(recursive=True) for row in
+                   aggregate.incidents(events, aggregate.timeline(events)).collect()]
+    assert incident["totals"]["txn_refused_holder"] == 35
+    assert "refused transactional ids 35 times (a principal's share or the whole table in " \
+        "transactions), most to User:ANONYMOUS@10.6.6.6" in words.actions(incident)
+
+
 def denial(second, principal, resource, count, api="Produce", operation="WRITE", ip="10.0.0.5"):
     return ev.AuthorizationDenied(ts=at(second), second=T0 + second, listener="SASL", ip=ip,
                                   principal=principal, api=api, resource_type="TOPIC",

@@ -66,18 +66,20 @@ class Harness:
         self.registry.close()
         self.loop.close()
 
-    def send(self, api_key: int, version: int, values: dict):
+    def send(self, api_key: int, version: int, values: dict, peer="10.0.0.1:1",
+             user="ANONYMOUS"):
         frame = request(api_key, version, values)
         service = self.groups if api_key in GROUP_KEYS else self.coordinator
-        return decode_response(api_key, version, service.handle(frame, 0, "10.0.0.1:1")[4:])[1]
+        return decode_response(api_key, version, service.handle(frame, 0, peer, user)[4:])[1]
 
     # --- as a transactional producer sends them ---------------------------------------------
 
-    def init(self, txn="app", timeout_ms=60_000, producer_id=-1, epoch=-1, version=4):
+    def init(self, txn="app", timeout_ms=60_000, producer_id=-1, epoch=-1, version=4,
+             **who):
         answer = self.send(22, version, {
             "transactional_id": txn, "transaction_timeout":
             datetime.timedelta(milliseconds=timeout_ms), "producer_id": producer_id,
-            "producer_epoch": epoch})
+            "producer_epoch": epoch}, **who)
         return answer.error_code, answer.producer_id, answer.producer_epoch
 
     def add(self, producer, partitions, txn="app", version=3):
@@ -291,7 +293,8 @@ def test_list_transactions_filters_by_state_and_producer(harness):
 
 
 def test_the_number_of_transactional_ids_is_bounded(tmp_path):
-    harness = Harness(str(tmp_path), pybroker_max_transactional_ids="2")
+    harness = Harness(str(tmp_path), pybroker_max_transactional_ids="2",
+                      pybroker_max_transactional_ids_per_principal="2")
     try:
         _, producer_id, epoch = harness.init("a")
         harness.add((producer_id, epoch), [0], txn="a")  # in a transaction: never forgotten
@@ -504,3 +507,112 @@ def test_deleting_a_group_drops_the_offsets_a_transaction_had_pending(harness):
     assert harness.offsets.get("g") == {}
     harness.restart()
     assert harness.offsets.get("g") == {} and harness.offsets.pending_partitions("g") == set()
+
+
+def test_a_holder_at_its_share_replaces_its_own_idle_ids_and_waits_when_all_are_busy(tmp_path):
+    harness = Harness(str(tmp_path), pybroker_max_transactional_ids="10",
+                      pybroker_max_transactional_ids_per_principal="2")
+    try:
+        a, b = {"peer": "10.0.0.1:1"}, {"peer": "10.0.0.2:1"}
+        harness.init("a-0", **a)
+        _, producer_id, epoch = harness.init("a-1", **a)
+        assert harness.init("a-2", **a)[0] == E_NONE  # a-0, its least recently used, goes
+        assert set(harness.coordinator.transactions) == {"a-1", "a-2"}
+        harness.add((producer_id, epoch), [0], txn="a-1")
+        _, producer_id, epoch = harness.init("a-2", **a)
+        harness.add((producer_id, epoch), [1], txn="a-2")
+        assert harness.init("a-3", **a)[0] == 15  # both busy: COORDINATOR_NOT_AVAILABLE
+        assert harness.init("b-0", **b)[0] == E_NONE  # another address is not held back
+        assert harness.init("a-3", user="alice", **a)[0] == E_NONE  # nor another principal
+        assert harness.coordinator.bounds.refused == {"share": 1, "full": 0}
+        assert harness.coordinator.bounds.forgotten["share"] == 1
+    finally:
+        harness.close()
+
+
+def test_taking_over_an_id_counts_in_the_new_holders_share_and_shares_survive_a_restart(
+        tmp_path):
+    harness = Harness(str(tmp_path), pybroker_max_transactional_ids="10",
+                      pybroker_max_transactional_ids_per_principal="2")
+    try:
+        a, b = {"peer": "10.0.0.1:1"}, {"peer": "10.0.0.2:1"}
+        harness.init("shared", **a)
+        for name in ("b-0", "b-1"):
+            _, producer_id, epoch = harness.init(name, **b)
+            harness.add((producer_id, epoch), [0], txn=name)
+        assert harness.init("shared", **b)[0] == 15  # b's share is busy: a keeps it
+        harness.restart()
+        holdings = harness.coordinator.holdings
+        assert holdings.held == {("ANONYMOUS", "10.0.0.1"): 1, ("ANONYMOUS", "10.0.0.2"): 2}
+        assert harness.init("shared", **b)[0] == 15
+        assert harness.init("shared", user="bob", **b)[0] == E_NONE  # bob has room
+        assert holdings.held == {("ANONYMOUS", "10.0.0.2"): 2, ("bob", ""): 1}
+    finally:
+        harness.close()
+
+
+def test_a_full_table_forgets_the_least_recently_used_idle_id_of_the_heaviest_holder():
+    from broker.parent.transactions.holders import FULL, SHARE, Holder, Holdings, Room
+
+    holdings = Holdings(total=6, share=4)
+    light, heavy, busy, newcomer = (Holder.of("ANONYMOUS", f"10.0.0.{n}") for n in range(4))
+    for name in ("l-0", "l-1"):
+        holdings.add(name, light, idle=True)  # the oldest ids of the table
+    for name in ("h-0", "h-1", "h-2"):
+        holdings.add(name, heavy, idle=True)
+    holdings.add("busy", busy, idle=False)
+    assert holdings.room(newcomer, new_id=True) == Room("h-0", FULL)
+    holdings.remove("h-0", heavy, idle=True)
+    holdings.add("h-0", heavy, idle=True)  # used again: now its most recent
+    assert holdings.room(newcomer, new_id=True) == Room("h-1", FULL)
+    assert holdings.room(newcomer, new_id=False) == Room()  # a take-over adds no id
+    for name in ("h-0", "h-1", "h-2"):
+        holdings.remove(name, heavy, idle=True)
+        holdings.add(name, heavy, idle=False)
+    assert holdings.room(newcomer, new_id=True) == Room("l-0", FULL)  # only light has idle
+    holdings.add("h-3", heavy, idle=False)
+    assert holdings.room(heavy, new_id=True) == Room(None, SHARE)
+    assert holdings.busy(heavy) == 4 and holdings.largest(1) == [(heavy, 4)]
+    for name in ("l-0", "l-1"):
+        holdings.remove(name, light, idle=True)
+    holdings.add("l-0", light, idle=False)
+    holdings.add("l-1", light, idle=False)
+    assert holdings.count == 7 and holdings.room(newcomer, new_id=True) == Room(None, FULL)
+
+
+def test_the_transaction_lists_and_descriptions_are_kios_bytes():
+    """answers.py writes what kio would, for every shape: unknown filters, names past 127
+    bytes (two-byte lengths), non-ASCII names, errors, topics and a start time of -1."""
+    from broker.parent.transactions.answers import (describe_transactions_body,
+                                                    list_transactions_body)
+    from broker.shared.protocol.codec import build, encode_entity, response_class
+    from broker.shared.protocol.errors import ErrorCode
+
+    def kio(api_key: int, version: int, values: dict) -> bytes:
+        return encode_entity(build(response_class(api_key, version), values))
+
+    def at(ms: int) -> datetime.datetime:
+        epoch = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
+        return epoch + datetime.timedelta(milliseconds=ms)
+
+    long_name, odd_name = "x" * 200, "tx-é-✓"
+    listed = [("a", 1, "Ongoing"), (long_name, 2**62, "CompleteCommit"), (odd_name, 0, "Empty")]
+    for version in (0, 1):
+        assert list_transactions_body(0, ["Nonsense", odd_name], listed) == kio(66, version, {
+            "throttle_time": datetime.timedelta(0), "error_code": ErrorCode.none,
+            "unknown_state_filters": ["Nonsense", odd_name],
+            "transaction_states": [{"transactional_id": name, "producer_id": producer,
+                                    "transaction_state": state}
+                                   for name, producer, state in listed]})
+    states = [(53, "denied", "", 0, -1, -1, -1, {}),
+              (0, long_name, "Ongoing", 60_000, 1_790_000_000_000, 2**62, 7,
+               {"t": [0, 2], long_name: [5]}),
+              (0, odd_name, "Empty", 1000, -1, 9, 0, {})]
+    assert describe_transactions_body(states) == kio(65, 0, {
+        "throttle_time": datetime.timedelta(0), "transaction_states": [{
+            "error_code": ErrorCode(code), "transactional_id": name, "transaction_state": state,
+            "transaction_timeout": datetime.timedelta(milliseconds=timeout),
+            "transaction_start_time": at(started), "producer_id": producer,
+            "producer_epoch": epoch, "topics": [{"topic": topic, "partitions": parts}
+                                                for topic, parts in topics.items()]}
+            for code, name, state, timeout, started, producer, epoch, topics in states]})

@@ -168,7 +168,8 @@ class ParentServices:
         self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access)
         self.transactions = TransactionCoordinator(
             self.loop, props, self.config.log_dirs[0], topics, offsets, self.access,
-            fsync_every_write=props.log_flush_interval_messages == 1)
+            fsync_every_write=props.log_flush_interval_messages == 1, events=self.events,
+            listeners=tuple(listener.name for listener in self.config.listeners))
         self.groups.transaction_problem = self.transactions.offsets_problem
         self.transactions.recover()  # a Prepare state a crash left: its markers, now
         self.admin.topics = topics  # topic configs: DescribeConfigs and (Incremental)AlterConfigs
@@ -182,7 +183,7 @@ class ParentServices:
         self.logs.start_maintenance()
         if self.events is not None:
             self._ticker = EventTicker(self.loop, self.config, self.events, self.ledger,
-                                       self.pool, self.access)
+                                       self.pool, self.access, self.transactions.bounds)
             self._ticker.start()
 
     def stop_accepting(self) -> None:

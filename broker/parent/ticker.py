@@ -2,7 +2,8 @@
 
 For the second that just ended: how long each acceptor was blocked and why
 (`acceptor_blocked`), the open connections per listener and the memory pool's figures
-(`broker_stats`), and, when a pool depletion has just ended, its length (`pool_depleted`).
+(`broker_stats`), and, when a pool depletion has just ended, its length (`pool_depleted`);
+the second's authorization denials and refused transactional ids.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 
 from broker.parent.ledger import ConnectionLedger
+from broker.parent.transactions.refusals import BoundReport
 from broker.shared import events
 from broker.shared.config import BrokerConfig
 from broker.shared.access import Access
@@ -19,9 +21,11 @@ from broker.shared.pool import SharedPool
 
 class EventTicker:
     def __init__(self, loop, config: BrokerConfig, log: EventLog, ledger: ConnectionLedger,
-                 pool: SharedPool | None, access: Access | None = None):
+                 pool: SharedPool | None, access: Access | None = None,
+                 transaction_bounds: BoundReport | None = None):
         self.config = config
         self.access = access  # its denials of the second are written out with the rest
+        self.transaction_bounds = transaction_bounds  # and the refused transactional ids
         self.log = log
         self.ledger = ledger
         self.pool = pool
@@ -51,6 +55,8 @@ class EventTicker:
         emit(stats)
         if self.access is not None:
             self.access.flush(second)
+        if self.transaction_bounds is not None:
+            self.transaction_bounds.flush(second)
         self.log.flush()
 
     def _pool_figures(self, stats: events.BrokerStats, now: float) -> None:

@@ -418,9 +418,19 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "(InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it).", ge=1)] = 900_000
     pybroker_max_transactional_ids: Annotated[int, _doc(
         "Transactional ids the coordinator keeps at once.  A new one past it takes the place "
-        "of the least recently used id with no transaction in progress; with every id in a "
-        "transaction, InitProducerId answers COORDINATOR_NOT_AVAILABLE (retriable).",
-        ge=1)] = 100_000
+        "of the least recently used id with no transaction in progress of the principal "
+        "holding the most; with every id in a transaction, InitProducerId answers "
+        "COORDINATOR_NOT_AVAILABLE (retriable).", ge=1)] = 100_000
+    pybroker_max_transactional_ids_per_principal: Annotated[int, _doc(
+        "Transactional ids one principal may hold (for ANONYMOUS: one client address); "
+        "unset: a tenth of pybroker.max.transactional.ids.  At it, a new id takes the place "
+        "of the principal's own least recently used id with no transaction in progress; with "
+        "all of them in a transaction, InitProducerId answers COORDINATOR_NOT_AVAILABLE "
+        "(retriable) while other principals still get ids.", ge=1)] | None = None
+    pybroker_max_partitions_per_transaction: Annotated[int, _doc(
+        "Partitions one transaction may span: what one transactional id holds in memory and "
+        "each line of the transaction log carries; AddPartitionsToTxn past it answers "
+        "INVALID_REQUEST (the producer aborts that transaction).", ge=1)] = 10_000
     transactional_id_expiration_ms: Annotated[int, _doc(
         "A transactional id with no transaction in progress is forgotten this long after its "
         "last use.", ge=1)] = 604_800_000

@@ -39,6 +39,9 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
     authorization_       both        per second with denials, per   second, listener, ip, principal,
       denied                         (who, API, resource, op)       api, resource_type, resource,
                                                                     operation, count
+    transactional_id_    parent      per second with refusals, per  second, listener, ip, principal,
+      refused                        (holder, reason): InitProducerId reason (share, full), held,
+                                     found no room for a new id     count
     config_changed       parent      a dynamic change was applied   listener, peer, kind (config,
                                                                     quota), changes {key: value}
     requests             worker      per second, per (listener,     second, listener, plane, api,
@@ -148,6 +151,16 @@ class AuthorizationDenied(Event, tag="authorization_denied", kw_only=True):
     count: int
 
 
+class TransactionalIdRefused(Event, tag="transactional_id_refused", kw_only=True):
+    second: int  # epoch seconds the refusals happened in
+    listener: str
+    ip: str
+    principal: str
+    reason: str  # share: the holder's share is busy; full: every id of the table is busy
+    held: int  # ids the holder held at its last refusal of the second
+    count: int
+
+
 class AcceptorBlocked(Event, tag="acceptor_blocked", kw_only=True):
     listener: str
     reason: str
@@ -214,11 +227,11 @@ class SlowRequest(Event, tag="slow_request", kw_only=True):
 EVENT_TYPES = (WorkerStarted, WorkerExited, ConnectionAccepted, ConnectionRejected,
                ConnectionClosed, AcceptorBlocked, PoolDepleted, BrokerStats, MemoryMutes,
                Throttle, ConfigChanged, Requests, SlowRequest, AuthenticationFailed,
-               AuthorizationDenied)
+               AuthorizationDenied, TransactionalIdRefused)
 AnyEvent = (WorkerStarted | WorkerExited | ConnectionAccepted | ConnectionRejected |
             ConnectionClosed | AcceptorBlocked | PoolDepleted | BrokerStats | MemoryMutes |
             Throttle | ConfigChanged | Requests | SlowRequest | AuthenticationFailed |
-            AuthorizationDenied)
+            AuthorizationDenied | TransactionalIdRefused)
 
 
 def latency_bucket(microseconds: int) -> int:

@@ -20,6 +20,16 @@ refused in every partition it wrote to); a request with an older epoch hears PRO
 (INVALID_PRODUCER_EPOCH for older request versions).  A transaction open longer than its
 timeout is aborted with a bumped epoch too.
 
+Bounds Kafka does not have (a client must not exhaust what others need): at most
+`pybroker.max.transactional.ids` ids, and of them a share per principal (per client address
+for ANONYMOUS), `pybroker.max.transactional.ids.per.principal`; at either bound an idle id is
+forgotten to make room, or, with all busy, InitProducerId answers COORDINATOR_NOT_AVAILABLE
+(holders.py decides, refusals.py counts, logs and writes the event).  A transaction spans at
+most `pybroker.max.partitions.per.transaction` partitions and 1,000 groups, and a complete one
+keeps neither (as Kafka's).  DescribeTransactions answers an id named twice once and shows
+only the topics the caller may describe; its answers and ListTransactions' are written
+straight to bytes (answers.py).
+
 Not done (as Kafka before KIP-890's verification): a produce to a partition never added to
 the transaction is not refused; its records stay invisible to read_committed consumers until
 the producer's next marker there.
@@ -28,7 +38,6 @@ the producer's next marker there.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 import secrets
@@ -39,10 +48,15 @@ import msgspec
 from broker.parent.forwarded import decode_forwarded
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.record_file import RecordFile
+from broker.parent.transactions.answers import (describe_transactions_body,
+                                                list_transactions_body)
+from broker.parent.transactions.holders import Holder, Holdings
+from broker.parent.transactions.refusals import BoundReport
 from broker.parent.transactions.state import Transaction, TxnState, transition
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
+from broker.shared.events import EventLog
 from broker.shared.log.partition import AppendResult, has_open_transaction
 from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
@@ -70,7 +84,8 @@ def now_ms() -> int:
 class TransactionCoordinator:
     def __init__(self, loop: asyncio.AbstractEventLoop, props, directory: str, registry,
                  offsets: OffsetStore, access: Access | None = None,
-                 fsync_every_write: bool = False):
+                 fsync_every_write: bool = False, events: EventLog | None = None,
+                 listeners: tuple[str, ...] = ()):
         self.loop = loop
         self.props = props
         self.registry = registry  # broker.shared.log.topics.TopicRegistry: the markers' way in
@@ -83,6 +98,12 @@ class TransactionCoordinator:
                                fsync_every_write)
         for record in self.file.replay():
             self._replayed(record)
+        total = props.pybroker_max_transactional_ids
+        self.holdings = Holdings(total, props.pybroker_max_transactional_ids_per_principal
+                                 or max(1, total // 10))
+        for txn in sorted(self.transactions.values(), key=lambda txn: txn.updated_ms):
+            self.holdings.add(txn.transactional_id, txn.holder, txn.state.idle)
+        self.bounds = BoundReport(self.holdings, events, listeners)  # metrics, log, events
         self._handlers = {BY_NAME[name].key: handler for name, handler in (
             ("InitProducerId", self._init_producer_id),
             ("AddPartitionsToTxn", self._add_partitions),
@@ -172,8 +193,9 @@ class TransactionCoordinator:
             return answer(E.invalid_transaction_timeout)
         txn = self.transactions.get(transactional_id)
         expected = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+        holder = Holder.of(ctx.user, ctx.host)
         try:
-            if txn is None and not self._room_for_one():
+            if txn is None and not self._room_for(ctx, holder, new_id=True):
                 return answer(E.coordinator_not_available)
             if txn is None:
                 txn = Transaction(transactional_id, _new_producer_id(), -1, timeout_ms)
@@ -183,6 +205,8 @@ class TransactionCoordinator:
                     problem = E.concurrent_transactions  # its markers are still owed
                 if problem is not None:
                     return answer(self._fenced_for(ctx, problem))
+                if txn.holder != holder and not self._room_for(ctx, holder, new_id=False):
+                    return answer(E.coordinator_not_available)
                 if txn.state is TxnState.ONGOING:  # its producer is replaced: abort, fencing
                     self._end(txn, commit=False, bump=True)
                     self.ended["fenced"] += 1
@@ -198,7 +222,7 @@ class TransactionCoordinator:
             last = txn.producer_epoch if expected[1] >= 0 and producer_id == txn.producer_id \
                 else -1
             self._record(txn, TxnState.EMPTY, producer_id=producer_id, producer_epoch=epoch,
-                         timeout_ms=timeout_ms, last_epoch=last)
+                         timeout_ms=timeout_ms, last_epoch=last, holder=holder)
         except OSError as error:
             log.error("transaction log write failed: %s", error)
             return answer(E.coordinator_not_available)
@@ -206,20 +230,21 @@ class TransactionCoordinator:
                  txn.producer_epoch)
         return answer(E.none, txn.producer_id, txn.producer_epoch)
 
-    def _room_for_one(self) -> bool:
-        """pybroker.max.transactional.ids: at the bound, the least recently used idle id is
-        forgotten (as if it had expired); with none idle there is no room."""
-        if len(self.transactions) < self.props.pybroker_max_transactional_ids:
-            return True
-        idle = [txn for txn in self.transactions.values() if txn.state.idle]
-        if not idle:
-            log.warning("%d transactional ids, all in a transaction: a new one must wait",
-                        len(self.transactions))
+    def _room_for(self, ctx: RequestContext, holder: Holder, new_id: bool) -> bool:
+        """May `holder` take one more id (a new one, or one another holder initialized)?
+        At its share or a full table an idle id is forgotten (as if it had expired) to make
+        room (holders.py decides which); with none idle it is refused, and the client hears
+        COORDINATOR_NOT_AVAILABLE: retriable, so Java's and librdkafka's producers ask again
+        until their initialization times out, while TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        would be fatal to a producer that is allowed the id and only has to wait.
+        Raises OSError if the forgotten id's line cannot be written."""
+        room = self.holdings.room(holder, new_id)
+        if room.refused:
+            self.bounds.refuse(holder, room.reason, ctx.listener_index, ctx.host)
             return False
-        oldest = min(idle, key=lambda txn: txn.updated_ms)
-        log.info("transactional id %s forgotten for a new one (pybroker.max.transactional.ids)",
-                 oldest.transactional_id)
-        self._record(oldest, TxnState.DEAD)
+        if room.forget is not None:
+            self._record(self.transactions[room.forget], TxnState.DEAD)
+            self.bounds.forgot(holder, room.reason, room.forget)
         return True
 
     def _idempotent(self, ctx: RequestContext, body) -> tuple:
@@ -323,6 +348,8 @@ class TransactionCoordinator:
             return E.invalid_request  # a bound on what one transaction's log line carries
         known = set(have)
         added = [key for key in dict.fromkeys(partitions) if key not in known]
+        if len(have) + len(added) > self.props.pybroker_max_partitions_per_transaction:
+            return E.invalid_request  # as Kafka's transaction log refuses a record too large
         new_group = group is not None and group not in groups
         if not (added or new_group or fresh):
             return E.none
@@ -421,15 +448,19 @@ class TransactionCoordinator:
         try:
             for group in txn.groups:
                 self.offsets.end_transaction(group, txn.producer_id, commit, now_ms())
-            self._record(txn, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+            # Kafka's complete states hold no partitions or groups: only a transaction in
+            # progress keeps them in memory.
+            partitions = len(txn.partitions)
+            self._record(txn, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                         partitions=[], groups=[])
         except OSError as error:  # the markers are written; the rest is owed, tried again
             log.error("transaction %s: completing failed: %s", txn.transactional_id, error)
             self._failed[key] = []
             return
         self.ended["committed" if commit else "aborted"] += 1
         log.debug("transaction %s (producer %d epoch %d): %s, %d partitions",
-                 txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                 "committed" if commit else "aborted", len(txn.partitions))
+                  txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                  "committed" if commit else "aborted", partitions)
 
     def _marked(self, txn: Transaction, key: tuple[str, int], commit: bool) -> bool:
         """Write the marker of `txn` in one partition; False if it must be tried again."""
@@ -528,6 +559,7 @@ class TransactionCoordinator:
                    if txn.state.idle and txn.updated_ms + limit < now]
         for txn in expired:
             self._record(txn, TxnState.DEAD)
+        self.bounds.expired(len(expired))
         self.maybe_compact()
         return len(expired)
 
@@ -536,16 +568,21 @@ class TransactionCoordinator:
     def _record(self, txn: Transaction, state: TxnState, **changes) -> None:
         """Move `txn` to `state` with `changes` to its fields: written to the transaction log
         first (raises OSError, `txn` unchanged, if that fails)."""
-        if txn.transactional_id in self.transactions:
+        key = txn.transactional_id
+        held = key in self.transactions
+        if held:
             transition(txn.state, state)
         written = msgspec.structs.replace(txn, state=state, updated_ms=now_ms(), **changes)
         self.file.append([written])
+        if held:
+            self.holdings.remove(key, txn.holder, txn.state.idle)
         for field in ("state", "updated_ms", *changes):
             setattr(txn, field, getattr(written, field))
         if state is TxnState.DEAD:
-            self.transactions.pop(txn.transactional_id, None)
+            self.transactions.pop(key, None)
         else:
-            self.transactions[txn.transactional_id] = txn
+            self.transactions[key] = txn
+            self.holdings.add(key, txn.holder, state.idle)
         self.maybe_compact()  # an O(1) check: a busy producer writes 3 lines a transaction
 
     def maybe_compact(self) -> None:
@@ -560,8 +597,11 @@ class TransactionCoordinator:
     # --- DescribeTransactions, ListTransactions ----------------------------------------------
 
     def _describe(self, ctx: RequestContext, body) -> bytes:
-        states = []
-        for transactional_id in body.transactional_ids:
+        """One state per id named (an id named twice is answered once: Kafka's admin client
+        keys the answers by id); its partitions only of the topics the caller may describe,
+        as Kafka's KafkaApis filters them."""
+        states, describable = [], self._describable(ctx)
+        for transactional_id in dict.fromkeys(body.transactional_ids):
             txn = self.transactions.get(transactional_id)
             code = E.none
             if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
@@ -569,32 +609,44 @@ class TransactionCoordinator:
                 code, txn = E.transactional_id_authorization_failed, None
             elif txn is None:
                 code = E.transactional_id_not_found
-            states.append(_described(transactional_id, code, txn))
-        return ctx.respond({"throttle_time": NO_THROTTLE, "transaction_states": states})
+            states.append(_described(transactional_id, code, txn, describable))
+        return ctx.frame(describe_transactions_body(states))
+
+    def _describable(self, ctx: RequestContext):
+        """The test of a topic the caller may see in an answer (decided once per topic)."""
+        decided: dict[str, bool] = {}
+
+        def describable(topic: str) -> bool:
+            if topic not in decided:
+                decided[topic] = self.access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                                   topic)
+            return decided[topic]
+        return describable
 
     def _list(self, ctx: RequestContext, body) -> bytes:
+        """Every transaction the filters select and the caller may describe.  The one small
+        request that answers with the whole table: its answer is written straight to bytes
+        (answers.py), and each id costs a few attribute reads."""
         known = {state.value for state in TxnState}
         wanted = set(body.state_filters)
         producers = set(body.producer_id_filters)
         longer_than = getattr(body, "duration_filter", -1)
-        now = now_ms()
-        listed = []
-        for txn in self.transactions.values():
-            if (wanted and txn.state.value not in wanted) or \
-                    (producers and txn.producer_id not in producers):
-                continue
-            if longer_than >= 0 and (txn.state is not TxnState.ONGOING
-                                     or now - txn.started_ms < longer_than):
-                continue
-            if not self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                                       txn.transactional_id):
-                continue
-            listed.append({"transactional_id": txn.transactional_id,
-                           "producer_id": txn.producer_id,
-                           "transaction_state": txn.state.value})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
-                            "unknown_state_filters": sorted(wanted - known),
-                            "transaction_states": listed})
+        selected = self.transactions.values()
+        if wanted:
+            selected = [txn for txn in selected if txn.state._value_ in wanted]
+        if producers:
+            selected = [txn for txn in selected if txn.producer_id in producers]
+        if longer_than >= 0:
+            began_before = now_ms() - longer_than
+            selected = [txn for txn in selected if txn.state is TxnState.ONGOING
+                        and txn.started_ms <= began_before]
+        if self.access.enabled:
+            allowed = self.access.allowed
+            selected = [txn for txn in selected if allowed(
+                ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn.transactional_id)]
+        listed = [(txn.transactional_id, txn.producer_id, txn.state._value_)
+                  for txn in selected]
+        return ctx.frame(list_transactions_body(E.none, sorted(wanted - known), listed))
 
 
 BY_NAME_OF_KEY = {spec.key: name for name, spec in BY_NAME.items()}
@@ -620,26 +672,16 @@ def _by_topic(verdicts: dict, code_field: str, partitions_field: str) -> list[di
     return [{"name": name, partitions_field: rows} for name, rows in topics.items()]
 
 
-def _described(transactional_id: str, code, txn: Transaction | None) -> dict:
-    answer = {"error_code": code, "transactional_id": transactional_id,
-              "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
-              "transaction_start_time": _datetime(-1), "producer_id": -1, "producer_epoch": -1,
-              "topics": []}
+def _described(transactional_id: str, code, txn: Transaction | None, describable) -> tuple:
+    """One state of a DescribeTransactions answer (answers.describe_transactions_body): the
+    partitions of a transaction in progress, of the topics the caller may describe."""
     if txn is None:
-        return answer
+        return code, transactional_id, "", 0, -1, -1, -1, {}
     topics: dict[str, list[int]] = {}
-    for name, partition in txn.partitions:
-        topics.setdefault(name, []).append(partition)
-    in_progress = txn.state is TxnState.ONGOING or txn.state.preparing
-    return dict(answer, transaction_state=txn.state.value,
-                transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
-                transaction_start_time=_datetime(txn.started_ms),  # -1: none yet (Kafka's)
-                producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
-                topics=[{"topic": name, "partitions": parts} for name, parts in topics.items()]
-                if in_progress else [])
-
-
-def _datetime(ms: int) -> datetime.datetime:
-    """Kafka's int64 milliseconds as kio takes them (-1: none)."""
-    return datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc) + \
-        datetime.timedelta(milliseconds=ms)
+    if txn.state is TxnState.ONGOING or txn.state.preparing:
+        for name, partition in txn.partitions:
+            if name in topics or describable(name):
+                topics.setdefault(name, []).append(partition)
+    # A start time of -1: none yet (Kafka's).
+    return (code, transactional_id, txn.state._value_, txn.timeout_ms, txn.started_ms,
+            txn.producer_id, txn.producer_epoch, topics)

@@ -33,3 +33,33 @@ class TransactionCollector:
         for outcome, count in sorted(self.coordinator.ended.items()):
             ended.add_metric([outcome], count)
         yield ended
+        yield from self._bounds()
+
+    def _bounds(self):
+        """Who holds the table, and what its bounds did (holders.py, refusals.py)."""
+        bounds, holdings = self.coordinator.bounds, self.coordinator.holdings
+        refused = CounterMetricFamily(
+            "broker_transactional_ids_refused",
+            "InitProducerId requests that found no room for a transactional id "
+            "(COORDINATOR_NOT_AVAILABLE), by reason (share: the principal's share, every id "
+            "of it in a transaction; full: every id of the table in a transaction)",
+            labels=["reason"])
+        for reason, count in sorted(bounds.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
+        forgotten = CounterMetricFamily(
+            "broker_transactional_ids_forgotten",
+            "Idle transactional ids forgotten, by reason (share: for a new id of the same "
+            "principal at its share; full: for a new id in a full table; expired: past "
+            "transactional.id.expiration.ms)", labels=["reason"])
+        for reason, count in sorted(bounds.forgotten.items()):
+            forgotten.add_metric([reason], count)
+        yield forgotten
+        sizes = list(holdings.held.values())
+        yield GaugeMetricFamily("broker_transactional_id_holders",
+                                "Principals (addresses for ANONYMOUS) holding transactional ids",
+                                value=len(sizes))
+        yield GaugeMetricFamily("broker_transactional_ids_largest_holding",
+                                "Transactional ids held by the principal holding the most "
+                                "(pybroker.max.transactional.ids.per.principal bounds it)",
+                                value=max(sizes, default=0))

@@ -17,6 +17,8 @@ import enum
 
 import msgspec
 
+from broker.parent.transactions.holders import Holder
+
 
 class TxnState(enum.Enum):
     EMPTY = "Empty"
@@ -74,3 +76,6 @@ class Transaction(msgspec.Struct):
     # The epoch the last bump replaced, when its producer may come back with it (Kafka's
     # lastProducerEpoch: a coordinator's abort, or a bump the producer asked for); -1 not.
     last_epoch: int = -1
+    # Who initialized it last: whose share of the table it counts in (a line written before
+    # shares existed has none, and counts as one holder of its own).
+    holder: Holder = Holder("")
