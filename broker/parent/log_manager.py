@@ -6,8 +6,9 @@ partition is recovered from its files (torn trailing batches are cut).  A partit
 `dirty` or `offline` flag is set, or whose state file disagrees with its segments (missing,
 zeroed, another size), is recovered in any case; one that cannot be recovered is marked
 offline and the broker starts without it.  At shutdown, after the workers are gone, every
-partition is fsynced and the marker written.  Retention and the timed flush run on a thread
-of the parent, compaction on another, each on registries of their own.
+partition is fsynced and the marker written.  Retention, the timed flush and the removal of
+deleted topics' directories (within a second of the deletion, off every request path) run on
+a thread of the parent, compaction on another, each on registries of their own.
 
 Descriptors: the parent's registries (its loop's, maintenance's, the cleaner's) share a
 quarter of the open-files limit, a third each (broker.shared.log.files), and the duties over
@@ -29,12 +30,14 @@ from broker.shared.log import compaction, topic_config
 from broker.shared.log.files import MIN_CAPACITY, OpenFiles, default_capacity
 from broker.shared.log.partition import W_DIRTY
 from broker.shared.log.settings import log_settings
-from broker.shared.log.topics import Epoch, TopicRegistry, forget_offline, remove_leftovers
+from broker.shared.log.topics import (Epoch, TopicRegistry, forget_offline, remove_deleted,
+                                     remove_leftovers)
 
 log = logging.getLogger("broker.parent.log_manager")
 
 CLEAN_SHUTDOWN = ".pybroker-clean-shutdown"
 REGISTRIES = 3  # the parent's registries at once: its loop's, maintenance's, the cleaner's
+SWEEP_EVERY_S = 1.0  # deleted topics' directories are removed within about this long
 _FAILURE_LOG_EVERY_S = 60.0  # one line per duty this often, whatever the failures
 
 
@@ -220,9 +223,16 @@ class LogManager:
         next_retention = time.monotonic() + retention_every
         next_flush = time.monotonic() + flush_every if flush_every else float("inf")
         registry = self.registry()
+        swept_epoch = None
         try:
-            while not self._stop.wait(max(0.01, min(next_retention, next_flush) - time.monotonic())):
+            while not self._stop.wait(max(0.01, min(next_retention, next_flush,
+                                                    time.monotonic() + SWEEP_EVERY_S)
+                                          - time.monotonic())):
                 now = time.monotonic()
+                if self.epoch.get() != swept_epoch:  # topics changed: deleted ones' files go
+                    swept_epoch = self.epoch.get()
+                    self._round("deletion", lambda _registry: remove_deleted(
+                        self.config.log_dirs), registry)
                 if now >= next_retention:
                     next_retention = now + retention_every
                     self._round("retention", self._retain, registry)

@@ -328,7 +328,9 @@ class TopicRegistry:
 
     def delete_many(self, names: list[str]) -> list[str | None]:
         """Delete topics under one hold of the topics lock; per name, None or a Kafka error
-        name.  The files are removed after the lock is released."""
+        name.  Each partition directory is renamed `...-delete` (no longer a topic to anyone);
+        its files are removed later by the parent (`remove_deleted`), off every request path,
+        as Kafka deletes them after log.segment.delete.delay.ms."""
         problems, doomed = [], []
         with self._locked():
             existing = self.topics()
@@ -350,8 +352,6 @@ class TopicRegistry:
                     _write_configs(self.log_dirs[0], {key: value for key, value in stored.items()
                                                       if key not in gone})
                 self.epoch.bump()
-        for directory in doomed:
-            shutil.rmtree(directory, ignore_errors=True)
         return problems
 
     def close(self) -> None:
@@ -452,6 +452,22 @@ def _partition_count(log_dir: str) -> int:
         return sum(1 for name in os.listdir(log_dir) if _PARTITION_DIR.fullmatch(name))
     except FileNotFoundError:
         return 0
+
+
+def remove_deleted(log_dirs: tuple[str, ...]) -> int:
+    """Remove the directories of deleted partitions (the parent's maintenance thread);
+    returns how many."""
+    removed = 0
+    for log_dir in log_dirs:
+        try:
+            names = os.listdir(log_dir)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if name.endswith("-delete"):
+                shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
+                removed += 1
+    return removed
 
 
 def remove_leftovers(log_dirs: tuple[str, ...]) -> list[str]:
