@@ -134,8 +134,9 @@ def test_compressed_batches_are_held_to_the_same_rules(broker):
 def test_a_record_without_a_timestamp_hides_no_other_from_the_bounds(broker):
     """Records stamped -1 (none) are not checked, as in Kafka; the others are, even when -1
     is the least of the batch."""
-    stale = batch_of(record(0, 0) + record(1, 1), 2, -1, max_timestamp=0)  # stamps -1 and 0
-    assert produce(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
     now = now_ms()
+    stale = batch_of(record(0, 0) + record(1, 1) + record(2, now + 1), 3, -1,
+                     max_timestamp=now)  # stamps -1, 0 and now: 0 is neither least nor greatest
+    assert produce(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
     fresh = batch_of(record(0, 0) + record(1, now + 1), 2, -1, max_timestamp=now)
     assert produce(broker, "bounded", fresh)[0] == 0
