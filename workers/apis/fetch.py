@@ -429,12 +429,18 @@ class ListOffsets(Api, api="ListOffsets"):
                 if answers[-1] is None:  # by time: looked up in turn
                     lookups.append((answers, len(answers) - 1, partition, part))
             topics.append({"name": topic.name, "partitions": answers})
-        if not lookups:
+        try:
+            loop = asyncio.get_running_loop() if lookups else None
+        except RuntimeError:  # in-process use: no loop to take turns on
+            loop = None
+        if loop is None:
+            for answers, slot, partition, part in lookups:
+                answers[slot] = self._by_time(partition, part)
             return ctx.respond({"throttle_time": NO_THROTTLE, "topics": topics})
-        future = asyncio.get_running_loop().create_future()
+        future = loop.create_future()
         self._looking.append((ctx, topics, collections.deque(lookups), future))
         if len(self._looking) == 1:
-            asyncio.get_running_loop().call_soon(self._look_some)
+            loop.call_soon(self._look_some)
         return future
 
     def _look_some(self) -> None:
