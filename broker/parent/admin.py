@@ -58,6 +58,7 @@ from broker.shared.tls import SECRET_KEYS
 log = logging.getLogger("broker.parent.admin")
 SCRAM_IDS = {name: number for number, name in SCRAM_TYPES.items()}
 RESPONSE_TOO_LARGE = "response_too_large"  # the invalid-request reason of a refused answer
+HIDDEN = "[hidden]"  # what the logs show of a secret's value (Kafka's word)
 
 BROKER_RESOURCE = 4
 TOPIC_RESOURCE = 2
@@ -180,11 +181,14 @@ class AdminService:
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
     def _describable(self) -> list[str]:
+        """The broker resource's keys: every declared one, each listener's connection
+        limits, and whatever else a dynamic layer holds (a listener's key store)."""
         keys = [field.encode_name for field in declared_keys()]
         for listener in self.dynamic.config.listeners:
             for suffix in ("max.connections", "max.connection.creation.rate"):
                 keys.append(self.dynamic.listener_key(listener.name, suffix))
-        return keys
+        stored = self.dynamic.stored
+        return list(dict.fromkeys([*keys, *stored.broker, *stored.cluster_default]))
 
     def _describe(self, key: str, cluster_default: bool, documentation: bool) -> dict:
         if cluster_default:
@@ -194,8 +198,7 @@ class AdminService:
             value, source = self.dynamic.value(key)
         dynamic = key in BROKER_KEYS or key.startswith("listener.name.")
         spec = BROKER_KEYS.get(key)
-        secret = key.rpartition("listener.name.")[2].partition(".")[2] in SECRET_KEYS \
-            if key.startswith("listener.name.") else key in SECRET_KEYS
+        secret = _secret(key)
         if secret:
             value = None
         return {"name": key, "value": value, "read_only": not dynamic, "config_source": source,
@@ -225,8 +228,7 @@ class AdminService:
                 problem = alter(resource, body.validate_only, who, replace)
                 changed |= problem is None and not body.validate_only
                 if problem is None and not body.validate_only:
-                    self._record(ctx.listener_index, who, "config",
-                                 {item.name: item.value for item in resource.configs})
+                    self._record(ctx.listener_index, who, "config", _shown(resource.configs))
             code, message = problem if problem is not None else (None, None)
             results.append(dict(entry, error_code=error_code(code), error_message=message))
         if changed:
@@ -274,7 +276,7 @@ class AdminService:
         setattr(stored, layer_name, layer)
         self.dynamic.save()
         log.info("dynamic config %s changed by %s: %s", layer_name, who or "a client",
-                 {item.name: item.value for item in resource.configs})
+                 _shown(resource.configs))
         return None
 
     # --- SCRAM credentials ----------------------------------------------------------------
@@ -492,6 +494,20 @@ def _config_resources(resources) -> dict[tuple[int, str], list[str] | None]:
         else:
             wanted.setdefault(key, {}).update(dict.fromkeys(keys))
     return {key: None if keys is None else list(keys) for key, keys in wanted.items()}
+
+
+def _secret(key: str) -> bool:
+    """A key store password or key (also per listener): never shown, logged or recorded."""
+    if key.startswith("listener.name."):
+        key = key[len("listener.name."):].partition(".")[2]
+    return key in SECRET_KEYS
+
+
+def _shown(configs) -> dict[str, str | None]:
+    """An alteration's keys and values as the log and the event log may show them (Kafka's
+    [hidden] for a secret)."""
+    return {item.name: HIDDEN if _secret(item.name) and item.value is not None
+            else item.value for item in configs}
 
 
 def _filter_problem(components) -> tuple[str, str] | None:
