@@ -167,11 +167,12 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         changed = member is None or member.protocols != protocols
         if member is None:
-            member = group.members[member_id] = Member(
-                member_id, instance, client_id, host, session, rebalance, protocols)
+            member = Member(member_id, instance, client_id, host, session, rebalance, protocols)
+            group.add(member)
             self._member_count += 1
-        member.protocols, member.session_timeout, member.rebalance_timeout = \
-            protocols, session, rebalance
+        elif changed:
+            group.set_protocols(member, protocols)
+        member.session_timeout, member.rebalance_timeout = session, rebalance
         member.deadline = time.monotonic() + session
         group.protocol_type = body.protocol_type
         future = self.loop.create_future()
@@ -236,12 +237,10 @@ class GroupCoordinator:
             return True
         if protocol_type != group.protocol_type:
             return False
-        return bool(group.candidates() & {name for name, _ in protocols})
+        return group.supported_by_all({name for name, _ in protocols})
 
     def _replace_static(self, ctx, group: Group, old: Member, member_id: str, answer):
-        del group.members[old.member_id]
-        old.member_id = member_id
-        group.members[member_id] = old
+        group.rename(old, member_id)
         if group.leader is not None and group.leader not in group.members:
             group.leader = member_id
         old.deadline = time.monotonic() + old.session_timeout
@@ -301,7 +300,7 @@ class GroupCoordinator:
         for member in [m for m in group.members.values() if m.join is None]:
             log.info("group %s: member %s did not rejoin in time", group.group_id,
                      member.member_id)
-            del group.members[member.member_id]
+            group.drop(member.member_id)
             self._member_count -= 1
         for member_id in list(group.pending):
             self._drop_pending(group, member_id)
@@ -338,7 +337,7 @@ class GroupCoordinator:
         self._maybe_complete_join(group)
 
     def _remove(self, group: Group, member: Member, rebalance: bool = True) -> None:
-        del group.members[member.member_id]
+        group.drop(member.member_id)
         self._member_count -= 1
         if member.join is not None:
             member.join({"error_code": E.unknown_member_id, "member_id": member.member_id})
@@ -459,22 +458,15 @@ class GroupCoordinator:
         else:
             leaving = [(body.member_id, None)]
         results = []
-        # Static members by instance id, found once: a leave naming 100,000 instances must
-        # not look through every member for each.
-        instances = {m.instance_id: m for m in group.members.values() if m.instance_id} \
-            if group is not None else {}
         for member_id, instance in leaving:
-            member = static = None
-            if group is not None and instance:
-                static = instances.get(instance)
-                if static is not None and group.members.get(static.member_id) is not static:
-                    static = None  # gone since (a rebalance this leave completed)
-            if static is not None and member_id and static.member_id != member_id:
+            member = None
+            if group is not None and member_id and _fenced(group, member_id, instance):
                 results.append({"member_id": member_id, "group_instance_id": instance,
                                 "error_code": E.fenced_instance_id})
                 continue
             if group is not None:
-                member = group.members.get(member_id) or static
+                member = group.members.get(member_id) or (
+                    group.by_instance(instance) if instance else None)
             if member is None:
                 results.append({"member_id": member_id, "group_instance_id": instance,
                                 "error_code": E.unknown_member_id})
