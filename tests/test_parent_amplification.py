@@ -26,7 +26,7 @@ pytestmark = pytest.mark.system  # every test here starts a broker
 GROUPS = {"group.initial.rebalance.delay.ms": "0"}
 METADATA = 110_000  # a member's metadata, as in the review's attack
 NONE, INVALID_REQUEST, UNSUPPORTED_VERSION, DUPLICATE_RESOURCE = 0, 42, 35, 92
-UNKNOWN_MEMBER_ID, MEMBER_ID_REQUIRED = 25, 79
+UNKNOWN_MEMBER_ID, MEMBER_ID_REQUIRED, GROUP_SUBSCRIBED_TO_TOPIC = 25, 79, 86
 
 
 def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
@@ -338,3 +338,54 @@ def test_a_join_costs_the_same_in_a_group_of_thousands():
 
         into_empty, into_big = joins("empty"), joins("big")
         assert into_big < 2 * into_empty + 0.5, (into_big, into_empty)
+
+
+def subscription(*topics: str) -> bytes:
+    """A consumer's JoinGroup metadata (ConsumerProtocolSubscription v0)."""
+    names = b"".join(struct.pack(">h", len(topic)) + topic.encode() for topic in topics)
+    return struct.pack(">hi", 0, len(topics)) + names + struct.pack(">i", -1)
+
+
+def test_offset_delete_reads_the_subscriptions_once_a_generation():
+    """OffsetDelete refuses a topic the group subscribes to (GROUP_SUBSCRIBED_TO_TOPIC), as
+    read from the members' metadata when the generation formed (Kafka's
+    initNextGeneration): every OffsetDelete parsed every member's metadata, 10**7 steps for
+    twenty members of 1 MB each, seconds of the parent's loop per request."""
+    with BrokerProcess(workers=1, overrides=GROUPS) as broker:
+        create_topic(broker.bootstrap, "t")
+        create_topic(broker.bootstrap, "u")
+        address = broker.listeners["PLAINTEXT"]
+        with KafkaSocket(address, 60) as sock:
+            member = stable_group(sock, "g", subscription("t"))
+            for group, generation, member_id in (("g", 1, member), ("h", -1, "")):
+                ask(sock, 8, 8, {"group_id": group, "generation_id_or_member_epoch": generation,
+                                 "member_id": member_id, "group_instance_id": None, "topics": [
+                                     {"name": name, "partitions": [{
+                                         "partition_index": 0, "committed_offset": 5,
+                                         "committed_leader_epoch": -1,
+                                         "committed_metadata": None}]} for name in ("t", "u")]})
+            deletion = {"group_id": "g", "topics": [{"name": name, "partitions": [
+                {"partition_index": 0}]} for name in ("t", "u")]}
+            _, deleted, _ = ask(sock, 47, 0, deletion)
+            assert [(t.name, t.partitions[0].error_code) for t in deleted.topics] == \
+                [("t", GROUP_SUBSCRIBED_TO_TOPIC), ("u", NONE)]
+            # Twenty more members of 1 MB each: 500,000 empty topic names apiece.
+            heavy = struct.pack(">hi", 0, 500_000) + bytes(1_000_000)
+            joining = [KafkaSocket(address, 60) for _ in range(20)]
+            try:
+                for other in joining:
+                    other.send(frame(request(11, 2, {
+                        "group_id": "g", "session_timeout": datetime.timedelta(seconds=60),
+                        "rebalance_timeout": datetime.timedelta(seconds=60), "member_id": "",
+                        "protocol_type": "consumer",
+                        "protocols": [{"name": "range", "metadata": heavy}]})))
+                wait_until(lambda: len(ask(sock, 15, 5, {
+                    "groups": ["g"], "include_authorized_operations": False}
+                )[1].groups[0].members) == 21, timeout=30)
+                _, deleted, took = ask(sock, 47, 0, deletion)
+                assert deleted.topics[0].partitions[0].error_code == GROUP_SUBSCRIBED_TO_TOPIC
+                _, _, without_members = ask(sock, 47, 0, dict(deletion, group_id="h"))
+                assert took < 2 * without_members + 0.5, (took, without_members)
+            finally:
+                for other in joining:
+                    other.close()

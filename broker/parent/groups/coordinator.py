@@ -308,9 +308,13 @@ class GroupCoordinator:
         if not group.members:
             group.transition(GroupState.EMPTY)
             group.protocol = group.leader = None
+            group.subscribed = frozenset()
             group.empty_since_ms = _now_ms()
             return
         group.protocol = group.select_protocol()
+        # Read from the members' metadata once a generation (Kafka's initNextGeneration), not
+        # for each OffsetDelete: that was every member's metadata parsed for each request.
+        group.subscribed = _subscribed_topics(group)
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.transition(GroupState.COMPLETING)
@@ -725,7 +729,7 @@ class GroupCoordinator:
         group = self.groups.get(body.group_id)
         if group is None and not self.offsets.get(body.group_id):
             return _offset_delete_answer(ctx, E.group_id_not_found, [])
-        subscribed = _subscribed_topics(group) if group is not None else set()
+        subscribed = group.subscribed if group is not None else frozenset()
         committed = self.offsets.get(body.group_id)
         answers: dict[str, dict[int, E]] = {}  # each partition once, as Kafka's answer maps
         doomed: dict[tuple[str, int], None] = {}
@@ -844,12 +848,12 @@ def _offset_delete_answer(ctx: RequestContext, code, topics: list) -> bytes:
     return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code, "topics": topics})
 
 
-def _subscribed_topics(group: Group) -> set[str]:
+def _subscribed_topics(group: Group) -> frozenset[str]:
     """The topics a consumer group's members subscribe to (the consumer protocol's
     subscription: int16 version, then an array of int16-sized names); other protocols: none."""
     topics: set[str] = set()
     if group.protocol_type != "consumer" or group.protocol is None:
-        return topics
+        return frozenset()
     for member in group.members.values():
         data = member.metadata(group.protocol) if member.supports(group.protocol) else b""
         try:
@@ -861,7 +865,7 @@ def _subscribed_topics(group: Group) -> set[str]:
                 position += 2 + max(size, 0)
         except struct.error:
             continue  # not what a Kafka consumer sends: nothing can be said of it
-    return topics
+    return frozenset(topics)
 
 
 def _fenced(group: Group, member_id: str, instance: str | None) -> bool:

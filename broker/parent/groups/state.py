@@ -86,6 +86,7 @@ class Group:
     timer: asyncio.TimerHandle | None = None  # the rebalance's deadline (or initial delay)
     delaying: bool = False  # in the initial rebalance delay of a group that was empty
     support: collections.Counter = field(default_factory=collections.Counter)  # name: members
+    subscribed: frozenset[str] = frozenset()  # a consumer group's topics, as of its generation
     instances: dict[str, Member] = field(default_factory=dict)  # static members
 
     def add(self, member: Member) -> None:
