@@ -39,11 +39,11 @@ def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
     return len(body), decode_response(api_key, version, body)[1], took
 
 
-def join(sock: KafkaSocket, group: str, metadata: bytes, rebalance: float = 60.0):
+def join(sock: KafkaSocket, group: str, metadata: bytes):
     """A JoinGroup v2 (no member id round trip); returns once it is answered."""
     return ask(sock, 11, 2, {
         "group_id": group, "session_timeout": datetime.timedelta(seconds=60),
-        "rebalance_timeout": datetime.timedelta(seconds=rebalance), "member_id": "",
+        "rebalance_timeout": datetime.timedelta(seconds=60), "member_id": "",
         "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": metadata}]})[1]
 
 
