@@ -162,12 +162,14 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "entry that takes about 15 us to encode, so this bounds how long one request holds a "
         "worker.", ge=1000, le=INT_MAX)] = 100_000
     pybroker_forwarded_response_max_bytes: Annotated[int, _doc(
-        "Largest answer the parent builds for a request a worker forwards to it (groups, "
-        "configs, quotas, SCRAM credentials, ACLs, transactions); its entries are bounded by "
-        "pybroker.request.max.entries as well. An answer that would be larger is not built: "
-        "the connection that asked is closed (invalid reason response_too_large), with a log "
-        "line naming the request. One request never holds the parent's loop, or fills its "
-        "channel to a worker, for more than that.", ge=1 << 20, le=256 << 20)] = 32 * MIB
+        "Largest answer the parent sends to a request a worker forwards to it (groups, "
+        "configs, quotas, SCRAM credentials, ACLs, transactions). Answers that grow with what "
+        "the broker holds (DescribeGroups, OffsetFetch, ListGroups, DescribeConfigs, "
+        "DescribeAcls, DeleteAcls) are measured before they are built, their entries bounded "
+        "by pybroker.request.max.entries too; any other answer is checked once built. Past "
+        "the bound the connection that asked is closed (invalid reason response_too_large) "
+        "with a log line naming the request; the worker and its other clients are untouched.",
+        ge=1 << 20, le=256 << 20)] = 32 * MIB
     pybroker_request_receive_timeout_ms: Annotated[int, _doc(
         "A request whose first bytes arrived this long ago and which is still incomplete "
         "closes its connection (reason receive_timeout): a half-sent request never holds a "
