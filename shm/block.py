@@ -64,7 +64,8 @@ CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit"
                  "per_user_limit", "per_user_rate", "send_stalled", "unsent_bytes")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
                    "unsupported_version", "malformed_header", "malformed_body", "produce_failed",
-                   "too_many_entries", "not_authenticated")
+                   "too_many_entries", "not_authenticated", "response_too_large",
+                   "forward_backlog")
 # Request duration histogram upper bounds, seconds; the last cell is +Inf.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -567,3 +567,112 @@ def test_delete_acls_filters_each_see_every_acl_and_a_failed_write_changes_nothi
     [result] = decode_response(30, 3, reply[4:])[1].results
     assert result.error_code == -1 and store.acls == ()  # UNKNOWN_SERVER_ERROR
     assert not access.authorizer.acls  # nor was anything applied
+
+
+# --- the parent's services: configs, quotas, SCRAM credentials, groups ----------------------
+
+TOPIC_DENIED_CODE, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
+
+
+@pytest.mark.system
+def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
+    """DescribeConfigs / (Incremental)AlterConfigs need DESCRIBE_CONFIGS / ALTER_CONFIGS on the
+    topic or (broker resource) the cluster; client quotas the same on the cluster; SCRAM
+    credentials DESCRIBE / ALTER on the cluster; DescribeGroups, OffsetFetch DESCRIBE on the
+    group (and the committed topics), DeleteGroups and OffsetDelete DELETE (OffsetDelete READ
+    on each topic); ListGroups lists the groups the principal may DESCRIBE.  An undescribable
+    topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not."""
+    from tests.test_parent_amplification import ask
+
+    with BrokerProcess(workers=1, overrides=acl_broker()) as broker:
+        admin_config = client(broker, "admin")
+        create_topics(admin_config, "seen", "hidden", "tuned")
+        create_acls(admin_config,
+                    binding("TOPIC", "seen", "LITERAL", "User:alice", "DESCRIBE_CONFIGS"),
+                    binding("TOPIC", "seen", "LITERAL", "User:alice", "DESCRIBE"),
+                    binding("TOPIC", "tuned", "LITERAL", "User:alice", "ALTER_CONFIGS"),
+                    binding("BROKER", "kafka-cluster", "LITERAL", "User:alice",
+                            "DESCRIBE_CONFIGS"),
+                    binding("GROUP", "mine", "LITERAL", "User:alice", "DESCRIBE"),
+                    binding("GROUP", "doomed", "LITERAL", "User:alice", "DELETE"))
+        address = broker.listeners["SASL_PLAINTEXT"]
+        admin, alice, bob = (_plain_session(address, user, f"{user}-secret")[0]
+                             for user in ("admin", "alice", "bob"))
+        for group in ("mine", "theirs", "doomed"):  # offsets committed by a super user
+            committed = ask(admin, 8, 8, {
+                "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "topics": [{"name": name, "partitions": [{
+                    "partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                    "committed_metadata": None}]} for name in ("seen", "hidden")]})[1]
+            assert {p.error_code for t in committed.topics for p in t.partitions} == {0}
+
+        # Configs.
+        resources = [{"resource_type": kind, "resource_name": name, "configuration_keys": None}
+                     for kind, name in ((4, "0"), (2, "seen"), (2, "hidden"), (2, "missing"))]
+        for sock, codes in ((alice, [0, 0, TOPIC_DENIED_CODE, TOPIC_DENIED_CODE]),
+                            (bob, [CLUSTER_DENIED] + [TOPIC_DENIED_CODE] * 3)):
+            described = ask(sock, 32, 4, {"resources": resources, "include_synonyms": True,
+                                          "include_documentation": False})[1]
+            assert [r.error_code for r in described.results] == codes
+        changes = [{"resource_type": kind, "resource_name": name, "configs": [
+            {"name": key, "config_operation": 0, "value": value}]}
+            for kind, name, key, value in ((4, "0", "max.connections", "1000"),
+                                           (2, "seen", "retention.ms", "60000"),
+                                           (2, "tuned", "retention.ms", "60000"))]
+        altered = ask(alice, 44, 1, {"resources": changes, "validate_only": False})[1]
+        assert [r.error_code for r in altered.responses] == [CLUSTER_DENIED, TOPIC_DENIED_CODE, 0]
+        legacy = [dict(change, configs=[{"name": c["name"], "value": c["value"]}
+                                        for c in change["configs"]]) for change in changes]
+        altered = ask(bob, 33, 1, {"resources": legacy, "validate_only": False})[1]
+        assert [r.error_code for r in altered.responses] == \
+            [CLUSTER_DENIED, TOPIC_DENIED_CODE, TOPIC_DENIED_CODE]
+
+        # Client quotas: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster.
+        assert ask(alice, 48, 1, {"components": [], "strict": False})[1].error_code == 0
+        assert ask(bob, 48, 1, {"components": [], "strict": False})[1].error_code == \
+            CLUSTER_DENIED
+        quota = {"entity": [{"entity_type": "user", "entity_name": "bob"}],
+                 "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}
+        for sock, code in ((alice, CLUSTER_DENIED), (admin, 0)):
+            assert ask(sock, 49, 1, {"entries": [quota], "validate_only": False}
+                       )[1].entries[0].error_code == code
+
+        # SCRAM credentials: DESCRIBE / ALTER on the cluster (DESCRIBE_CONFIGS is not enough).
+        assert ask(alice, 50, 0, {"users": None})[1].error_code == CLUSTER_DENIED
+        assert ask(admin, 50, 0, {"users": None})[1].error_code == 0
+        deletion = {"deletions": [{"name": "carol", "mechanism": 1}], "upsertions": []}
+        assert ask(alice, 51, 0, deletion)[1].results[0].error_code == CLUSTER_DENIED
+
+        # Groups.
+        described = ask(alice, 15, 5, {"groups": ["mine", "theirs"],
+                                       "include_authorized_operations": True})[1]
+        assert [(g.group_id, g.error_code) for g in described.groups] == \
+            [("mine", 0), ("theirs", GROUP_DENIED)]
+        listed = {name: sorted(g.group_id for g in ask(sock, 16, 4, {"states_filter": []}
+                                                        )[1].groups)
+                  for name, sock in (("admin", admin), ("alice", alice), ("bob", bob))}
+        # DELETE implies DESCRIBE: alice lists "doomed" too.
+        assert listed == {"admin": ["doomed", "mine", "theirs"], "alice": ["doomed", "mine"],
+                          "bob": []}
+        fetched = ask(alice, 9, 8, {"groups": [{"group_id": "mine", "topics": None},
+                                               {"group_id": "theirs", "topics": None}],
+                                    "require_stable": False})[1]
+        assert [(g.group_id, g.error_code, [t.name for t in g.topics])
+                for g in fetched.groups] == [("mine", 0, ["seen"]), ("theirs", GROUP_DENIED, [])]
+        asked = ask(alice, 9, 7, {"group_id": "mine", "topics": [
+            {"name": "hidden", "partition_indexes": [0]}], "require_stable": False})[1]
+        assert asked.topics[0].partitions[0].error_code == TOPIC_DENIED_CODE
+        deleted = ask(alice, 42, 2, {"groups_names": ["mine", "doomed"]})[1]
+        assert sorted((r.group_id, r.error_code) for r in deleted.results) == \
+            [("doomed", 0), ("mine", GROUP_DENIED)]
+        offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
+            {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1]
+        assert offsets_deleted.error_code == GROUP_DENIED
+        create_acls(admin_config, binding("GROUP", "mine", "LITERAL", "User:alice", "DELETE"))
+        wait_until(lambda: ask(alice, 47, 0, {"group_id": "mine", "topics": [
+            {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1].error_code == 0)
+        offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
+            {"name": "hidden", "partitions": [{"partition_index": 0}]}]})[1]
+        assert offsets_deleted.topics[0].partitions[0].error_code == TOPIC_DENIED_CODE
+        for sock in (admin, alice, bob):
+            sock.close()

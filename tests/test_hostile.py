@@ -210,14 +210,18 @@ def test_a_batch_just_under_message_max_bytes_is_fetched_whole(broker):
 # --- 4. IPC messages of any size ----------------------------------------------------------------
 
 
-def test_a_describe_configs_of_5000_keys_is_answered_and_the_worker_kept(broker):
-    from tests.wire import describe_configs_request
+def test_a_describe_configs_of_5000_resources_is_answered_and_the_worker_kept(broker):
+    """5,000 topics that do not exist: a 300 KB answer, carried in chunks from the parent."""
+    from tests.test_group_coordinator import request
 
-    keys = [f"no.such.key.{i}" for i in range(5000)]
+    resources = [{"resource_type": 2, "resource_name": f"no.such.topic.{i}",
+                  "configuration_keys": None} for i in range(5000)]
     with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=20) as client:
-        client.send(describe_configs_request(keys=keys, correlation_id=5))
+        client.send(frame(request(32, 4, {"resources": resources, "include_synonyms": False,
+                                           "include_documentation": False})))
         _, response = decode_response(32, 4, client.receive())
-        assert len(response.results[0].configs) == 5000
+        assert len(response.results) == 5000
+        assert {result.error_code for result in response.results} == {3}  # UNKNOWN_TOPIC
         client.send(metadata_request(12, correlation_id=6, topics=["t"]))  # same connection
         assert struct.unpack_from(">i", client.receive())[0] == 6
 

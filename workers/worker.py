@@ -53,7 +53,7 @@ from workers.events import WorkerEvents
 from workers.fetch_response import REGION_BUDGET
 from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
-from workers.handlers import BrokerView, Router
+from workers.handlers import BrokerView, InvalidRequest, Router
 from workers.intake import Intake
 from workers.stats import WorkerStats
 from workers.throttling import (UNITS, ClientQuotas, Throttled, throttle_applies_client_side,
@@ -486,6 +486,13 @@ class Worker:
         if api_key in REFUSED_ON_DATA_LISTENERS and not self.boot.config.may_alter(listener):
             future.set_result(refuse_change(request, listener))  # no trip to the parent
             return future
+        if not self.channel.has_room(len(request)):
+            # Queued, it could fill the channel past what breaks it, which would take every
+            # client of this worker: the one request is refused instead.
+            future.set_exception(InvalidRequest("forward_backlog", (
+                f"{API_NAMES.get(api_key, api_key)}: {len(request)} bytes to forward, "
+                f"{self.channel.pending()} wait for the parent already")))
+            return future
         self._admin_ids += 1
         self._admin_waiting[self._admin_ids] = (future, api_key, api_version_of(request),
                                                 client_id_of(request), user)
@@ -505,7 +512,9 @@ class Worker:
             return
         future, api_key, version, client_id, user = waiting
         if message.frame is None:
-            future.set_exception(RuntimeError("the parent refused the request"))
+            future.set_exception(InvalidRequest(message.refused, message.detail)
+                                 if message.refused else
+                                 RuntimeError("the parent refused the request"))
             return
         quotas = self.services.quotas
         seconds = 0.0

@@ -20,6 +20,7 @@ import os
 
 import msgspec
 
+from broker.parent.forwarded import ResponseBudget, budget_of
 from broker.shared.access import Access
 from broker.shared.acl import (CLUSTER_NAME, MAX_ACL_BYTES, MAX_ACLS, Acl, AclFilter, Operation,
                                ResourceType, acl_bytes, canonical_host, creation_problem)
@@ -62,7 +63,8 @@ class AclService:
 
     # --- DescribeAcls ---------------------------------------------------------------------
 
-    def describe(self, ctx: RequestContext, body, _who: str) -> bytes:
+    def describe(self, ctx: RequestContext, body, _who: str,
+                 budget: ResponseBudget | None = None) -> bytes:
         answer = {"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
                   "error_message": None, "resources": []}
         refusal = self._refusal(ctx, Operation.DESCRIBE)
@@ -74,8 +76,10 @@ class AclService:
             return ctx.respond(dict(answer, error_code=error_code(problem[0]),
                                     error_message=problem[1]))
         resources: dict[tuple, list] = {}
+        budget = budget or budget_of()
         for acl in self.store.acls:
             if wanted.matches(acl):
+                budget.charge(_acl_bytes(acl))
                 resources.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type),
                                      []).append({"principal": acl.principal, "host": acl.host,
                                                  "operation": acl.operation,
@@ -123,7 +127,10 @@ class AclService:
 
     # --- DeleteAcls -----------------------------------------------------------------------
 
-    def delete(self, ctx: RequestContext, body, who: str) -> bytes:
+    def delete(self, ctx: RequestContext, body, who: str,
+               budget: ResponseBudget | None = None) -> bytes:
+        """Each filter against the ACLs as they were (as Kafka), each lists what it matched;
+        a filter given more than once is matched once."""
         refusal = self._refusal(ctx, Operation.ALTER)
         if refusal is not None:
             return ctx.respond({"throttle_time": NO_THROTTLE, "filter_results": [
@@ -131,14 +138,19 @@ class AclService:
                  "matching_acls": []} for _ in body.filters]})
         doomed: set[Acl] = set()
         results = []
-        for item in body.filters:  # each filter against the ACLs as they were (as Kafka)
+        budget = budget or budget_of()
+        matched: dict[AclFilter, list[Acl]] = {}
+        for item in body.filters:
             wanted = _filter(item, item.resource_type_filter, item.resource_name_filter,
                              item.pattern_type_filter)
             if wanted.problem() is not None:
                 results.append({"error_code": errors.ErrorCode.invalid_request,
                                 "error_message": wanted.problem(), "matching_acls": []})
                 continue
-            matching = [acl for acl in self.store.acls if wanted.matches(acl)]
+            if wanted not in matched:
+                matched[wanted] = [acl for acl in self.store.acls if wanted.matches(acl)]
+            matching = matched[wanted]
+            budget.charge(sum(map(_acl_bytes, matching)), len(matching) + 1)
             doomed.update(matching)
             results.append({"error_code": errors.NONE, "error_message": None,
                             "matching_acls": [_matching(acl) for acl in matching]})
@@ -181,6 +193,11 @@ def _filter(item, resource_type: int, resource_name, pattern_type: int) -> AclFi
     host = None if item.host_filter is None else canonical_host(item.host_filter)
     return AclFilter(resource_type, resource_name, pattern_type, item.principal_filter, host,
                      item.operation, item.permission_type)
+
+
+def _acl_bytes(acl: Acl) -> int:
+    """About what an ACL takes in an answer (its names; ENTRY_BYTES covers the rest)."""
+    return len(acl.resource_name) + len(acl.principal) + len(acl.host)
 
 
 def _matching(acl: Acl) -> dict:

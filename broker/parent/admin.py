@@ -17,11 +17,19 @@ A change is validated whole, persisted (broker.parent.dynamic), applied through 
 and only then acknowledged.  With a control plane (KIP-291) changes are served only on its
 listener (`may_alter`); on data listeners every resource or entry gets
 CLUSTER_AUTHORIZATION_FAILED (broker.shared.protocol.refusal).
+
+No answer grows with how often a request names something: DescribeConfigs describes each
+resource and each known key once, DescribeUserScramCredentials each user once (Kafka's
+DUPLICATE_RESOURCE for one named twice), and Kafka's own checks refuse the rest before any
+work (a resource or a key named twice in an alteration, a quota filter naming an entity type
+twice).  DescribeConfigs, DescribeAcls and DeleteAcls charge what they answer to a
+ResponseBudget (broker.parent.forwarded) as they go.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import time
@@ -29,13 +37,13 @@ import time
 from broker.parent.acls import AclService, AclStore
 from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
                                    DynamicConfig, alter_client_quota, ip_entity_key)
-from broker.parent.forwarded import decode_forwarded
+from broker.parent.forwarded import ResponseTooLarge, budget_of, decode_forwarded
 from broker.parent.scram import ScramStore
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
-from broker.shared.apis import BY_NAME, GROUP_KEYS, TRANSACTION_KEYS, api_key_of
+from broker.shared.apis import API_NAMES, BY_NAME, GROUP_KEYS, TRANSACTION_KEYS, api_key_of
 from broker.shared.client_quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.shared.config import declared_keys
 from broker.shared.events import ConfigChanged, EventLog
@@ -49,12 +57,17 @@ from broker.shared.tls import SECRET_KEYS
 
 log = logging.getLogger("broker.parent.admin")
 SCRAM_IDS = {name: number for number, name in SCRAM_TYPES.items()}
+RESPONSE_TOO_LARGE = "response_too_large"  # the invalid-request reason of a refused answer
+HIDDEN = "[hidden]"  # what the logs show of a secret's value (Kafka's word)
 
 BROKER_RESOURCE = 4
 TOPIC_RESOURCE = 2
 # Kafka's AclApis: SCRAM credentials need DESCRIBE / ALTER on the cluster.
 SCRAM_DESCRIBE, SCRAM_ALTER = Operation.DESCRIBE, Operation.ALTER
 CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
+QUOTA_ENTITY_TYPES = ("ip", *ENTITY_TYPES)  # what DescribeClientQuotas filters may name
+MATCH_EXACT = 0
+MATCH_TYPES = {MATCH_EXACT: "MATCH_TYPE_EXACT", 1: "MATCH_TYPE_DEFAULT", 2: "MATCH_TYPE_SPECIFIED"}
 
 
 # SCRAM users per mechanism: every worker holds them all and is sent them after each change.
@@ -90,10 +103,14 @@ class AdminService:
             ("AlterClientQuotas", self._alter_quotas),
             ("DescribeUserScramCredentials", self._describe_scram),
             ("AlterUserScramCredentials", self._alter_scram),
-            ("DescribeAcls", acls.describe), ("CreateAcls", acls.create),
-            ("DeleteAcls", acls.delete),
+            ("DescribeAcls", functools.partial(self._with_budget, acls.describe)),
+            ("CreateAcls", acls.create),
+            ("DeleteAcls", functools.partial(self._with_budget, acls.delete)),
             ("AlterConfigs", functools.partial(self._alter_configs, replace=True)))}
         self.topics = None  # the parent's TopicRegistry, once the log is recovered
+
+    def _with_budget(self, handler, ctx: RequestContext, body, who: str) -> bytes:
+        return handler(ctx, body, who, budget_of(self.dynamic.config.props))
 
     def _record(self, listener: int, who: str, kind: str, changes: dict) -> None:
         if self.events is not None:
@@ -132,36 +149,46 @@ class AdminService:
         return None
 
     def _describe_configs(self, ctx: RequestContext, body, _who: str) -> bytes:
+        """Each resource once, each of its keys once (a key Kafka does not know is left
+        out, as Kafka does); every entry charged to the answer's budget before the next
+        resource is described."""
+        budget = budget_of(self.dynamic.config.props)
+        documentation = getattr(body, "include_documentation", False)
         results = []
-        for resource in body.resources:
-            problem = self._denied(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type,
-                                   resource.resource_name) or \
-                self._resource_problem(resource.resource_type, resource.resource_name)
-            entry = {"resource_type": resource.resource_type,
-                     "resource_name": resource.resource_name, "configs": []}
+        for (resource_type, name), keys in _config_resources(body.resources).items():
+            budget.charge(len(name))
+            problem = self._denied(ctx, Operation.DESCRIBE_CONFIGS, resource_type, name) or \
+                self._resource_problem(resource_type, name)
+            entry = {"resource_type": resource_type, "resource_name": name, "configs": []}
             if problem is not None:
+                budget.charge(len(problem[1]), 0)
                 results.append(dict(entry, error_code=error_code(problem[0]),
                                     error_message=problem[1]))
                 continue
-            documentation = getattr(body, "include_documentation", False)
-            if resource.resource_type == TOPIC_RESOURCE:
+            if resource_type == TOPIC_RESOURCE:
                 entry["configs"] = topic_config.describe(
-                    self.dynamic.config.props, self.topics.configs(resource.resource_name),
-                    resource.configuration_keys, getattr(body, "include_synonyms", False),
-                    documentation)
+                    self.dynamic.config.props, self.topics.configs(name), keys,
+                    getattr(body, "include_synonyms", False), documentation)
             else:
-                keys = resource.configuration_keys or self._describable()
-                entry["configs"] = [self._describe(key, resource.resource_name == "",
-                                                   documentation) for key in keys]
+                known = self._describable()
+                if keys is not None:
+                    declared = set(known)
+                    known = [key for key in keys if key in declared]
+                entry["configs"] = [self._describe(key, name == "", documentation)
+                                    for key in known]
+            budget.charge(sum(map(_config_bytes, entry["configs"])), len(entry["configs"]))
             results.append(dict(entry, error_code=errors.NONE, error_message=None))
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
     def _describable(self) -> list[str]:
+        """The broker resource's keys: every declared one, each listener's connection
+        limits, and whatever else a dynamic layer holds (a listener's key store)."""
         keys = [field.encode_name for field in declared_keys()]
         for listener in self.dynamic.config.listeners:
             for suffix in ("max.connections", "max.connection.creation.rate"):
                 keys.append(self.dynamic.listener_key(listener.name, suffix))
-        return keys
+        stored = self.dynamic.stored
+        return list(dict.fromkeys([*keys, *stored.broker, *stored.cluster_default]))
 
     def _describe(self, key: str, cluster_default: bool, documentation: bool) -> dict:
         if cluster_default:
@@ -171,8 +198,7 @@ class AdminService:
             value, source = self.dynamic.value(key)
         dynamic = key in BROKER_KEYS or key.startswith("listener.name.")
         spec = BROKER_KEYS.get(key)
-        secret = key.rpartition("listener.name.")[2].partition(".")[2] in SECRET_KEYS \
-            if key.startswith("listener.name.") else key in SECRET_KEYS
+        secret = _secret(key)
         if secret:
             value = None
         return {"name": key, "value": value, "read_only": not dynamic, "config_source": source,
@@ -188,11 +214,13 @@ class AdminService:
         if not self.may_alter(ctx.listener_index):
             return refused_alter_configs(ctx, body)
         results, changed = [], False
+        named = collections.Counter((r.resource_type, r.resource_name) for r in body.resources)
         for resource in body.resources:
             entry = {"resource_type": resource.resource_type,
                      "resource_name": resource.resource_name}
-            problem = self._denied(ctx, Operation.ALTER_CONFIGS, resource.resource_type,
-                                   resource.resource_name) or \
+            problem = _duplicated(resource, named) or \
+                self._denied(ctx, Operation.ALTER_CONFIGS, resource.resource_type,
+                             resource.resource_name) or \
                 self._resource_problem(resource.resource_type, resource.resource_name)
             if problem is None:
                 alter = self._alter_topic if resource.resource_type == TOPIC_RESOURCE \
@@ -200,8 +228,7 @@ class AdminService:
                 problem = alter(resource, body.validate_only, who, replace)
                 changed |= problem is None and not body.validate_only
                 if problem is None and not body.validate_only:
-                    self._record(ctx.listener_index, who, "config",
-                                 {item.name: item.value for item in resource.configs})
+                    self._record(ctx.listener_index, who, "config", _shown(resource.configs))
             code, message = problem if problem is not None else (None, None)
             results.append(dict(entry, error_code=error_code(code), error_message=message))
         if changed:
@@ -249,7 +276,7 @@ class AdminService:
         setattr(stored, layer_name, layer)
         self.dynamic.save()
         log.info("dynamic config %s changed by %s: %s", layer_name, who or "a client",
-                 {item.name: item.value for item in resource.configs})
+                 _shown(resource.configs))
         return None
 
     # --- SCRAM credentials ----------------------------------------------------------------
@@ -259,18 +286,23 @@ class AdminService:
         if denied is not None:
             return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": error_code(denied[0]),
                                 "error_message": denied[1], "results": []})
-        names = [user.name for user in body.users] if body.users else sorted(
-            {user for users in self.scram.users.values() for user in users})
+        # Each user once, as Kafka's ScramImage.describe: one named twice gets one entry,
+        # DUPLICATE_RESOURCE.
+        named = collections.Counter(user.name for user in body.users) if body.users else \
+            dict.fromkeys(sorted({user for users in self.scram.users.values() for user in users}),
+                          1)
         results = []
-        for name in names:
+        for name, count in named.items():
             infos = [{"mechanism": SCRAM_IDS[mechanism], "iterations": iterations}
                      for mechanism, iterations in self.scram.mechanisms_of(name)]
             code, message = None, None
-            if names.count(name) > 1:
-                code, message = "duplicate_resource", f"user {name} is named more than once"
+            if count > 1:
+                code, message = ("duplicate_resource", "Cannot describe SCRAM credentials for "
+                                                       f"the same user twice in a single request: "
+                                                       f"{name}")
             elif not infos:
                 code, message = ("resource_not_found", "Attempt to describe a user credential "
-                                                       "that does not exist")
+                                                       f"that does not exist: {name}")
             results.append({"user": name, "error_code": error_code(code), "error_message": message,
                             "credential_infos": [] if code else infos})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
@@ -286,7 +318,7 @@ class AdminService:
                 for name in dict.fromkeys(item.name for item in (*body.deletions,
                                                                  *body.upsertions))]})
         users = {mechanism: dict(entries) for mechanism, entries in self.scram.users.items()}
-        named = [item.name for item in (*body.deletions, *body.upsertions)]
+        named = collections.Counter(item.name for item in (*body.deletions, *body.upsertions))
         results, changed = {}, False
         for item in (*body.deletions, *body.upsertions):  # each user independently
             problem = self._scram_problem(item, users, named)
@@ -307,7 +339,7 @@ class AdminService:
     def _scram_problem(item, users, named) -> tuple[str, str] | None:
         if not item.name:
             return "unacceptable_credential", "Username must not be empty"
-        if named.count(item.name) > 1:
+        if named[item.name] > 1:
             return "duplicate_resource", "Cannot have more than one alteration per user"
         mechanism = SCRAM_TYPES.get(item.mechanism)
         if mechanism is None:
@@ -342,7 +374,8 @@ class AdminService:
     # --- quotas ---------------------------------------------------------------------------
 
     def _describe_quotas(self, ctx: RequestContext, body, _who: str) -> bytes:
-        denied = self._denied(ctx, Operation.DESCRIBE_CONFIGS, BROKER_RESOURCE, CLUSTER_NAME)
+        denied = self._denied(ctx, Operation.DESCRIBE_CONFIGS, BROKER_RESOURCE, CLUSTER_NAME) \
+            or _filter_problem(body.components)
         if denied is not None:
             return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": error_code(denied[0]),
                                 "error_message": denied[1], "entries": []})
@@ -436,33 +469,125 @@ class AdminService:
             self.dynamic.stored.ip_quotas = ip_quotas
             self.dynamic.stored.client_quotas = client_quotas
             self.dynamic.save()
-            log.info("quotas changed by %s: ip %s, clients %s", who or "a client", ip_quotas,
-                     client_quotas)
+            # What this request changed, not the whole table (10,000 entities, half a MB a
+            # line, for each change of one).
+            changes = {}
             for entry, result in zip(body.entries, results):
                 if result["error_code"] == errors.NONE:
                     entity = ",".join(f"{e.entity_type}={e.entity_name or DEFAULT}"
                                       for e in entry.entity)
-                    self._record(ctx.listener_index, who, "quota", {
-                        f"{entity}/{op.key}": None if op.remove else op.value
-                        for op in entry.ops})
+                    changed_here = {f"{entity}/{op.key}": None if op.remove else op.value
+                                    for op in entry.ops}
+                    self._record(ctx.listener_index, who, "quota", changed_here)
+                    changes.update(changed_here)
+            log.info("quotas changed by %s: %s (%d entities held)", who or "a client", changes,
+                     len(ip_quotas) + len(client_quotas))
             self.on_change()
         return ctx.respond({"throttle_time": NO_THROTTLE, "entries": results})
 
 
+def _config_resources(resources) -> dict[tuple[int, str], list[str] | None]:
+    """DescribeConfigs' resources, each once in the order first named, with the keys asked
+    of it (each once; None: all of them, which any mention asking for all means)."""
+    wanted: dict[tuple[int, str], dict[str, None] | None] = {}
+    for resource in resources:
+        key = (resource.resource_type, resource.resource_name)
+        keys = resource.configuration_keys
+        if not keys or (key in wanted and wanted[key] is None):
+            wanted[key] = None
+        else:
+            wanted.setdefault(key, {}).update(dict.fromkeys(keys))
+    return {key: None if keys is None else list(keys) for key, keys in wanted.items()}
+
+
+def _secret(key: str) -> bool:
+    """A key store password or key (also per listener): never shown, logged or recorded."""
+    if key.startswith("listener.name."):
+        key = key[len("listener.name."):].partition(".")[2]
+    return key in SECRET_KEYS
+
+
+def _shown(configs) -> dict[str, str | None]:
+    """An alteration's keys and values as the log and the event log may show them (Kafka's
+    [hidden] for a secret)."""
+    return {item.name: HIDDEN if _secret(item.name) and item.value is not None
+            else item.value for item in configs}
+
+
+def _filter_problem(components) -> tuple[str, str] | None:
+    """Kafka's checks of a DescribeClientQuotas filter (ClientQuotasImage.describe): each
+    entity type at most once, a known one, its match as its match type wants, and no ip
+    beside a user or client id.  A filter is thus at most three components long."""
+    seen: set[str] = set()
+    for component in components:
+        kind, match_type = component.entity_type, component.match_type
+        if not kind:
+            return "invalid_request", "Invalid empty entity type."
+        if kind in seen:
+            return ("invalid_request",
+                    f"Entity type {kind} cannot appear more than once in the filter.")
+        seen.add(kind)
+        if kind not in QUOTA_ENTITY_TYPES:
+            return "unsupported_version", f"Unsupported entity type {kind}"
+        if match_type not in MATCH_TYPES:
+            return "invalid_request", f"Unknown match type {match_type}"
+        if match_type == MATCH_EXACT and component.match is None:
+            return ("invalid_request",
+                    "Request specified MATCH_TYPE_EXACT, but set match string to null.")
+        if match_type != MATCH_EXACT and component.match is not None:
+            return ("invalid_request", f"Request specified {MATCH_TYPES[match_type]}, but also "
+                                       f"specified a match string.")
+    if "ip" in seen and len(seen) > 1:
+        return "invalid_request", ("Invalid entity filter component combination. IP filter "
+                                   "component should not be used with user or clientId filter "
+                                   "component.")
+    return None
+
+
+def _duplicated(resource, named: collections.Counter) -> tuple[str, str] | None:
+    """Kafka's ConfigAdminManager.preprocess: a resource named twice, or a key twice in one
+    resource, is refused whole (each alteration is applied once, and its work stays
+    proportional to the request)."""
+    if named[(resource.resource_type, resource.resource_name)] > 1:
+        return "invalid_request", "Each resource must appear at most once."
+    keys = [item.name for item in resource.configs]
+    if len(set(keys)) != len(keys):
+        return "invalid_request", "Error due to duplicate config keys"
+    return None
+
+
+def _config_bytes(config: dict) -> int:
+    """About what one DescribeConfigs entry takes in the answer."""
+    return (len(config["name"]) + len(config["value"] or "")
+            + len(config.get("documentation") or "")
+            + sum(len(synonym["name"]) + len(synonym["value"] or "") + 8
+                  for synonym in config.get("synonyms", ())))
+
+
 class AdminRouter:
-    """Forwarded requests to their parent service, answers back to the worker that asked."""
+    """Forwarded requests to their parent service, answers back to the worker that asked.
+
+    No answer is larger than pybroker.forwarded.response.max.bytes, and none goes to a worker
+    whose channel already holds ipc.CLIENT_QUEUED_BYTES: such a request is refused instead
+    (the worker closes its connection, invalid reason response_too_large), so one client
+    can neither hold the parent's loop with one answer nor break the channel that carries
+    every other client of its worker."""
 
     def __init__(self, admin: AdminService, groups, transactions, dynamic: DynamicConfig):
         self.admin = admin
         self.groups = groups  # broker.parent.groups.coordinator.GroupCoordinator
         self.transactions = transactions  # broker.parent.transactions.coordinator
         self.dynamic = dynamic
+        self.max_bytes = admin.dynamic.config.props.pybroker_forwarded_response_max_bytes
 
     def serve(self, worker: WorkerProcess, message: ipc.AdminRequest) -> None:
         started = time.perf_counter_ns()
+        refusal = None
         try:
             service = self.service_for(api_key_of(message.frame))
             answer = service.handle(message.frame, message.listener, message.peer, message.user)
+        except ResponseTooLarge as error:  # refused before it was built
+            answer, refusal = None, str(error)
         except Exception:  # a malformed forwarded request costs that connection only
             log.exception("admin request from %s failed", worker.name)
             answer = None
@@ -470,22 +595,35 @@ class AdminRouter:
         channel = worker.channel
         if isinstance(answer, asyncio.Future):  # a JoinGroup or SyncGroup waiting
             answer.add_done_callback(lambda done: self._answer(
-                worker, channel, message.request_id,
-                None if done.cancelled() else done.result(), busy))
+                worker, channel, message, None if done.cancelled() else done.result(), busy))
             return
-        self._answer(worker, channel, message.request_id, answer, busy)
+        self._answer(worker, channel, message, answer, busy, refusal)
 
     def service_for(self, api_key: int):
         if api_key in GROUP_KEYS:
             return self.groups
         return self.transactions if api_key in TRANSACTION_KEYS else self.admin
 
-    @staticmethod
-    def _answer(worker: WorkerProcess, channel, request_id: int, answer, busy: int) -> None:
+    def _answer(self, worker: WorkerProcess, channel, request: ipc.AdminRequest, answer,
+                busy: int, refusal: str | None = None) -> None:
         if channel is None or worker.channel is not channel:
             return  # the worker that asked is gone, and the connection with it
+        if answer is not None and len(answer) > self.max_bytes:
+            answer, refusal = None, (f"the answer takes {len(answer)} bytes, more than "
+                                     f"pybroker.forwarded.response.max.bytes {self.max_bytes}")
+        elif answer is not None and not channel.has_room(len(answer)):
+            answer, refusal = None, (f"the channel to {worker.name} holds "
+                                     f"{channel.pending()} bytes already")
+        response = ipc.AdminResponse(request_id=request.request_id, frame=answer, busy_ns=busy)
+        if refusal is not None:
+            api = API_NAMES.get(api_key_of(request.frame), "?")
+            log.warning("%s from %s (%s) refused: %s; closing its connection", api,
+                        request.peer, request.user, refusal)
+            response = ipc.AdminResponse(request_id=request.request_id, frame=None,
+                                         busy_ns=busy, refused=RESPONSE_TOO_LARGE,
+                                         detail=f"{api}: {refusal}")
         try:
-            channel.send(ipc.AdminResponse(request_id=request_id, frame=answer, busy_ns=busy))
+            channel.send(response)
         except OSError:
             pass  # the worker is gone, and the connection that asked with it
 

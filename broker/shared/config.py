@@ -161,6 +161,15 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "closes the connection (invalid reason too_many_entries). Each is answered with an "
         "entry that takes about 15 us to encode, so this bounds how long one request holds a "
         "worker.", ge=1000, le=INT_MAX)] = 100_000
+    pybroker_forwarded_response_max_bytes: Annotated[int, _doc(
+        "Largest answer the parent sends to a request a worker forwards to it (groups, "
+        "configs, quotas, SCRAM credentials, ACLs, transactions). Answers that grow with what "
+        "the broker holds (DescribeGroups, OffsetFetch, ListGroups, DescribeConfigs, "
+        "DescribeAcls, DeleteAcls) are measured before they are built, their entries bounded "
+        "by pybroker.request.max.entries too; any other answer is checked once built. Past "
+        "the bound the connection that asked is closed (invalid reason response_too_large) "
+        "with a log line naming the request; the worker and its other clients are untouched.",
+        ge=1 << 20, le=256 << 20)] = 32 * MIB
     pybroker_request_receive_timeout_ms: Annotated[int, _doc(
         "A request whose first bytes arrived this long ago and which is still incomplete "
         "closes its connection (reason receive_timeout): a half-sent request never holds a "

@@ -5,6 +5,9 @@ chunks when it is larger than one (a DescribeConfigs of thousands of keys, a lar
 SyncGroup, eviction orders for thousands of connections), and queues what the socket cannot
 take yet, so no message is ever truncated or dropped.  A `Handoff` carries the accepted
 sockets themselves as SCM_RIGHTS ancillary data, one fd per entry, in the same order.
+A queue past MAX_QUEUED_BYTES means a peer that stopped reading: the channel breaks, and the
+worker with it.  A client's payloads (forwarded requests, their answers) never take it there:
+their senders ask `has_room` first and refuse the one request that does not fit.
 
     parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
                        Quotas (after Boot and after every client-quota change), Tls (after a
@@ -142,6 +145,8 @@ class AdminResponse(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     frame: bytes | None  # the response frame; None closes the connection
     busy_ns: int = 0  # the parent's handling time, charged to the client's request quota
+    refused: str = ""  # with no frame: why (an invalid-request reason the worker counts)
+    detail: str = ""  # and what, for the worker's log line
 
 
 class ConnectionsQuery(msgspec.Struct, tag=True, frozen=True):
@@ -192,6 +197,10 @@ WHOLE, MORE, LAST = b"\x00", b"\x01", b"\x02"
 CHUNK_BYTES = MAX_MESSAGE_BYTES - 1
 MAX_REASSEMBLED_BYTES = 1 << 32  # a sanity bound: the largest frame is socket.request.max.bytes
 MAX_QUEUED_BYTES = 1 << 30  # a peer that stopped reading this long is treated as gone
+# What a client's payloads (forwarded requests, their answers) may fill of a channel's queue:
+# past it the sender refuses the one request, whose connection closes; the channel, which
+# carries every client of a worker, never breaks for one of them.
+CLIENT_QUEUED_BYTES = MAX_QUEUED_BYTES // 4
 
 
 def decode(data) -> Message:
@@ -287,6 +296,10 @@ class Channel:
     def pending(self) -> int:
         """Bytes queued and not yet taken by the socket."""
         return self._queued_bytes
+
+    def has_room(self, nbytes: int) -> bool:
+        """Whether a client's payload of `nbytes` may be queued (CLIENT_QUEUED_BYTES)."""
+        return self._queued_bytes + nbytes <= CLIENT_QUEUED_BYTES
 
     # --- receiving ------------------------------------------------------------------------
 

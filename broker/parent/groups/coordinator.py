@@ -27,6 +27,12 @@ a commit also READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions)
 offsets and describing need DESCRIBE on the group (a fetch of all topics leaves out those the
 principal may not DESCRIBE); deleting needs DELETE; ListGroups lists every group to a principal
 with DESCRIBE on the cluster, else the groups it may DESCRIBE.
+
+Answers stay proportional to what is held, never to how often a request names it: each group,
+topic and partition a DescribeGroups, OffsetFetch, OffsetDelete or DeleteGroups names is
+answered once, and what grows with the groups held (a group's members and their metadata,
+committed offsets, the list of groups) is charged to the answer's ResponseBudget
+(broker.parent.forwarded) before it is built.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import struct
 import time
 import uuid
 
-from broker.parent.forwarded import decode_forwarded
+from broker.parent.forwarded import ResponseBudget, budget_of, decode_forwarded
 from broker.parent.groups.offsets import OffsetStore, Record
 from broker.parent.groups.state import Group, GroupState, Member
 from broker.shared.access import Access
@@ -50,6 +56,7 @@ log = logging.getLogger("broker.parent.groups")
 
 CHECK_EVERY = 0.25  # seconds between session expiry checks
 MEMBER_ID_PREFIX = 255  # characters of the client id a generated member id starts with
+NO_OPERATIONS = -2147483648  # authorized operations not asked for (Kafka's INT32_MIN)
 E = errors.ErrorCode
 
 class GroupCoordinator:
@@ -160,11 +167,12 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         changed = member is None or member.protocols != protocols
         if member is None:
-            member = group.members[member_id] = Member(
-                member_id, instance, client_id, host, session, rebalance, protocols)
+            member = Member(member_id, instance, client_id, host, session, rebalance, protocols)
+            group.add(member)
             self._member_count += 1
-        member.protocols, member.session_timeout, member.rebalance_timeout = \
-            protocols, session, rebalance
+        elif changed:
+            group.set_protocols(member, protocols)
+        member.session_timeout, member.rebalance_timeout = session, rebalance
         member.deadline = time.monotonic() + session
         group.protocol_type = body.protocol_type
         future = self.loop.create_future()
@@ -229,12 +237,10 @@ class GroupCoordinator:
             return True
         if protocol_type != group.protocol_type:
             return False
-        return bool(group.candidates() & {name for name, _ in protocols})
+        return group.supported_by_all({name for name, _ in protocols})
 
     def _replace_static(self, ctx, group: Group, old: Member, member_id: str, answer):
-        del group.members[old.member_id]
-        old.member_id = member_id
-        group.members[member_id] = old
+        group.rename(old, member_id)
         if group.leader is not None and group.leader not in group.members:
             group.leader = member_id
         old.deadline = time.monotonic() + old.session_timeout
@@ -294,7 +300,7 @@ class GroupCoordinator:
         for member in [m for m in group.members.values() if m.join is None]:
             log.info("group %s: member %s did not rejoin in time", group.group_id,
                      member.member_id)
-            del group.members[member.member_id]
+            group.drop(member.member_id)
             self._member_count -= 1
         for member_id in list(group.pending):
             self._drop_pending(group, member_id)
@@ -302,9 +308,13 @@ class GroupCoordinator:
         if not group.members:
             group.transition(GroupState.EMPTY)
             group.protocol = group.leader = None
+            group.subscribed = frozenset()
             group.empty_since_ms = _now_ms()
             return
         group.protocol = group.select_protocol()
+        # Read from the members' metadata once a generation (Kafka's initNextGeneration), not
+        # for each OffsetDelete: that was every member's metadata parsed for each request.
+        group.subscribed = _subscribed_topics(group)
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.transition(GroupState.COMPLETING)
@@ -331,7 +341,7 @@ class GroupCoordinator:
         self._maybe_complete_join(group)
 
     def _remove(self, group: Group, member: Member, rebalance: bool = True) -> None:
-        del group.members[member.member_id]
+        group.drop(member.member_id)
         self._member_count -= 1
         if member.join is not None:
             member.join({"error_code": E.unknown_member_id, "member_id": member.member_id})
@@ -578,24 +588,26 @@ class GroupCoordinator:
                     if part["error_code"] == E.none:
                         part["error_code"] = E.coordinator_not_available
 
-    def _fetched(self, ctx: RequestContext, group_id: str, topics,
-                 require_stable: bool = False) -> list[dict]:
+    def _fetched(self, ctx: RequestContext, group_id: str, wanted: dict | None,
+                 require_stable: bool, budget: ResponseBudget) -> list[dict]:
+        """The committed offsets of `wanted` (topic -> partitions, each once), or of every
+        topic (None), each row charged to `budget` before it is built."""
         committed = self.offsets.get(group_id)
         # require_stable (v7+): a partition whose offset waits for a transaction's end says so
         # (UNSTABLE_OFFSET_COMMIT, retriable) instead of answering the older offset.
         unstable = self.offsets.pending_partitions(group_id) if require_stable else set()
         denied: set[str] = set()
-        if topics is None:  # all of them: those the principal may not see are left out
-            wanted: dict[str, list[int]] = {}
+        if wanted is None:  # all of them: those the principal may not see are left out
+            wanted = {}
             for topic, partition in sorted(committed):
                 if self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
-                    wanted.setdefault(topic, []).append(partition)
+                    wanted.setdefault(topic, {})[partition] = None
         else:
-            wanted = {t.name: list(t.partition_indexes) for t in topics}
             denied = {name for name in wanted if not self.access.check(
                 ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)}
         found = []
         for topic, partitions in wanted.items():
+            budget.charge(len(topic))
             rows = []
             for partition in partitions:
                 entry = None if topic in denied else committed.get((topic, partition))
@@ -603,31 +615,40 @@ class GroupCoordinator:
                     E.unstable_offset_commit if (topic, partition) in unstable else E.none
                 if code == E.unstable_offset_commit:
                     entry = None
+                metadata = (entry.metadata if entry else "") or ""
+                budget.charge(len(metadata))
                 rows.append({"partition_index": partition, "error_code": code,
                              "committed_offset": entry.offset if entry else -1,
                              "committed_leader_epoch": entry.leader_epoch if entry else -1,
-                             "metadata": (entry.metadata if entry else "") or ""})
+                             "metadata": metadata})
             found.append({"name": topic, "partitions": rows})
         return found
 
     def _offset_fetch(self, ctx: RequestContext, body, _host: str) -> bytes:
+        """Each group, topic and partition once however often the request names it (as
+        Fetch): a partition named 100,000 times with 4 KB of committed metadata would be
+        400 MB of answer.  Clients read the answer by group, topic and partition."""
+        budget = budget_of(self.props)
         if ctx.version >= 8:
             groups = []
-            for group in body.groups:
-                if not self._may(ctx, Operation.DESCRIBE, group.group_id):
-                    groups.append({"group_id": group.group_id, "topics": [],
+            for group_id, wanted in _wanted_groups(body.groups).items():
+                budget.charge(len(group_id))
+                if not self._may(ctx, Operation.DESCRIBE, group_id):
+                    groups.append({"group_id": group_id, "topics": [],
                                    "error_code": E.group_authorization_failed})
                     continue
-                groups.append({"group_id": group.group_id, "error_code": E.none,
-                               "topics": self._fetched(ctx, group.group_id, group.topics,
-                                                       body.require_stable)})
+                groups.append({"group_id": group_id, "error_code": E.none,
+                               "topics": self._fetched(ctx, group_id, wanted,
+                                                       body.require_stable, budget)})
             return ctx.respond({"throttle_time": NO_THROTTLE, "groups": groups})
         if not self._may(ctx, Operation.DESCRIBE, body.group_id):
             return ctx.respond({"throttle_time": NO_THROTTLE,
                                 "error_code": E.group_authorization_failed, "topics": []})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
-                            "topics": self._fetched(ctx, body.group_id, body.topics,
-                                                    getattr(body, "require_stable", False))})
+                            "topics": self._fetched(ctx, body.group_id,
+                                                    _wanted_topics(body.topics),
+                                                    getattr(body, "require_stable", False),
+                                                    budget)})
 
     def expire_offsets(self) -> int:
         """Drop the offsets of groups empty for longer than offsets.retention.minutes."""
@@ -656,32 +677,24 @@ class GroupCoordinator:
     # --- DescribeGroups, ListGroups, DeleteGroups --------------------------------------------
 
     def _describe(self, ctx: RequestContext, body, _host: str) -> bytes:
+        """Each group named once, however often the request names it: Kafka would describe
+        a group named 10,000 times 10,000 times (1.1 GB for one 110 KB member); clients
+        name each once and read the answer by group id."""
+        budget = budget_of(self.props)
+        wanted = getattr(body, "include_authorized_operations", False)
         found = []
-        for group_id in body.groups:
-            group = self.groups.get(group_id)
+        for group_id in dict.fromkeys(body.groups):
+            budget.charge(len(group_id))
             if not self._may(ctx, Operation.DESCRIBE, group_id):
-                found.append({"error_code": E.group_authorization_failed, "group_id": group_id,
-                              "group_state": "", "protocol_type": "", "protocol_data": "",
-                              "members": [], "authorized_operations": -2147483648})
+                found.append(_described(group_id, E.group_authorization_failed))
                 continue
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
-                if getattr(body, "include_authorized_operations", False) else -2147483648
+                if wanted else NO_OPERATIONS
+            group = self.groups.get(group_id)
             if group is None:
-                found.append({"error_code": E.none, "group_id": group_id,
-                              "group_state": "Dead", "protocol_type": "", "protocol_data": "",
-                              "members": [], "authorized_operations": operations})
-                continue
-            stable = group.state is GroupState.STABLE
-            found.append({
-                "error_code": E.none, "group_id": group_id, "group_state": group.state.value,
-                "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
-                "authorized_operations": operations,
-                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
-                             "client_id": m.client_id, "client_host": m.client_host,
-                             "member_metadata": m.metadata(group.protocol) if group.protocol
-                             and m.supports(group.protocol) else b"",
-                             "member_assignment": m.assignment if stable else b""}
-                            for m in group.members.values()]})
+                found.append(_described(group_id, E.none, "Dead", operations))
+            else:
+                found.append(_description(group, operations, budget))
         return ctx.respond({"throttle_time": NO_THROTTLE, "groups": found})
 
     def _list(self, ctx: RequestContext, body, _host: str) -> bytes:
@@ -689,6 +702,7 @@ class GroupCoordinator:
         states = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
         types = {kind.lower() for kind in getattr(body, "types_filter", ()) or ()}
         listed = []
+        budget = budget_of(self.props)
         everything = self.access.allowed(ctx, Operation.DESCRIBE, ResourceType.CLUSTER,
                                          CLUSTER_NAME)
         for group in self.groups.values():
@@ -699,6 +713,8 @@ class GroupCoordinator:
                 continue
             if types and "classic" not in types:
                 continue
+            budget.charge(len(group.group_id) + len(group.protocol_type or "")
+                          + len(group.state.value) + len("classic"))
             listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                            "group_state": group.state.value, "group_type": "classic"})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
@@ -713,58 +729,131 @@ class GroupCoordinator:
         group = self.groups.get(body.group_id)
         if group is None and not self.offsets.get(body.group_id):
             return _offset_delete_answer(ctx, E.group_id_not_found, [])
-        subscribed = _subscribed_topics(group) if group is not None else set()
-        records, topics = [], []
+        subscribed = group.subscribed if group is not None else frozenset()
+        committed = self.offsets.get(body.group_id)
+        answers: dict[str, dict[int, E]] = {}  # each partition once, as Kafka's answer maps
+        doomed: dict[tuple[str, int], None] = {}
         for topic in body.topics:
-            code = E.none
+            code, partitions = E.none, self.partitions_of(topic.name)
             if not self.access.check(ctx, Operation.READ, ResourceType.TOPIC, topic.name):
                 code = E.topic_authorization_failed
-            elif self.partitions_of(topic.name) is None:
+            elif partitions is None:
                 code = E.unknown_topic_or_partition
-            elif topic.name in subscribed:
-                code = E.group_subscribed_to_topic
-            answers = []
+            rows = answers.setdefault(topic.name, {})
             for part in topic.partitions:
-                if code == E.none:
-                    records.append(Record(group=body.group_id, topic=topic.name,
-                                          partition=part.partition_index))
-                answers.append({"partition_index": part.partition_index, "error_code": code})
-            topics.append({"name": topic.name, "partitions": answers})
+                index, row = part.partition_index, code
+                if row == E.none and not 0 <= index < partitions:
+                    row = E.unknown_topic_or_partition
+                elif row == E.none and topic.name in subscribed:
+                    row = E.group_subscribed_to_topic
+                elif row == E.none and (topic.name, index) in committed:
+                    doomed[(topic.name, index)] = None  # a tombstone only for an offset held
+                rows[index] = row
         try:
-            self.offsets.commit(records)
+            self.offsets.commit([Record(group=body.group_id, topic=topic, partition=partition)
+                                 for topic, partition in doomed])
         except OSError as error:
             log.error("deleting offsets of group %s failed: %s", body.group_id, error)
             return _offset_delete_answer(ctx, E.coordinator_not_available, [])
-        return _offset_delete_answer(ctx, E.none, topics)
+        return _offset_delete_answer(ctx, E.none, [
+            {"name": name, "partitions": [{"partition_index": index, "error_code": row}
+                                          for index, row in rows.items()]}
+            for name, rows in answers.items()])
 
     def _delete(self, ctx: RequestContext, body, _host: str) -> bytes:
-        results = []
-        for group_id in body.groups_names:
+        """Each group once (as Kafka's `distinct`); the tombstones of all the groups deleted
+        are written together, not one write (and fsync) per group."""
+        results: dict[str, E] = {}
+        for group_id in dict.fromkeys(body.groups_names):
             group = self.groups.get(group_id)
             if not self._may(ctx, Operation.DELETE, group_id):
-                code = E.group_authorization_failed
+                results[group_id] = E.group_authorization_failed
             elif group is None and not self.offsets.get(group_id):
-                code = E.group_id_not_found
+                results[group_id] = E.group_id_not_found
             elif group is not None and group.members:
-                code = E.non_empty_group
+                results[group_id] = E.non_empty_group
             else:
-                self.offsets.delete_group(group_id)
+                results[group_id] = E.none
+        deleted = [group_id for group_id, code in results.items() if code == E.none]
+        try:
+            self.offsets.delete_groups(deleted)
+        except OSError as error:
+            log.error("deleting groups failed: %s", error)
+            results.update(dict.fromkeys(deleted, E.coordinator_not_available))
+        else:
+            for group_id in deleted:
                 self.groups.pop(group_id, None)
-                code = E.none
-            results.append({"group_id": group_id, "error_code": code})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
+            {"group_id": group_id, "error_code": code} for group_id, code in results.items()]})
+
+
+def _wanted_topics(topics) -> dict[str, dict[int, None]] | None:
+    """An OffsetFetch's topics as topic -> partitions, each once, in the order first named;
+    None (every committed topic) stays None."""
+    if topics is None:
+        return None
+    wanted: dict[str, dict[int, None]] = {}
+    for topic in topics:
+        wanted.setdefault(topic.name, {}).update(dict.fromkeys(topic.partition_indexes))
+    return wanted
+
+
+def _wanted_groups(groups) -> dict[str, dict | None]:
+    """OffsetFetch v8+: each group once, what its mentions ask merged (None: every topic)."""
+    wanted: dict[str, dict | None] = {}
+    for group in groups:
+        topics = _wanted_topics(group.topics)
+        if group.group_id not in wanted:
+            wanted[group.group_id] = topics
+            continue
+        known = wanted[group.group_id]
+        if known is None or topics is None:
+            wanted[group.group_id] = None
+            continue
+        for name, partitions in topics.items():
+            known.setdefault(name, {}).update(partitions)
+    return wanted
+
+
+def _described(group_id: str, code, state: str = "", operations: int = NO_OPERATIONS) -> dict:
+    """A DescribeGroups entry without members: refused, or a group that does not exist."""
+    return {"error_code": code, "group_id": group_id, "group_state": state, "protocol_type": "",
+            "protocol_data": "", "members": [], "authorized_operations": operations}
+
+
+def _description(group: Group, operations: int, budget: ResponseBudget) -> dict:
+    """A group as Kafka describes it: members' metadata and assignments (and the protocol)
+    only when it is Stable; charged to `budget` before any of it is built."""
+    stable = group.state is GroupState.STABLE
+    protocol = group.protocol if stable else None
+    members = list(group.members.values())
+    budget.charge(len(group.protocol_type or "") + len(protocol or ""))
+    budget.charge(sum(len(m.member_id) + len(m.instance_id or "") + len(m.client_id)
+                      + len(m.client_host) for m in members), len(members))
+    if protocol is not None:
+        budget.charge(sum(len(m.metadata(protocol)) + len(m.assignment) for m in members
+                          if m.supports(protocol)), 0)
+    return {"error_code": E.none, "group_id": group.group_id, "group_state": group.state.value,
+            "protocol_type": group.protocol_type or "", "protocol_data": protocol or "",
+            "authorized_operations": operations,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "member_metadata": m.metadata(protocol)
+                         if protocol is not None and m.supports(protocol) else b"",
+                         "member_assignment": m.assignment if stable else b""}
+                        for m in members]}
 
 
 def _offset_delete_answer(ctx: RequestContext, code, topics: list) -> bytes:
     return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code, "topics": topics})
 
 
-def _subscribed_topics(group: Group) -> set[str]:
+def _subscribed_topics(group: Group) -> frozenset[str]:
     """The topics a consumer group's members subscribe to (the consumer protocol's
     subscription: int16 version, then an array of int16-sized names); other protocols: none."""
     topics: set[str] = set()
     if group.protocol_type != "consumer" or group.protocol is None:
-        return topics
+        return frozenset()
     for member in group.members.values():
         data = member.metadata(group.protocol) if member.supports(group.protocol) else b""
         try:
@@ -776,7 +865,7 @@ def _subscribed_topics(group: Group) -> set[str]:
                 position += 2 + max(size, 0)
         except struct.error:
             continue  # not what a Kafka consumer sends: nothing can be said of it
-    return topics
+    return frozenset(topics)
 
 
 def _fenced(group: Group, member_id: str, instance: str | None) -> bool:

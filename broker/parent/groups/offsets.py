@@ -157,8 +157,12 @@ class OffsetStore:
                             outcome="commit" if commit else "abort")])
 
     def delete_group(self, group: str) -> None:
-        if group in self.groups or group in self.pending:
-            self.commit([Record(group=group, deleted=True)])
+        self.delete_groups([group])
+
+    def delete_groups(self, groups) -> None:
+        """Every offset of these groups, committed or pending, in one write."""
+        self.commit([Record(group=group, deleted=True) for group in groups
+                     if group in self.groups or group in self.pending])
 
     def flush(self) -> None:
         self.file.flush()

@@ -9,11 +9,18 @@ States and the only legal ways into each (Kafka's GroupState.validPreviousStates
     Dead                 <- any
 
 `Group.transition` raises IllegalGroupState on anything else: a coordinator bug is loud.
+
+Members join, leave and change protocols only through `Group.add`, `drop`, `rename` and
+`set_protocols`, which keep two indexes as they go: how many members support each protocol,
+and the static members by instance id.  A join (is one of its protocols supported by every
+member?) and a static member's request (which member holds this instance id?) then cost what
+the request holds, not the group's size: a 10,000-member group rejoining was 10**8 steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 from dataclasses import dataclass, field
 from typing import Callable
@@ -58,6 +65,9 @@ class Member:
     def supports(self, protocol: str) -> bool:
         return any(name == protocol for name, _ in self.protocols)
 
+    def protocol_names(self) -> set[str]:
+        return {name for name, _ in self.protocols}
+
     def metadata(self, protocol: str) -> bytes:
         return next(data for name, data in self.protocols if name == protocol)
 
@@ -75,6 +85,37 @@ class Group:
     empty_since_ms: int = 0
     timer: asyncio.TimerHandle | None = None  # the rebalance's deadline (or initial delay)
     delaying: bool = False  # in the initial rebalance delay of a group that was empty
+    support: collections.Counter = field(default_factory=collections.Counter)  # name: members
+    subscribed: frozenset[str] = frozenset()  # a consumer group's topics, as of its generation
+    instances: dict[str, Member] = field(default_factory=dict)  # static members
+
+    def add(self, member: Member) -> None:
+        self.members[member.member_id] = member
+        self.support.update(member.protocol_names())
+        if member.instance_id:
+            self.instances[member.instance_id] = member
+
+    def drop(self, member_id: str) -> Member:
+        member = self.members.pop(member_id)
+        self.support.subtract(member.protocol_names())
+        if member.instance_id and self.instances.get(member.instance_id) is member:
+            del self.instances[member.instance_id]
+        return member
+
+    def rename(self, member: Member, member_id: str) -> None:
+        """A static member taking a new member id (its place and assignment kept)."""
+        del self.members[member.member_id]
+        member.member_id = member_id
+        self.members[member_id] = member
+
+    def set_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
+        self.support.subtract(member.protocol_names())
+        member.protocols = protocols
+        self.support.update(member.protocol_names())
+
+    def supported_by_all(self, names) -> bool:
+        """Whether one of `names` is a protocol every member supports."""
+        return any(self.support[name] == len(self.members) for name in names)
 
     def transition(self, state: GroupState) -> None:
         if self.state not in _PREVIOUS[state]:
@@ -86,8 +127,9 @@ class Group:
 
     def candidates(self) -> set[str]:
         """Protocols every member supports."""
-        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
+        everyone = len(self.members)
+        return {name for name, count in self.support.items() if count == everyone} \
+            if everyone else set()
 
     def select_protocol(self) -> str:
         """Kafka's vote: each member votes for its most preferred common protocol."""
@@ -99,4 +141,4 @@ class Group:
         return max(sorted(votes), key=lambda name: votes[name])
 
     def by_instance(self, instance_id: str) -> Member | None:
-        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+        return self.instances.get(instance_id)
