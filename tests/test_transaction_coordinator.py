@@ -616,3 +616,25 @@ def test_the_transaction_lists_and_descriptions_are_kios_bytes():
             "producer_epoch": epoch, "topics": [{"topic": topic, "partitions": parts}
                                                 for topic, parts in topics.items()]}
             for code, name, state, timeout, started, producer, epoch, topics in states]})
+
+
+def test_a_description_past_the_answer_bound_is_refused_before_it_is_built(tmp_path):
+    """Every id's partitions count against pybroker.request.max.entries before its state is
+    gathered: the asker is refused (its connection closed by the router), nothing is built."""
+    from broker.parent.forwarded import ResponseTooLarge
+
+    harness = Harness(str(tmp_path), pybroker_request_max_entries="1000",
+                      pybroker_max_transactional_ids_per_principal="1000")
+    try:
+        ids = [f"app-{number}" for number in range(300)]
+        for txn in ids:
+            code, producer_id, epoch = harness.init(txn)
+            assert code == E_NONE
+            assert set(harness.add((producer_id, epoch), range(3), txn=txn).values()) == {E_NONE}
+        few = harness.send(65, 0, {"transactional_ids": ids[:50]}).transaction_states
+        assert [len(state.topics[0].partitions) for state in few] == [3] * 50
+        with pytest.raises(ResponseTooLarge):
+            harness.coordinator.handle(request(65, 0, {"transactional_ids": ids}), 0,
+                                       "10.0.0.1:1", "ANONYMOUS")
+    finally:
+        harness.close()

@@ -45,7 +45,7 @@ import time
 
 import msgspec
 
-from broker.parent.forwarded import decode_forwarded
+from broker.parent.forwarded import budget_of, decode_forwarded
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.record_file import RecordFile
 from broker.parent.transactions.answers import (describe_transactions_body,
@@ -601,6 +601,7 @@ class TransactionCoordinator:
         keys the answers by id); its partitions only of the topics the caller may describe,
         as Kafka's KafkaApis filters them."""
         states, describable = [], self._describable(ctx)
+        budget = budget_of(self.props)  # charged before an id's partitions are gathered
         for transactional_id in dict.fromkeys(body.transactional_ids):
             txn = self.transactions.get(transactional_id)
             code = E.none
@@ -609,6 +610,8 @@ class TransactionCoordinator:
                 code, txn = E.transactional_id_authorization_failed, None
             elif txn is None:
                 code = E.transactional_id_not_found
+            budget.charge(len(transactional_id) + 8 * len(txn.partitions if txn else ()),
+                          1 + len(txn.partitions if txn else ()))
             states.append(_described(transactional_id, code, txn, describable))
         return ctx.frame(describe_transactions_body(states))
 
