@@ -62,8 +62,9 @@ loadtest/bin/%: loadtest/%.c
 # Every fuzz target (tests/fuzz) with atheris for FUZZ_SECONDS each; findings land in
 # fuzz-findings/.  `make test` runs each for a few seconds.
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 2
 fuzz: install
-	$(PY) -m tests.fuzz --seconds $(FUZZ_SECONDS)
+	$(PY) -m tests.fuzz --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS)
 
 # Rotating populations of client ids, groups and producers against one broker for
 # SOAK_SECONDS; fails if a process's memory grew by more than 10 % after the first minute.

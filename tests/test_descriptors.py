@@ -20,9 +20,9 @@ from tests.wire import KafkaSocket, decode_response, frame
 
 pytestmark = pytest.mark.system
 
-LIMIT = 512  # RLIMIT_NOFILE of the broker: five descriptors per partition would need 4,000
-PARTITIONS = 800
-PER_REQUEST = 200  # partitions per Produce / Fetch / ListOffsets
+LIMIT = 320  # RLIMIT_NOFILE of the broker: five descriptors per partition would need 2,500
+PARTITIONS = 500
+PER_REQUEST = 250  # partitions per Produce / Fetch / ListOffsets
 KAFKA_STORAGE_ERROR = 56
 
 

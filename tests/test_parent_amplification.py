@@ -59,6 +59,13 @@ def stable_group(sock: KafkaSocket, group: str, metadata: bytes = b"m" * METADAT
     return joined.member_id
 
 
+@pytest.fixture(scope="module")
+def shared():
+    """One broker for the tests that change nothing the others look at."""
+    with BrokerProcess(workers=1) as running:
+        yield running
+
+
 def worker_survived(broker: BrokerProcess, pid: int) -> None:
     assert broker.worker_pids == {"data-0": pid}
     assert not [line for line in broker.lines if "channel" in line and "data-0" in line]
@@ -136,87 +143,87 @@ def test_offset_fetch_answers_each_group_and_partition_once():
             assert size < 5000 and took < 2.0
 
 
-def test_describe_configs_answers_each_resource_and_known_key_once():
+def test_describe_configs_answers_each_resource_and_known_key_once(shared):
     """The broker resource named 5,000 times with every key documented, and one key named
     90,000 times: each resource once, each key once, unknown keys left out (as Kafka)."""
-    with BrokerProcess(workers=1) as broker:
-        with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
-            resource = {"resource_type": 4, "resource_name": "0", "configuration_keys": None}
-            _, single, _ = ask(sock, 32, 4, {"resources": [resource], "include_synonyms": False,
-                                            "include_documentation": True})
-            size, answer, took = ask(sock, 32, 4, {"resources": [resource] * 5000,
-                                                   "include_synonyms": False,
-                                                   "include_documentation": True})
-            assert len(answer.results) == 1 and took < 2.0
-            assert len(answer.results[0].configs) == len(single.results[0].configs) > 100
-            keys = ["max.connections"] * 90_000 + ["no.such.key"]
-            size, answer, took = ask(sock, 32, 4, {"resources": [
-                dict(resource, configuration_keys=keys)], "include_synonyms": False,
-                "include_documentation": True})
-            assert [config.name for config in answer.results[0].configs] == ["max.connections"]
-            assert size < 2000 and took < 2.0
+    broker = shared
+    with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
+        resource = {"resource_type": 4, "resource_name": "0", "configuration_keys": None}
+        _, single, _ = ask(sock, 32, 4, {"resources": [resource], "include_synonyms": False,
+                                        "include_documentation": True})
+        size, answer, took = ask(sock, 32, 4, {"resources": [resource] * 5000,
+                                               "include_synonyms": False,
+                                               "include_documentation": True})
+        assert len(answer.results) == 1 and took < 2.0
+        assert len(answer.results[0].configs) == len(single.results[0].configs) > 100
+        keys = ["max.connections"] * 90_000 + ["no.such.key"]
+        size, answer, took = ask(sock, 32, 4, {"resources": [
+            dict(resource, configuration_keys=keys)], "include_synonyms": False,
+            "include_documentation": True})
+        assert [config.name for config in answer.results[0].configs] == ["max.connections"]
+        assert size < 2000 and took < 2.0
 
 
-def test_alter_configs_refuses_a_resource_or_key_named_twice_as_kafka():
+def test_alter_configs_refuses_a_resource_or_key_named_twice_as_kafka(shared):
     """3,000 alterations of the broker resource were 3,000 writes and fsyncs of the dynamic
     config (about 11 s here); Kafka refuses each (INVALID_REQUEST), and so do we."""
-    with BrokerProcess(workers=1) as broker:
-        with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
-            change = {"resource_type": 4, "resource_name": "0", "configs": [
-                {"name": "max.connections", "config_operation": 0, "value": "1000"}]}
-            _, answer, took = ask(sock, 44, 1, {"resources": [change] * 3000,
-                                                "validate_only": False})
-            assert {result.error_code for result in answer.responses} == {INVALID_REQUEST}
-            assert len(answer.responses) == 3000 and took < 2.0
-            twice = dict(change, configs=change["configs"] * 2)
-            _, answer, _ = ask(sock, 44, 1, {"resources": [twice], "validate_only": False})
-            assert answer.responses[0].error_code == INVALID_REQUEST
-            assert answer.responses[0].error_message == "Error due to duplicate config keys"
-            _, answer, _ = ask(sock, 44, 1, {"resources": [change], "validate_only": False})
-            assert answer.responses[0].error_code == NONE  # once is fine
+    broker = shared
+    with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
+        change = {"resource_type": 4, "resource_name": "0", "configs": [
+            {"name": "max.connections", "config_operation": 0, "value": "1000"}]}
+        _, answer, took = ask(sock, 44, 1, {"resources": [change] * 3000,
+                                            "validate_only": False})
+        assert {result.error_code for result in answer.responses} == {INVALID_REQUEST}
+        assert len(answer.responses) == 3000 and took < 2.0
+        twice = dict(change, configs=change["configs"] * 2)
+        _, answer, _ = ask(sock, 44, 1, {"resources": [twice], "validate_only": False})
+        assert answer.responses[0].error_code == INVALID_REQUEST
+        assert answer.responses[0].error_message == "Error due to duplicate config keys"
+        _, answer, _ = ask(sock, 44, 1, {"resources": [change], "validate_only": False})
+        assert answer.responses[0].error_code == NONE  # once is fine
 
 
-def test_describe_client_quotas_checks_its_filter_as_kafka():
+def test_describe_client_quotas_checks_its_filter_as_kafka(shared):
     """2,000 quota entities and a filter repeating one component 50,000 times were 10**8
     matches in the parent's loop; Kafka refuses a type named twice (INVALID_REQUEST) and an
     unknown type (UNSUPPORTED_VERSION)."""
-    with BrokerProcess(workers=1) as broker:
-        with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
-            entries = [{"entity": [{"entity_type": "user", "entity_name": "a"},
-                                   {"entity_type": "client-id", "entity_name": f"c{n}"}],
-                        "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}
-                       for n in range(2000)]
-            _, altered, _ = ask(sock, 49, 1, {"entries": entries, "validate_only": False})
-            assert {entry.error_code for entry in altered.entries} == {NONE}
-            user_a = {"entity_type": "user", "match_type": 0, "match": "a"}
-            _, described, took = ask(sock, 48, 1, {"components": [user_a] * 50_000,
-                                                   "strict": False})
-            assert described.error_code == INVALID_REQUEST and took < 2.0
-            assert described.error_message == \
-                "Entity type user cannot appear more than once in the filter."
-            _, described, _ = ask(sock, 48, 1, {"components": [
-                {"entity_type": "group", "match_type": 2, "match": None}], "strict": False})
-            assert described.error_code == UNSUPPORTED_VERSION
-            _, described, _ = ask(sock, 48, 1, {"components": [user_a], "strict": False})
-            assert described.error_code == NONE and len(described.entries) == 2000
+    broker = shared
+    with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
+        entries = [{"entity": [{"entity_type": "user", "entity_name": "a"},
+                               {"entity_type": "client-id", "entity_name": f"c{n}"}],
+                    "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}
+                   for n in range(2000)]
+        _, altered, _ = ask(sock, 49, 1, {"entries": entries, "validate_only": False})
+        assert {entry.error_code for entry in altered.entries} == {NONE}
+        user_a = {"entity_type": "user", "match_type": 0, "match": "a"}
+        _, described, took = ask(sock, 48, 1, {"components": [user_a] * 50_000,
+                                               "strict": False})
+        assert described.error_code == INVALID_REQUEST and took < 2.0
+        assert described.error_message == \
+            "Entity type user cannot appear more than once in the filter."
+        _, described, _ = ask(sock, 48, 1, {"components": [
+            {"entity_type": "group", "match_type": 2, "match": None}], "strict": False})
+        assert described.error_code == UNSUPPORTED_VERSION
+        _, described, _ = ask(sock, 48, 1, {"components": [user_a], "strict": False})
+        assert described.error_code == NONE and len(described.entries) == 2000
 
 
-def test_scram_credentials_name_each_user_once_in_linear_time():
+def test_scram_credentials_name_each_user_once_in_linear_time(shared):
     """A user named 50,000 times was counted against the whole list for each mention (10**9
     comparisons); Kafka answers it once, DUPLICATE_RESOURCE."""
-    with BrokerProcess(workers=1) as broker:
-        with KafkaSocket(broker.listeners["PLAINTEXT"], 60) as sock:
-            _, described, took = ask(sock, 50, 0, {"users": [{"name": "alice"}] * 50_000})
-            assert [(r.user, r.error_code) for r in described.results] == \
-                [("alice", DUPLICATE_RESOURCE)] and took < 2.0
-            _, described, _ = ask(sock, 50, 0, {"users": [{"name": "bob"}]})
-            assert described.results[0].error_message == \
-                "Attempt to describe a user credential that does not exist: bob"
-            deletion = {"name": "alice", "mechanism": 1}
-            _, altered, took = ask(sock, 51, 0, {"deletions": [deletion] * 50_000,
-                                                 "upsertions": []})
-            assert [(r.user, r.error_code) for r in altered.results] == \
-                [("alice", DUPLICATE_RESOURCE)] and took < 2.0
+    broker = shared
+    with KafkaSocket(broker.listeners["PLAINTEXT"], 60) as sock:
+        _, described, took = ask(sock, 50, 0, {"users": [{"name": "alice"}] * 50_000})
+        assert [(r.user, r.error_code) for r in described.results] == \
+            [("alice", DUPLICATE_RESOURCE)] and took < 2.0
+        _, described, _ = ask(sock, 50, 0, {"users": [{"name": "bob"}]})
+        assert described.results[0].error_message == \
+            "Attempt to describe a user credential that does not exist: bob"
+        deletion = {"name": "alice", "mechanism": 1}
+        _, altered, took = ask(sock, 51, 0, {"deletions": [deletion] * 50_000,
+                                             "upsertions": []})
+        assert [(r.user, r.error_code) for r in altered.results] == \
+            [("alice", DUPLICATE_RESOURCE)] and took < 2.0
 
 
 def test_delete_groups_and_offset_delete_answer_each_once_and_write_only_what_is_held():
@@ -391,18 +398,18 @@ def test_offset_delete_reads_the_subscriptions_once_a_generation():
                     other.close()
 
 
-def test_a_quota_change_logs_what_it_changed_not_the_whole_table():
+def test_a_quota_change_logs_what_it_changed_not_the_whole_table(shared):
     """Each AlterClientQuotas logged every quota held: with 2,000 entities, a 100 KB line for
     a change of one (10,000 entities: half a MB a line, at the client's pace)."""
-    with BrokerProcess(workers=1) as broker:
-        with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
-            entries = [{"entity": [{"entity_type": "client-id", "entity_name": f"c{n}"}],
-                        "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}
-                       for n in range(2000)]
-            ask(sock, 49, 1, {"entries": entries, "validate_only": False})
-            start = len(broker.lines)
-            ask(sock, 49, 1, {"entries": [dict(entries[0], entity=[
-                {"entity_type": "client-id", "entity_name": "one-more"}])],
-                "validate_only": False})
-            line = broker.wait_for_line(r"quotas changed by .*", start=start).group(0)
-            assert "one-more" in line and "c1999" not in line and len(line) < 500
+    broker = shared
+    with KafkaSocket(broker.listeners["PLAINTEXT"], 30) as sock:
+        entries = [{"entity": [{"entity_type": "client-id", "entity_name": f"c{n}"}],
+                    "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}
+                   for n in range(2000)]
+        ask(sock, 49, 1, {"entries": entries, "validate_only": False})
+        start = len(broker.lines)
+        ask(sock, 49, 1, {"entries": [dict(entries[0], entity=[
+            {"entity_type": "client-id", "entity_name": "one-more"}])],
+            "validate_only": False})
+        line = broker.wait_for_line(r"quotas changed by .*", start=start).group(0)
+        assert "one-more" in line and "c1999" not in line and len(line) < 500

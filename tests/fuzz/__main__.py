@@ -188,34 +188,45 @@ def run_one(target: str, args: list[str]) -> None:
     atheris.Fuzz()
 
 
-def run_all(targets: list[str], seconds: int) -> int:
+def run_all(targets: list[str], seconds: int, jobs: int = 1) -> int:
+    """Each target for `seconds` in a process of its own, `jobs` at a time; reports in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outcomes = list(pool.map(lambda target: _run_target(target, seconds), targets))
     failed = 0
-    findings = os.path.join(ROOT, "fuzz-findings")
-    for target in targets:
-        with tempfile.TemporaryDirectory(prefix=f"fuzz-{target}-") as work:
-            seeds = os.path.join(work, "corpus")
-            count = write_seeds(target, seeds)
-            os.makedirs(findings, exist_ok=True)
-            argv = [sys.executable, "-m", "tests.fuzz", "--one", target, "--",
-                    f"-max_total_time={seconds}", "-rss_limit_mb=4096", "-timeout=20",
-                    f"-artifact_prefix={findings}/{target}-", "-max_len=200000", seeds]
-            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
-                                  timeout=seconds + 120)
-            output = done.stderr + done.stdout
-            last = _DONE.search(output) or (_STATUS.findall(output) or [None])[-1]
-            if isinstance(last, re.Match):
-                execs, cov, features = last.groups()
-            elif last:
-                execs, cov, features = last
-            else:
-                execs = cov = features = "?"
-            status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
-            print(f"fuzz {target}: {status}; {execs} executions in {seconds}s from {count} "
-                  f"seeds; coverage {cov} edges, {features} features", flush=True)
-            if done.returncode != 0:
-                failed += 1
-                print(output[-4000:], file=sys.stderr)
+    for line, output in outcomes:
+        print(line, flush=True)
+        if output is not None:
+            failed += 1
+            print(output[-4000:], file=sys.stderr)
     return 1 if failed else 0
+
+
+def _run_target(target: str, seconds: int) -> tuple[str, str | None]:
+    """(its report line, its output if it failed)."""
+    findings = os.path.join(ROOT, "fuzz-findings")
+    with tempfile.TemporaryDirectory(prefix=f"fuzz-{target}-") as work:
+        seeds = os.path.join(work, "corpus")
+        count = write_seeds(target, seeds)
+        os.makedirs(findings, exist_ok=True)
+        argv = [sys.executable, "-m", "tests.fuzz", "--one", target, "--",
+                f"-max_total_time={seconds}", "-rss_limit_mb=4096", "-timeout=20",
+                f"-artifact_prefix={findings}/{target}-", "-max_len=200000", seeds]
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
+                              timeout=seconds + 120)
+    output = done.stderr + done.stdout
+    last = _DONE.search(output) or (_STATUS.findall(output) or [None])[-1]
+    if isinstance(last, re.Match):
+        execs, cov, features = last.groups()
+    elif last:
+        execs, cov, features = last
+    else:
+        execs = cov = features = "?"
+    status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+    line = (f"fuzz {target}: {status}; {execs} executions in {seconds}s from {count} "
+            f"seeds; coverage {cov} edges, {features} features")
+    return line, None if done.returncode == 0 else output
 
 
 def main() -> int:
@@ -223,6 +234,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz")
     parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--jobs", type=int, default=1, help="targets run at once")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("targets", nargs="*", help=f"some of {', '.join(TARGETS)} (all)")
     args, rest = parser.parse_known_args()
@@ -232,7 +244,7 @@ def main() -> int:
     unknown = set(args.targets) - set(TARGETS)
     if unknown or rest:
         parser.error(f"unknown targets or options: {sorted(unknown) + rest}")
-    return run_all(args.targets or list(TARGETS), args.seconds)
+    return run_all(args.targets or list(TARGETS), args.seconds, args.jobs)
 
 
 if __name__ == "__main__":
