@@ -10,7 +10,7 @@ top_n       the N biggest IPs, client ids, users and principals by connections, 
             by what limits in shadow mode would have done (shadow_rejections,
             shadow_throttle_ms)
 
-Shadow mode (issue 19): events with `dry_run` set are what a limit observing only would have
+Shadow mode: events with `dry_run` set are what a limit observing only would have
 done.  They are kept out of every enforced count (rejections, throttles, incidents) and
 counted apart: `shadow_rejected` and `shadow_throttle_ms` per second in the timeline.
 incidents   runs of seconds where rejections, acceptor blocking, pool depletion, throttling or
@@ -175,7 +175,7 @@ def top_n(events: DataFrame, n: int = 10) -> DataFrame:
              F.sum(F.col("bytes_in") + F.col("bytes_out")), n),
         _top(_of(events, "throttle"), "client_id", "client_id", "throttle_ms",
              F.sum("throttle_ms"), n),
-        # Principals (issue 16): who, beyond an address and a client id, drove the load.
+        # Principals: who, beyond an address and a client id, drove the load.
         _top(_of(events, "throttle").where(F.col("user") != "ANONYMOUS"), "user", "user",
              "throttle_ms", F.sum("throttle_ms"), n),
         _top(_of(events, "connection_closed").where(F.col("principal") != "User:ANONYMOUS"),

@@ -1,7 +1,7 @@
 """Anonymous mappings for large request frames, kept by one worker for reuse.
 
 A fresh mapping costs a page fault and a zeroed page per 4 KiB as the bytes land in it: about
-0.4 ms per MB on this machine (issue 21, measured), as much as the rest of receiving a produce
+0.4 ms per MB on this machine (measured), as much as the rest of receiving a produce
 request.  So mappings whose frame was served are kept, up to `keep_bytes` per worker, in size
 classes (powers of two from MAPPED_FRAME_BYTES), and handed out again.  A kept mapping is only
 reused once no view of its last frame is alive (a Produce whose batch is walked over several

@@ -17,7 +17,7 @@ decisions the acceptor acts on:
                       principal's count, then its rate: REJECT_USER_LIMIT (per_user_limit),
                       THROTTLE_USER (per_user_rate) or ADMIT, counted from then on
 
-Shadow mode (issue 19): a limit family named in `Limits.shadow` (SHADOW_FAMILIES) observes
+Shadow mode: a limit family named in `Limits.shadow` (SHADOW_FAMILIES) observes
 only.  Its connections are admitted, and what would have been done is named in the
 decision's `would` (the acceptor counts it as a dry-run rejection and logs it), so an operator
 sizes a limit on real traffic before enforcing it.

@@ -1,4 +1,4 @@
-"""The parent's events of every wall-clock second (issue 8's event log).
+"""The parent's events of every wall-clock second (the event log's).
 
 For the second that just ended: how long each acceptor was blocked and why
 (`acceptor_blocked`), the open connections per listener and the memory pool's figures

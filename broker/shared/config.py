@@ -225,7 +225,7 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pybroker_fetch_zero_copy: Annotated[bool, _doc(
         "Fetch answers send record data from the segment files straight to the socket "
         "(os.sendfile), never through Python; TLS listeners copy whatever this says. Off: "
-        "records are read into memory and copied, the path before issue 21.")] = True
+        "records are read into memory and copied.")] = True
     max_incremental_fetch_session_cache_slots: Annotated[int, _doc(
         "Incremental fetch sessions (KIP-227) the broker keeps at once, shared fairly by the "
         "workers; 0 disables them (every fetch is a full one).", ge=0, le=INT_MAX)] = 1000

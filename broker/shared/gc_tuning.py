@@ -2,8 +2,8 @@
 
 Connections, their buffers and the loop's handles are long-lived and hold almost no reference
 cycles, yet with CPython's default thresholds (700, 10, 10) the collector traversed them again
-and again: a quarter of a worker's CPU per new connection during a connection burst (issue 21,
-py-spy).  After start-up everything built so far (modules, codecs, config) is frozen out of
+and again: a quarter of a worker's CPU per new connection during a connection burst (measured
+with py-spy).  After start-up everything built so far (modules, codecs, config) is frozen out of
 the collector's reach, and a young generation of 10,000 objects makes collections rarer; the
 little cyclic garbage there is still goes, a little later.
 """

@@ -1,4 +1,4 @@
-"""acls: the cost of authorization on the hot path (issue 17), in one pass: two brokers of 2
+"""acls: the cost of authorization on the hot path, in one pass: two brokers of 2
 workers with one SASL_PLAINTEXT listener (PLAIN), the same but for `authorizer.class.name`.
 With it on, the broker holds 1,000 ACLs: 998 for other principals and topics, and the two
 that let the client in - WRITE and READ on the PREFIXED pattern "bench-".

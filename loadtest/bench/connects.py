@@ -1,4 +1,4 @@
-"""connects: many connections, one client (issue 21, items 3 and 4).
+"""connects: many connections, one client.
 
   sequential connects  one client opens SEQUENTIAL connections one after another and holds
                        them (connect only: what a burst of clients does to the listen backlog),

@@ -1,5 +1,5 @@
 """events: ApiVersions with the event log on (the default, measured by requests) against a
-broker with pybroker.event.log.enable=false, same shapes (issue 8: cost <= 5 %).  The PySpark
+broker with pybroker.event.log.enable=false, same shapes (the goal: cost <= 5 %).  The PySpark
 pipeline over the event log is timed by pipeline."""
 
 from __future__ import annotations

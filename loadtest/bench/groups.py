@@ -1,6 +1,6 @@
 """groups: a third confluent-kafka consumer joining a stable group of two (heartbeats every
 100 ms): seconds until all three hold their partitions; OffsetCommit round-trip p50/p99 on one
-connection for --seconds (issue 9; no baseline)."""
+connection for --seconds (no baseline)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def commit_frame(correlation: int) -> bytes:
 
 
 def group_figures(seconds: float) -> dict[str, dict]:
-    """Issue 9: a third member joining a stable group of two (confluent-kafka, heartbeats every
+    """A third member joining a stable group of two (confluent-kafka, heartbeats every
     100 ms) until all three hold partitions; and OffsetCommit round trips on one connection."""
     from confluent_kafka import Consumer
 

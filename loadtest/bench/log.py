@@ -1,7 +1,7 @@
 """log: confluent-kafka (loadtest/kafka_load.py) producing 1 KiB records (acks=1, no
 compression) to a topic of 2 partitions for --seconds, then a consumer reading them all back
 (zero-copy fetch), then the same consumer on the same log with `pybroker.fetch.zero.copy=false`
-(records copied through Python, the path before issue 21); and the same producer on a broker where other clients have quotas (the cost of quota
+(records copied through Python); and the same producer on a broker where other clients have quotas (the cost of quota
 accounting).  Reported in MB/s, records/s and broker CPU seconds (all processes) per MB.
 No baseline."""
 

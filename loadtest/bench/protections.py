@@ -1,4 +1,4 @@
-"""protections: what issue 19's protections cost or spare, on one broker of 2 workers each.
+"""protections: what the protections beyond Kafka's cost or spare, on one broker of 2 workers each.
 
   never readers   another client's ApiVersions round trips (one connection, one at a time)
                   while 300 clients each hold a 256 KiB Fetch answer they never read, against

@@ -1,4 +1,4 @@
-"""quotas: how exactly a producer_byte_rate quota of 1 MB/s is held (issue 19, item 5).
+"""quotas: how exactly a producer_byte_rate quota of 1 MB/s is held.
 
 For each quota.window.num in WINDOW_NUMS, one broker of 2 workers; on it, one client id per
 (connections, record size) of the matrix, all at once, each with its own 1 MB/s quota and

@@ -7,13 +7,13 @@ import statistics
 
 from loadtest.bench.transactions import print_transactions
 
-# The project's goals (issue 2): (broker configurations, baseline, minimum ratio).  A goal is
+# The project's goals: (broker configurations, baseline, minimum ratio).  A goal is
 # met when the best of its broker configurations reaches the ratio in the median pass.
 TARGETS = (
     (("apiversions 1w 100x1", "apiversions 2w 100x1"), "echo 100x1", 0.8),
     (("apiversions 1w 10x50", "apiversions 2w 10x50"), "echo 10x50", 0.4),
     (("accept+handoff+register 2w",), "raw accept+close", 0.6),
-    # Issue 8: writing the event log costs at most 5 % of small-request throughput.
+    # Writing the event log costs at most 5 % of small-request throughput.
     (("apiversions 1w 100x1",), "apiversions 1w 100x1, event log off", 0.95),
     (("apiversions 1w 10x50",), "apiversions 1w 10x50, event log off", 0.95),
 )
@@ -21,12 +21,12 @@ UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
               ("accept limits on", "accept+handoff+register 2w"),
               ("produce 1KiB, others quoted", "produce 1KiB acks=1"))
 FAIRNESS_TARGET = 2.0  # p99 during a storm / p99 without one, with the KIP-402 bounds
-# Issue 21: broker CPU (all processes) per MB, and zero-copy consume against the copying path.
+# Broker CPU (all processes) per MB, and zero-copy consume against the copying path.
 PRODUCE_MS_PER_MB = 1.6
 CONSUME_MS_PER_MB = 0.4
 ZERO_COPY_SPEEDUP = 2.0  # MB/s, where the client allows (it is not using a whole core)
 CLIENT_BOUND = 0.9  # a client busy this share of its elapsed time bounds the rate itself
-CONTROL_PLANE_P99_MS = 20.0  # issue 7: admin requests on the control plane while saturated
+CONTROL_PLANE_P99_MS = 20.0  # admin requests on the control plane while saturated
 
 
 def _is_rate(figure: dict) -> bool:
@@ -153,7 +153,7 @@ def _ratios(passes, measured: str, baseline: str) -> list[float]:
 
 
 def _print_security(passes) -> int:
-    """The TLS and SASL figures (issue 16) and their same-pass ratios; returns client errors."""
+    """The TLS and SASL figures and their same-pass ratios; returns client errors."""
     if "security scram" not in passes[0]:
         return 0
     errors = _print_rows(passes, "TLS and SASL, 2 workers", "security ")
@@ -164,11 +164,11 @@ def _print_security(passes) -> int:
     return errors
 
 
-ACL_TARGET = 0.95  # issue 17: authorizer on (1,000 ACLs) / off, produce MB/s and Fetch/s
+ACL_TARGET = 0.95  # authorizer on (1,000 ACLs) / off, produce MB/s and Fetch/s
 
 
 def _print_authorization(passes) -> tuple[int, int]:
-    """The authorizer's cost (issue 17); returns (goals missed, client errors)."""
+    """The authorizer's cost; returns (goals missed, client errors)."""
     if "acl fetch on" not in passes[0]:
         return 0, 0
     errors = _print_rows(passes, "ACLs, 2 workers, SASL_PLAINTEXT", "acl ")
@@ -185,12 +185,12 @@ def _print_authorization(passes) -> tuple[int, int]:
     return missed, errors
 
 
-NEVER_READERS_TARGET = 1.5  # issue 19: ApiVersions p99 with 300 never-readers / without
+NEVER_READERS_TARGET = 1.5  # ApiVersions p99 with 300 never-readers / without
 REFUSAL_COST_TARGET = 2.5  # parent CPU per refused connection, answered / closed
 
 
 def _print_protections(passes) -> tuple[int, int]:
-    """Issue 19's protections; returns (goals missed, errors)."""
+    """The protections beyond Kafka's; returns (goals missed, errors)."""
     if "never readers quiet" not in passes[0]:
         return 0, 0
     quiet = [p["never readers quiet"]["p99_us"] for p in passes]
@@ -216,12 +216,12 @@ def _print_protections(passes) -> tuple[int, int]:
     return missed, errors
 
 
-SESSION_RATE_TARGET = 2.0  # issue 18: incremental / full fetches per second, 500 partitions
+SESSION_RATE_TARGET = 2.0  # incremental / full fetches per second, 500 partitions
 SESSION_BYTES_TARGET = 0.1  # ... and at most this share of the bytes per round trip
 
 
 def _print_sessions(passes) -> tuple[int, int]:
-    """Fetch sessions (KIP-227, issue 18); returns (goals missed, errors)."""
+    """Fetch sessions (KIP-227); returns (goals missed, errors)."""
     if "sessions on" not in passes[0]:
         return 0, 0
     errors = _print_rows(passes, "fetch sessions, 500 partitions", "sessions ")
@@ -284,7 +284,7 @@ def _per_mb(figures: dict, seconds: float) -> float:
 
 
 def _print_byte_path(passes: list[dict[str, dict]]) -> int:
-    """Issue 21's targets for the byte path; returns 1 if one is missed."""
+    """The byte path's targets; returns 1 if one is missed."""
     produced = [p["produce 1KiB acks=1"] for p in passes]
     zero = [p["consume 1KiB"] for p in passes]
     copied = [p["consume 1KiB, copying"] for p in passes]
@@ -299,7 +299,7 @@ def _print_byte_path(passes: list[dict[str, dict]]) -> int:
     client_bound = client_busy >= CLIENT_BOUND
     missed = [produce_ms > PRODUCE_MS_PER_MB, consume_ms > CONSUME_MS_PER_MB,
               speedup < ZERO_COPY_SPEEDUP and not client_bound]
-    print(f"\n{'byte path (issue 21)':32} {'figure':>10} {'target':>10} {'met':>5}")
+    print(f"\n{'byte path':32} {'figure':>10} {'target':>10} {'met':>5}")
     print(f"{'produce broker ms CPU per MB':32} {produce_ms:>10.2f} {PRODUCE_MS_PER_MB:>10.2f} "
           f"{'no' if missed[0] else 'yes':>5}   (user {user_ms:.2f}, kernel "
           f"{produce_ms - user_ms:.2f}; file-write floor {floor_ms:.2f} ms/MB)")

@@ -1,4 +1,4 @@
-"""security: the cost of TLS and SASL (issue 16), all on one broker of 2 workers with a
+"""security: the cost of TLS and SASL, all on one broker of 2 workers with a
 PLAINTEXT, an SSL and a SASL_PLAINTEXT listener (certificates made by trustme), in one pass:
 
   requests    ApiVersions per second over SSL / over PLAINTEXT (loadtest/secure_client.py,

@@ -1,6 +1,6 @@
 """transactions: confluent-kafka producing 1 KiB records to a topic of 3 partitions for
 --seconds, as an idempotent producer (acks=all) and as a transactional one committing every 100
-records, on the same broker (issue 22): records/s of each, their ratio, and the commit
+records, on the same broker: records/s of each, their ratio, and the commit
 latency (flushing the transaction's records, then EndTxn) p50/p99."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ a Future and the connection stays muted (its response order is kept).  The wait 
 at once; appends in other workers are noticed by a poll of the partitions' high watermarks
 every POLL_SECONDS, which runs only while some fetch waits.
 
-Zero-copy (issue 21): with `pybroker.fetch.zero.copy` (the default) a partition's records are
+Zero-copy: with `pybroker.fetch.zero.copy` (the default) a partition's records are
 answered as where they lie in the segment files (Partition.read_regions) and the answer is
 encoded by hand (workers.fetch_response); the connection sends those regions with
 `os.sendfile`.  With the key off, records are copied into memory and kio encodes the answer:
