@@ -165,6 +165,20 @@ class BrokerProcess:
     def _stderr_open(self) -> bool:
         return not self.proc.stderr.closed and self.proc.poll() is None
 
+    # --- the event log ----------------------------------------------------------------------
+
+    def events(self, kind) -> list:
+        """Every event of type `kind` the broker's processes have written so far."""
+        import glob
+
+        from broker.shared.events import decode_line
+
+        found = []
+        for path in glob.glob(os.path.join(self.data_dir, "pybroker-events", "*.jsonl")):
+            with open(path, "rb") as handle:
+                found += [event for event in map(decode_line, handle) if isinstance(event, kind)]
+        return found
+
     # --- metrics --------------------------------------------------------------------------
 
     def scrape(self) -> str:

@@ -8,7 +8,6 @@ kafka-python (KafkaAdminClient ACLs, a refused producer) and aiokafka (a refused
 from __future__ import annotations
 
 import asyncio
-import glob
 import os
 import signal
 import time
@@ -18,7 +17,7 @@ import pytest
 from broker.shared.access import Access
 from broker.shared.acl import (Acl, AclFilter, Authorizer, Operation, PatternType, Permission,
                                ResourceType, creation_problem)
-from broker.shared.events import AuthorizationDenied, decode_line
+from broker.shared.events import AuthorizationDenied
 from broker.shared.protocol.context import RequestContext
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
@@ -242,15 +241,6 @@ def raw_produce(sock, topic: str = "orders-1") -> int:
     return produce_errors(sock.receive())[0][0]
 
 
-def denials(broker) -> list[AuthorizationDenied]:
-    found = []
-    for path in glob.glob(os.path.join(broker.data_dir, "pybroker-events", "*.jsonl")):
-        with open(path, "rb") as handle:
-            found += [event for event in map(decode_line, handle)
-                      if isinstance(event, AuthorizationDenied)]
-    return found
-
-
 @pytest.mark.system
 def test_a_user_without_acls_is_refused_with_kafkas_codes_by_every_client():
     from confluent_kafka.admin import AdminClient
@@ -296,12 +286,12 @@ def test_a_user_without_acls_is_refused_with_kafkas_codes_by_every_client():
                 await consumer.stop()
 
         asyncio.run(aiokafka_group())
-        wait_until(lambda: {(d.principal, d.api, d.resource, d.operation) for d in denials(broker)}
+        wait_until(lambda: {(d.principal, d.api, d.resource, d.operation) for d in broker.events(AuthorizationDenied)}
                    >= {("User:alice", "Metadata", "orders", "DESCRIBE"),
                        ("User:alice", "FindCoordinator", "alice-group", "DESCRIBE"),
                        ("User:alice", "CreateTopics", "mine", "CREATE")},
                    timeout=10)
-        assert all(d.ip == "127.0.0.1" and d.count >= 1 for d in denials(broker))
+        assert all(d.ip == "127.0.0.1" and d.count >= 1 for d in broker.events(AuthorizationDenied))
         assert broker.metric("broker_authorization_denied_total", api="FindCoordinator") >= 1
         assert broker.metric("broker_authorization_denied_total", api="CreateTopics") == 1
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import glob
-import os
 import socket
 import ssl
 import struct
@@ -499,16 +497,6 @@ def create_topic_error(config: dict, topic: str) -> str | None:
     return None
 
 
-def events_of(broker, kind) -> list:
-    from broker.shared.events import decode_line
-
-    found = []
-    for path in glob.glob(os.path.join(broker.data_dir, "pybroker-events", "*.jsonl")):
-        with open(path, "rb") as handle:
-            found += [event for event in map(decode_line, handle) if isinstance(event, kind)]
-    return found
-
-
 @pytest.mark.system
 def test_subjects_made_to_look_like_a_super_user_get_their_own_escaped_principal(pki):
     """ADMIN (CN=admin,OU=ServiceUsers,O=Corp, mapped to `admin`) and OPS (the multi-valued
@@ -531,7 +519,7 @@ def test_subjects_made_to_look_like_a_super_user_get_their_own_escaped_principal
 
         def denied() -> dict[str, str]:
             return {event.resource: event.principal
-                    for event in events_of(broker, AuthorizationDenied)}
+                    for event in broker.events(AuthorizationDenied)}
 
         wait_until(lambda: len(denied()) >= len(expected), timeout=15)
         assert denied() == expected

@@ -7,14 +7,13 @@ times, a transaction over too many partitions, topics a caller may not describe)
 from __future__ import annotations
 
 import datetime
-import glob
 import json
 import os
 import time
 
 import pytest
 
-from broker.shared.events import TransactionalIdRefused, decode_line
+from broker.shared.events import TransactionalIdRefused
 from tests.harness import BrokerProcess, wait_until
 from tests.test_acls import JAAS, STANDARD, binding, client, create_acls, create_topics
 from tests.test_group_coordinator import request
@@ -79,15 +78,6 @@ class TxnClient:
         return self.ask(65, 0, {"transactional_ids": list(ids)}).transaction_states
 
 
-def refusal_events(broker) -> list[TransactionalIdRefused]:
-    found = []
-    for path in glob.glob(os.path.join(broker.data_dir, "pybroker-events", "*.jsonl")):
-        with open(path, "rb") as handle:
-            found += [event for event in map(decode_line, handle)
-                      if isinstance(event, TransactionalIdRefused)]
-    return found
-
-
 # --- shares --------------------------------------------------------------------------------
 
 def test_one_address_cannot_hold_every_transactional_id_and_a_refused_producer_retries():
@@ -112,8 +102,8 @@ def test_one_address_cannot_hold_every_transactional_id_and_a_refused_producer_r
         assert broker.metric("broker_transactional_ids_refused_total", reason="share") == 1
         assert broker.metric("broker_transactional_ids_largest_holding") == 4
         assert broker.metric("broker_transactional_id_holders") == 2
-        wait_until(lambda: refusal_events(broker), timeout=5)
-        (event,) = refusal_events(broker)
+        wait_until(lambda: broker.events(TransactionalIdRefused), timeout=5)
+        (event,) = broker.events(TransactionalIdRefused)
         assert (event.ip, event.principal, event.reason, event.held, event.count) == (
             "127.0.0.2", "User:ANONYMOUS", "share", 4, 1)
 
@@ -224,9 +214,9 @@ def test_the_parent_spends_little_per_id_of_a_full_table():
             return time.perf_counter() - started
 
         below = pipelined(holders[0], [f"h0-{n}" for n in range(count)])
-        for index, client in enumerate(holders):
+        for index, holder in enumerate(holders):
             first = count if index == 0 else 0
-            pipelined(client, [f"h{index}-{n}" for n in range(first, 2000)])
+            pipelined(holder, [f"h{index}-{n}" for n in range(first, 2000)])
         newcomer = TxnClient.at(broker, "127.0.0.2")
         at_bound = pipelined(newcomer, [f"new-{n}" for n in range(count)])
         print(f"{count} new ids below the bound {below:.3f} s, at the bound {at_bound:.3f} s")
