@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
 .PHONY: install run test bench fuzz soak loadgen loadtest report java haproxy prometheus chromium \
-	clean
+	kafka kafka-run kafka-tool compare compat clean
 
 install: $(STAMP)
 
@@ -21,6 +21,20 @@ $(STAMP): pyproject.toml broker/shared/log/_recordwalk.c
 java:
 	@command -v java >/dev/null 2>&1 || { echo "Spark needs Java 17+: install it with" \
 	  "'apt-get install default-jre-headless' (Debian/Ubuntu)" >&2; exit 1; }
+
+# Apache Kafka 4.4.0 (broker, Java clients, tools, Streams) from Maven Central into compat/lib,
+# and the Java programs of compat/src compiled against it: the reference the comparison and the
+# compatibility tests run beside this broker.
+KAFKA_STAMP := compat/lib/.resolved
+kafka: $(KAFKA_STAMP)
+
+$(KAFKA_STAMP): compat/pom.xml $(shell find compat/src -name '*.java' 2>/dev/null)
+	@command -v java >/dev/null 2>&1 || { echo "Apache Kafka needs Java 17+: install it with" \
+	  "'apt-get install default-jdk-headless' (Debian/Ubuntu)" >&2; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "Apache Kafka's jars come through Maven: install" \
+	  "it with 'apt-get install maven' (Debian/Ubuntu)" >&2; exit 1; }
+	mvn -q -B -f compat/pom.xml package
+	touch $@
 
 # Debian packages the system tests drive for real, installed when missing (as root), else the
 # command that does it is printed: HAProxy in front of the broker (PROXY protocol), Prometheus
@@ -49,9 +63,31 @@ run: install
 	$(PY) -m broker --config config/server.properties
 
 # The import contracts first (pyproject.toml: which process may import what), then the suite.
-test: install loadgen java haproxy prometheus chromium
+test: install loadgen java kafka haproxy prometheus chromium
 	$(VENV)/bin/lint-imports --no-logo
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m 'not long' tests
+
+# A single-node KRaft Apache Kafka on 127.0.0.1 (ephemeral ports, a temporary directory) until
+# Ctrl-C; `make kafka-tool TOOL=kafka-topics ARGS="--bootstrap-server 127.0.0.1:9092 --list"`
+# runs one of Kafka's tools by its script's name or by class.
+kafka-run: install kafka
+	$(PY) -m loadtest.apache_kafka
+
+TOOL ?= kafka-broker-api-versions
+ARGS ?= --help
+kafka-tool: install kafka
+	$(PY) -m loadtest.apache_kafka tool $(TOOL) $(ARGS)
+
+# The same scenarios against this broker and Apache Kafka in one run: a table of ratios
+# (ours / Kafka's) and reports/compare.json.  COMPARE_ARGS="--only produce" for a part.
+COMPARE_ARGS ?=
+compare: install loadgen kafka
+	$(PY) -m loadtest.compare $(COMPARE_ARGS)
+
+# The long compatibility set: Kafka's Java clients, tools and Streams, and the Go clients,
+# against this broker (`make test` runs a short version of each).
+compat: install loadgen kafka
+	$(PY) -m pytest -q -m long tests
 
 loadgen: $(LOADGEN)
 
@@ -96,4 +132,4 @@ loadtest: install
 	$(VENV)/bin/locust -f loadtest/locustfile.py --config loadtest/locust.conf --host tcp://127.0.0.1:$$port $(LOCUST_ARGS)
 
 clean:
-	rm -rf $(VENV) loadtest/bin .pytest_cache reports
+	rm -rf $(VENV) loadtest/bin .pytest_cache reports compat/lib compat/target

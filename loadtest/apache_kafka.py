@@ -1,0 +1,237 @@
+"""Apache Kafka 4.4.0 beside this broker: a single-node KRaft Kafka started from the jars
+`compat/pom.xml` resolves into `compat/lib`, and Kafka's command-line tools run by class name.
+
+`python -m loadtest.apache_kafka` starts one and prints its bootstrap address until SIGTERM or
+Ctrl-C; `python -m loadtest.apache_kafka tool <name|class> [args...]` runs a tool (the names
+are those of Kafka's `bin/kafka-*.sh` scripts).  Everything listens on 127.0.0.1, on ports the
+kernel picked free a moment before, and lives in a temporary directory removed on stop.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMPAT = os.path.join(ROOT, "compat")
+LIB = os.path.join(COMPAT, "lib")
+CLASSES = os.path.join(COMPAT, "target", "classes")
+LOG4J = os.path.join(COMPAT, "log4j2.properties")
+VERSION = "4.4.0"
+
+# Kafka's scripts, by the class each one runs (bin/kafka-*.sh in the distribution).
+TOOLS = {
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
+    "kafka-acls": "org.apache.kafka.tools.AclCommand",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-groups": "org.apache.kafka.tools.GroupsCommand",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-verifiable-producer": "org.apache.kafka.tools.VerifiableProducer",
+    "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
+    "kafka-storage": "kafka.tools.StorageTool",
+}
+
+# The JVM options kafka-run-class.sh and kafka-server-start.sh give, with a smaller heap for
+# tools; a client JVM compiles little, so tiered compilation stops at C1 for a quick start.
+SERVER_JVM = ["-Xms1G", "-Xmx1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+              "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+              "-Djava.awt.headless=true"]
+TOOL_JVM = ["-Xmx512M", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+            "-Djava.awt.headless=true"]
+
+MISSING = ("Apache Kafka's jars are not in compat/lib: run `make kafka` (needs Java 17+ and "
+           "Maven: 'apt-get install default-jdk-headless maven' on Debian/Ubuntu)")
+
+
+def classpath() -> str:
+    if not os.path.isdir(LIB) or not any(n.startswith("kafka_2.13-") for n in os.listdir(LIB)):
+        raise RuntimeError(MISSING)
+    return os.pathsep.join([CLASSES, os.path.join(LIB, "*")])
+
+
+def java_command(main_class: str, args: list[str], jvm: list[str] | None = None,
+                 log_dir: str | None = None) -> list[str]:
+    """The command line that runs `main_class` on Kafka's classpath, logging as `log4j2`
+    says (warnings to stderr, or everything to `log_dir`/server.log when given)."""
+    options = list(TOOL_JVM if jvm is None else jvm)
+    options.append(f"-Dlog4j2.configurationFile={LOG4J}")
+    if log_dir:
+        options += [f"-Dkafka.logs.dir={log_dir}", "-Dkafka.log.appender=file",
+                    "-Dkafka.log.level=info"]
+    return ["java", *options, "-cp", classpath(), main_class, *args]
+
+
+def tool(name: str, *args: str, timeout: float = 120.0, check: bool = True,
+         stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Runs one of Kafka's tools (a script name from TOOLS, or a class) and returns its
+    output; raises when it exits non-zero and `check` is set."""
+    command = java_command(TOOLS.get(name, name), list(args))
+    result = subprocess.run(command, input=stdin, capture_output=True, text=True,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{name} {' '.join(args)} exited {result.returncode}:\n"
+                           f"{result.stdout[-2000:]}{result.stderr[-4000:]}")
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def server_properties(directory: str, port: int, controller_port: int,
+                      extra: dict[str, str]) -> str:
+    """A combined broker+controller node, one replica of everything, 127.0.0.1 only."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": os.path.join(directory, "logs"),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    settings.update(extra)
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+class ApacheKafka:
+    """One Apache Kafka node in its own temporary directory, started and stopped by pid."""
+
+    def __init__(self, overrides: dict[str, str] | None = None, heap: str = "1G"):
+        self.overrides = dict(overrides or {})
+        self.heap = heap
+        self.directory = tempfile.mkdtemp(prefix="apache-kafka-")
+        self.port = free_port()
+        self.controller_port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.proc.pid]
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.directory, "server.log")
+
+    def start(self, timeout: float = 90.0) -> "ApacheKafka":
+        config = os.path.join(self.directory, "server.properties")
+        with open(config, "w") as out:
+            out.write(server_properties(self.directory, self.port, self.controller_port,
+                                        self.overrides))
+        cluster_id = uuid.uuid4().hex[:22]
+        subprocess.run(java_command(TOOLS["kafka-storage"],
+                                    ["format", "-t", cluster_id, "-c", config, "--ignore-formatted"]),
+                       check=True, capture_output=True, timeout=120)
+        jvm = [f"-Xms{self.heap}", f"-Xmx{self.heap}", *SERVER_JVM[2:]]
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(java_command("kafka.Kafka", [config], jvm, self.directory),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Apache Kafka exited {self.proc.returncode}:\n"
+                                   f"{self.proc.stderr.read().decode()[-4000:]}"
+                                   f"{self._log_tail()}")
+            if "Kafka Server started" in self._log_tail(200_000):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"Apache Kafka did not start in {timeout:.0f} s:\n{self._log_tail()}")
+
+    def _log_tail(self, size: int = 4000) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - size))
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL, the data directory kept (a restart reads it)."""
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def __enter__(self) -> "ApacheKafka":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "tool":
+        if len(argv) < 2:
+            print("usage: python -m loadtest.apache_kafka tool <name|class> [args...]",
+                  file=sys.stderr)
+            return 2
+        result = subprocess.run(java_command(TOOLS.get(argv[1], argv[1]), argv[2:]))
+        return result.returncode
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    with ApacheKafka() as kafka:
+        print(f"Apache Kafka {VERSION} ready: bootstrap {kafka.bootstrap} "
+              f"(pid {kafka.pid}, log {kafka.log_path})", flush=True)
+        try:
+            while not stop and kafka.proc.poll() is None:
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
