@@ -82,6 +82,7 @@ kafka-tool: install kafka
 # (ours / Kafka's) and reports/compare.json.  COMPARE_ARGS="--only produce" for a part.
 COMPARE_ARGS ?=
 compare: install loadgen kafka
+	$(PY) -m pip install --quiet -e '.[profile]'
 	$(PY) -m loadtest.compare $(COMPARE_ARGS)
 
 # The long compatibility set: Kafka's Java clients, tools and Streams, and the Go clients,
