@@ -253,6 +253,8 @@ class AdminService:
         if problem is not None:
             return problem, f"The topic '{name}' does not exist."
         log.info("topic %s configs changed by %s: %s", name, who or "a client", own)
+        topic_config.note_inert(log, name, [item.name for item in resource.configs
+                                            if item.name in own])
         return None
 
     def _alter_resource(self, resource, validate_only: bool, who: str,
