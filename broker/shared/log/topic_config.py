@@ -35,7 +35,9 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from broker.shared import config_values
 from broker.shared.config import ServerProperties, retention_ms
+from broker.shared.config_values import InvalidValue, checked
 from broker.shared.constants import INT_MAX
 from broker.shared.log.records import TimestampBounds
 
@@ -172,52 +174,20 @@ def validate(name: str, value: str | None) -> str:
         raise TopicConfigError(f"Unknown topic config name: {name}")
     if value is None:
         raise TopicConfigError(f"Invalid value null for configuration {name}")
-    text = value.strip()
-    if key.kind == "boolean":
-        text = text.lower()
-        if text not in ("true", "false"):
-            raise TopicConfigError(f"Invalid value {value} for configuration {name}: Expected "
-                                   f"value to be either true or false")
-        refusal = _REFUSED.get((name, text))
-        if refusal is not None:
-            raise TopicConfigError(refusal)
-        return text
     if key.kind == "replicas":
-        items = [item.strip() for item in text.split(",")]
+        items = [item.strip() for item in value.split(",")]
         if items != ["*"] and not all(_REPLICA.fullmatch(item) for item in items):
             raise TopicConfigError(f"Invalid value [{', '.join(items)}] for configuration "
                                    f"{name}: {name} {_REPLICAS_FORMAT}")
         return ",".join(item for item in items if item)
-    if key.kind == "list":
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        wrong = [item for item in items if item not in key.choices]
-        if not items or wrong:
-            raise TopicConfigError(f"Invalid value {value} for configuration {name}: String "
-                                   f"must be one of: {', '.join(key.choices)}")
-        return ",".join(dict.fromkeys(items))
-    if key.kind == "string":
-        if text not in key.choices:
-            raise TopicConfigError(f"Invalid value {value} for configuration {name}: String "
-                                   f"must be one of: {', '.join(key.choices)}")
-        return text
     try:
-        number = float(text) if key.kind == "double" else int(text)
-    except ValueError:
-        kind = {"int": "INT", "long": "LONG", "double": "DOUBLE"}[key.kind]
-        raise TopicConfigError(f"Invalid value {value} for configuration {name}: Not a number "
-                               f"of type {kind}") from None
-    if (key.minimum is not None and number < key.minimum) or \
-            (key.maximum is not None and number > key.maximum):
-        raise TopicConfigError(f"Invalid value {value} for configuration {name}: Value must "
-                               f"be at least {_bound(key.minimum)}"
-                               if key.minimum is not None and number < key.minimum else
-                               f"Invalid value {value} for configuration {name}: Value must "
-                               f"be no more than {_bound(key.maximum)}")
-    return str(number)
-
-
-def _bound(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+        text = checked(name, key.kind, value, key.minimum, key.maximum, key.choices)
+    except InvalidValue as error:
+        raise TopicConfigError(str(error)) from None
+    refusal = _REFUSED.get((name, text))
+    if refusal is not None:
+        raise TopicConfigError(refusal)
+    return text
 
 
 def broker_default(props, name: str) -> str:
@@ -303,8 +273,7 @@ def note_inert(logger, topic: str, names) -> None:
 
 # Kafka's config sources (DescribeConfigs, CreateTopics v5+).
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7,
-                "replicas": 7}
+CONFIG_TYPES = dict(config_values.CONFIG_TYPES, replicas=config_values.CONFIG_TYPES["list"])
 
 
 def describe(props, own: dict[str, str], keys=None, synonyms: bool = False,
