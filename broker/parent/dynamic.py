@@ -317,9 +317,9 @@ class DynamicConfig:
         """DescribeConfigs' entry of a broker key (of the cluster default's layer when
         `cluster_default`: only the keys it holds, as Kafka), or None to leave it out."""
         chain = self.layers(key)
-        if cluster_default:
-            chain = [layer for layer in chain if layer[1] != DYNAMIC_BROKER_CONFIG]
-            if chain[0][1] != DYNAMIC_DEFAULT_BROKER_CONFIG:
+        if cluster_default:  # that layer's value alone, as Kafka
+            chain = [layer for layer in chain if layer[1] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+            if not chain:
                 return None
         try:
             spec = self.check_key(key)

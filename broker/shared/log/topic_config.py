@@ -125,7 +125,7 @@ TOPIC_KEYS: dict[str, TopicKey] = {key.name: key for key in (
            "and never fills, so segments roll on segment.bytes and segment.ms only",
            "log.index.size.max.bytes", minimum=4),
     _inert("segment.jitter.ms", "long", "0", "segments roll at segment.ms exactly",
-           "log.roll.jitter.ms", minimum=0),
+           minimum=0),  # Kafka's log.roll.jitter.ms has no default: no synonym
     _inert("file.delete.delay.ms", "long", "60000", "segments are deleted at once (a reader "
            "that has one open keeps reading it)", "log.segment.delete.delay.ms", minimum=0),
     _inert("preallocate", "boolean", "false", "segment files grow as they are written",
@@ -201,9 +201,11 @@ def broker_default(props, name: str) -> str:
 
 
 def _broker_sets(props, key: TopicKey) -> bool:
-    """Whether the broker key behind a topic key has a value (an unset one, such as
-    log.flush.interval.ms, is no synonym: Kafka leaves it out)."""
-    return not key.broker_key or getattr(props, key.broker_key) is not None
+    """Whether a broker key behind a topic key has a value (an unset one, such as
+    log.flush.interval.ms or Kafka's log.roll.jitter.ms, is no synonym: Kafka leaves it out)."""
+    if not key.broker_key:
+        return bool(key.synonym)
+    return getattr(props, key.broker_key) is not None
 
 
 DEFAULT_PROPS = ServerProperties()  # a registry built without a configuration (tools, tests)
