@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tests.harness import BrokerProcess, wait_until
-from tests.wire import (KafkaSocket, alter_raw, api_versions_request, decode_response, frame,
-                        peer_closed)
+from tests.wire import (KafkaSocket, alter_raw, api_versions_request, decode_response,
+                        describe_configs_request, frame, peer_closed)
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
@@ -163,7 +163,8 @@ def test_lowering_max_connections_evicts_at_once_and_persists(tmp_path):
     with BrokerProcess(workers=2, data_dir=str(tmp_path)) as broker:
         address = broker.listeners["PLAINTEXT"]
         probes = served_probes(address, 10)
-        result = alter_broker_config(broker.bootstrap, "0", **{"max.connections": "4"})
+        result = alter_broker_config(broker.bootstrap, "0", **{
+            "max.connections": "4", "sasl.kerberos.min.time.before.relogin": "61000"})
         assert result == {"broker": {"0": "OK"}}
         # The admin client's own connection counted too (the most recent: it survived, then
         # the client closed it), so 3 of the 10 idle probes are left.
@@ -173,10 +174,11 @@ def test_lowering_max_connections_evicts_at_once_and_persists(tmp_path):
         assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
                              reason="evicted") == 7
         assert describe_broker_config(broker.bootstrap, ["max.connections"]) == \
-            {"max.connections": ("4", 1)}  # DYNAMIC_BROKER_CONFIG
+            {"max.connections": ("4", 2)}  # DYNAMIC_BROKER_CONFIG
     with BrokerProcess(workers=2, data_dir=str(tmp_path)) as restarted:
-        assert describe_broker_config(restarted.bootstrap, ["max.connections"]) == \
-            {"max.connections": ("4", 1)}
+        assert describe_broker_config(restarted.bootstrap, [
+            "max.connections", "sasl.kerberos.min.time.before.relogin"]) == \
+            {"max.connections": ("4", 2), "sasl.kerberos.min.time.before.relogin": ("61000", 2)}
         address = restarted.listeners["PLAINTEXT"]
         wait_until(lambda: active(restarted) == 0)
         kept = served_probes(address, 4)
@@ -200,25 +202,52 @@ def test_incremental_alter_configs_validation_and_listener_keys():
             except Exception as error:  # the client raises KafkaException carrying the code
                 return error.args[0].name()
 
-        assert alter("0", "listener.name.client.max.connections", "0") == "INVALID_CONFIG"
-        assert alter("0", "max.connections", "-1") == "INVALID_CONFIG"
-        assert alter("0", "num.network.threads", "2") == "INVALID_REQUEST"
+        # Kafka's answers: INVALID_REQUEST for a value its broker config validation refuses.
+        assert alter("0", "listener.name.client.max.connections", "0") == "INVALID_REQUEST"
+        assert alter("0", "max.connections", "-1") == "INVALID_REQUEST"
+        assert alter("0", "log.dirs", "/elsewhere") == "INVALID_REQUEST"  # not dynamic
         internal = broker.listeners["INTERNAL"]
         assert alter_raw(internal, "", "max.connections", "50") == 0  # the cluster default
         assert alter_raw(internal, "7", "max.connections", "5") == 42  # not this broker
         assert alter("0", "max.connections.per.ip.overrides", "127.0.0.5:1",
                      AlterConfigOpType.APPEND) == "ok"
-        assert alter("0", "max.connections.per.ip.overrides", "10.0.0.0/8:x") == "INVALID_CONFIG"
+        assert alter("0", "max.connections.per.ip.overrides", "10.0.0.0/8:x") == "INVALID_REQUEST"
         assert alter("0", "listener.name.client.max.connections", "2") == "ok"
         held = served_probes(broker.listeners["CLIENT"], 1)  # + the admin's own connection
         assert Probe(broker.listeners["CLIENT"]).outcome(0.5) == "pending"
         described = describe_broker_config(f"127.0.0.1:{broker.listeners['INTERNAL'][1]}",
                                            ["max.connections", "listener.name.client.max.connections",
                                             "max.connections.per.ip.overrides"])
-        assert described == {"max.connections": ("50", 2),
-                             "listener.name.client.max.connections": ("2", 1),
-                             "max.connections.per.ip.overrides": ("127.0.0.5:1", 1)}
+        assert described == {"max.connections": ("50", 3),  # DYNAMIC_DEFAULT_BROKER_CONFIG
+                             "listener.name.client.max.connections": ("2", 2),
+                             "max.connections.per.ip.overrides": ("127.0.0.5:1", 2)}
         held[0].close()
+        # Kafka's other dynamic keys, and keys Kafka does not know (custom ones), are stored
+        # without effect here: the log and DescribeConfigs' documentation say so and why.
+        assert alter("0", "sasl.kerberos.min.time.before.relogin", "61000") == "ok"
+        broker.wait_for_line(r"dynamic config broker: sasl.kerberos.min.time.before.relogin "
+                             r"stored as Kafka stores it, but without effect here "
+                             r"\(sasl.kerberos.min.time.before.relogin: Kerberos")
+        assert alter("0", "num.io.threads", "9") == "ok"
+        assert alter("0", "log.cleanup.policy", "compact", AlterConfigOpType.APPEND) == "ok"
+        assert alter("0", "plugin.custom.setting", "x") == "ok"
+        assert alter("0", "num.io.threads", "0") == "INVALID_REQUEST"  # Kafka's bound: >= 1
+        assert alter("0", "message.max.bytes", "abc") == "INVALID_REQUEST"
+        assert alter("0", "ssl.keystore.type", "PEM") == "INVALID_REQUEST"  # per listener only
+        assert alter_raw(internal, "", "sasl.kerberos.min.time.before.relogin", "1") == 42
+        with KafkaSocket(internal) as client:  # per broker only: not the cluster default
+            client.send(describe_configs_request(
+                ["sasl.kerberos.min.time.before.relogin", "num.io.threads", "log.cleanup.policy",
+                 "plugin.custom.setting", "max.connections"], documentation=True))
+            _, response = decode_response(32, 4, client.receive())
+        shown = {c.name: (c.value, c.config_source, c.read_only, c.documentation)
+                 for c in response.results[0].configs}
+        assert shown["sasl.kerberos.min.time.before.relogin"][:3] == ("61000", 2, False)
+        assert shown["num.io.threads"][:3] == ("9", 2, False)
+        assert shown["log.cleanup.policy"][:2] == ("delete,compact", 2)
+        assert shown["plugin.custom.setting"][:3] == (None, 2, True)  # never shown, as Kafka
+        assert "without effect here: Kerberos" in shown["sasl.kerberos.min.time.before.relogin"][3]
+        assert "without effect here" not in shown["max.connections"][3]  # applied at once
 
 
 def alter_ip_quota(address, ip, rate, remove=False):

@@ -138,3 +138,45 @@ def test_every_key_is_documented():
     for line in table.splitlines()[2:]:
         key, kind, _default, doc = [cell.strip() for cell in line.strip("|").split("|")]
         assert key.startswith("`") and kind and doc, line
+
+
+def test_dynamic_broker_keys_take_kafkas_paths(tmp_path):
+    """Kafka 4.4's rules for a BROKER resource: its dynamic keys are taken (here stored without
+    effect unless applied), unknown keys are kept as custom configs, static keys and unprefixed
+    key store keys are refused, per-broker keys are refused at the cluster default."""
+    from broker.parent.dynamic import MAX_STORED_KEYS, ConfigProblem, DynamicConfig
+
+    dynamic = DynamicConfig(load_config({"log.dirs": str(tmp_path)}))
+
+    def alter(key, value, operation=0, cluster_default=False):
+        layer = {}
+        try:
+            dynamic.alter(layer, key, operation, value, cluster_default)
+        except ConfigProblem as problem:
+            return problem.code, str(problem)
+        return layer[key]
+
+    assert [dynamic.classify(key) for key in (
+        "max.connections", "sasl.kerberos.min.time.before.relogin", "message.max.bytes",
+        "listener.name.plaintext.ssl.client.auth", "my.plugin.key", "log.dirs",
+        "prometheus.listen")] == ["applied", "stored", "stored", "stored", "custom", "static",
+                                  "static"]
+    assert alter("sasl.kerberos.min.time.before.relogin", "61000") == "61000"
+    assert alter("log.cleanup.policy", "compact", operation=2) == "delete,compact"  # APPEND
+    assert alter("compression.gzip.level", "0") == (
+        "invalid_request", "Invalid value 0 for configuration compression.gzip.level: Value must "
+                           "be between 1 and 9 or equal to -1")
+    assert alter("log.dirs", "/x") == ("invalid_request",
+                                       "Cannot update these configs dynamically: [log.dirs]")
+    assert alter("ssl.keystore.type", "PEM")[1].startswith(
+        "These security configs can be dynamically updated only per-listener")
+    assert alter("sasl.kerberos.min.time.before.relogin", "1", cluster_default=True)[1] == (
+        "Cannot update these configs at default cluster level, broker id must be specified: "
+        "[sasl.kerberos.min.time.before.relogin]")
+    assert alter("listener.name.plaintext.max.connections", "9", cluster_default=True) == "9"
+    assert alter("retention.of.my.plugin", "x", operation=2)[0] == "invalid_config"
+    assert [dynamic.sensitive(key) for key in (
+        "my.plugin.key", "listener.name.a.sasl.jaas.config", "message.max.bytes")] == \
+        [True, True, False]
+    with pytest.raises(ConfigProblem, match="at most 1000 keys"):
+        dynamic.check_room({f"my.plugin.key.{n}": "x" for n in range(MAX_STORED_KEYS + 1)})

@@ -2,6 +2,7 @@
 committed offsets surviving a killed worker and a killed broker."""
 
 import asyncio
+import datetime
 import os
 import signal
 import threading
@@ -212,18 +213,78 @@ def test_killed_worker_or_broker_loses_no_committed_offset(tmp_path):
             {p: 30 for p in range(PARTITIONS)}
 
 
-def test_group_requests_of_a_client_over_its_request_quota_are_throttled():
-    overrides = dict(GROUPS, **{"quota.window.num": "2", "pybroker.quota.burst.windows": "1"})
-    with BrokerProcess(workers=1, overrides=overrides) as broker:
-        address = broker.listeners["PLAINTEXT"]
-        create_topic(broker.bootstrap, "quiet", PARTITIONS)
-        assert alter_client_quota(address, {"client-id": "test"}, "request_percentage",
-                                  0.001) == 0
-        deadline, throttles = time.monotonic() + 20, []
-        while not any(throttles):  # the parent's handling time is charged to the client
-            assert time.monotonic() < deadline, "never throttled"
-            committed(address, "g", "quiet", throttles)
-        assert broker.metric("broker_throttle_time_seconds_total",
-                             quota="request_percentage") > 0
-        assert broker.metric("broker_requests_total", api="OffsetFetch",
-                             listener="PLAINTEXT") > 0
+@pytest.fixture(scope="module")
+def shared():
+    """One broker for the tests that start no consumers: short sessions allowed, and quota
+    windows short enough to throttle at once (only the client id "test" gets a quota)."""
+    overrides = dict(GROUPS, **{"quota.window.num": "2", "pybroker.quota.burst.windows": "1",
+                                "group.min.session.timeout.ms": "100"})
+    with BrokerProcess(workers=1, overrides=overrides) as running:
+        create_topic(running.bootstrap, "quiet", PARTITIONS)
+        yield running
+
+
+def test_group_requests_of_a_client_over_its_request_quota_are_throttled(shared):
+    broker = shared
+    address = broker.listeners["PLAINTEXT"]
+    assert alter_client_quota(address, {"client-id": "test"}, "request_percentage",
+                              0.001) == 0
+    deadline, throttles = time.monotonic() + 20, []
+    while not any(throttles):  # the parent's handling time is charged to the client
+        assert time.monotonic() < deadline, "never throttled"
+        committed(address, "g", "quiet", throttles)
+    assert broker.metric("broker_throttle_time_seconds_total",
+                         quota="request_percentage") > 0
+    assert broker.metric("broker_requests_total", api="OffsetFetch",
+                         listener="PLAINTEXT") > 0
+
+
+def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
+    """One raw group request of the client id "sessions" (no quota), decoded."""
+    from tests.test_group_coordinator import request
+    from tests.wire import decode_response
+
+    sock.send(frame(request(api_key, version, values, client_id="sessions")))
+    return decode_response(api_key, version, sock.receive())[1]
+
+
+def lone_member(sock: KafkaSocket, group: str, session_s: float) -> tuple[str, int]:
+    """(member id, generation) of the only member of a new, Stable group."""
+    joined = ask(sock, 11, 2, {
+        "group_id": group, "session_timeout": datetime.timedelta(seconds=session_s),
+        "rebalance_timeout": datetime.timedelta(seconds=5), "member_id": "",
+        "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]})
+    assert joined.error_code == 0
+    synced = ask(sock, 14, 2, {"group_id": group, "generation_id": joined.generation_id,
+                               "member_id": joined.member_id, "assignments": [
+                                   {"member_id": joined.member_id, "assignment": b"a"}]})
+    assert synced.error_code == 0
+    return joined.member_id, joined.generation_id
+
+
+def test_a_member_that_commits_keeps_its_session_one_that_does_not_expires(shared):
+    """Kafka's classic coordinator restarts a member's session timer on its OffsetCommit: a
+    member that commits but never heartbeats stays past its session timeout."""
+    session = 1.0
+    with KafkaSocket(shared.listeners["PLAINTEXT"]) as sock:
+        committer = lone_member(sock, "committing", session)
+        lone_member(sock, "idle", session)
+        until = time.monotonic() + 1.5 * session
+        while time.monotonic() < until:
+            answer = ask(sock, 8, 2, {
+                "group_id": "committing", "generation_id_or_member_epoch": committer[1],
+                "member_id": committer[0], "retention_time_ms": -1, "topics": [
+                    {"name": "quiet", "partitions": [{"partition_index": 0,
+                                                      "committed_offset": 1,
+                                                      "committed_metadata": None}]}]})
+            assert [p.error_code for t in answer.topics for p in t.partitions] == [0]
+            time.sleep(0.2 * session)  # a pace, not a wait for a condition
+        heartbeat = ask(sock, 12, 2, {"group_id": "committing", "generation_id": committer[1],
+                                      "member_id": committer[0]})
+        assert heartbeat.error_code == 0  # still a member, past its session timeout
+
+        def members(group: str) -> list:  # DescribeGroups restarts no session timer
+            return ask(sock, 15, 0, {"groups": [group]}).groups[0].members
+
+        wait_until(lambda: not members("idle"), timeout=5)  # expired: checked every 0.25 s
+        assert [m.member_id for m in members("committing")] == [committer[0]]

@@ -181,13 +181,13 @@ def alter_raw(address, resource_name, key, value, operation=0) -> int:
 
 
 def describe_configs_request(keys=("max.connections",), correlation_id: int = 1,
-                             broker: str = "0") -> bytes:
+                             broker: str = "0", documentation: bool = False) -> bytes:
     """DescribeConfigs v4 of this broker's resource, for the given keys."""
     from kafka.protocol.admin.configs import DescribeConfigsRequest
 
     resource = DescribeConfigsRequest.DescribeConfigsResource
     request = DescribeConfigsRequest[4](resources=[resource(
         resource_type=4, resource_name=broker, configuration_keys=list(keys))],
-        include_synonyms=False, include_documentation=False)
+        include_synonyms=False, include_documentation=documentation)
     request.with_header(correlation_id=correlation_id, client_id="test")
     return frame(bytes(request.encode(header=True)))

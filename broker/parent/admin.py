@@ -35,8 +35,9 @@ import logging
 import time
 
 from broker.parent.acls import AclService, AclStore
-from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
-                                   DynamicConfig, alter_client_quota, ip_entity_key)
+from broker.parent import kafka_broker_keys
+from broker.parent.dynamic import (DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem, DynamicConfig,
+                                   alter_client_quota, ip_entity_key)
 from broker.parent.forwarded import ResponseTooLarge, budget_of, decode_forwarded
 from broker.parent.scram import ScramStore
 from broker.parent.worker_process import WorkerProcess
@@ -53,7 +54,6 @@ from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_co
 from broker.shared.protocol.refusal import (refused_alter_configs, refused_alter_quotas,
                                             refused_alter_scram)
 from broker.shared.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_TYPES, scram_credential
-from broker.shared.tls import SECRET_KEYS
 
 log = logging.getLogger("broker.parent.admin")
 SCRAM_IDS = {name: number for number, name in SCRAM_TYPES.items()}
@@ -64,7 +64,6 @@ BROKER_RESOURCE = 4
 TOPIC_RESOURCE = 2
 # Kafka's AclApis: SCRAM credentials need DESCRIBE / ALTER on the cluster.
 SCRAM_DESCRIBE, SCRAM_ALTER = Operation.DESCRIBE, Operation.ALTER
-CONFIG_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "long": 5}
 QUOTA_ENTITY_TYPES = ("ip", *ENTITY_TYPES)  # what DescribeClientQuotas filters may name
 MATCH_EXACT = 0
 MATCH_TYPES = {MATCH_EXACT: "MATCH_TYPE_EXACT", 1: "MATCH_TYPE_DEFAULT", 2: "MATCH_TYPE_SPECIFIED"}
@@ -154,6 +153,7 @@ class AdminService:
         resource is described."""
         budget = budget_of(self.dynamic.config.props)
         documentation = getattr(body, "include_documentation", False)
+        synonyms = getattr(body, "include_synonyms", False)
         results = []
         for (resource_type, name), keys in _config_resources(body.resources).items():
             budget.charge(len(name))
@@ -167,44 +167,33 @@ class AdminService:
                 continue
             if resource_type == TOPIC_RESOURCE:
                 entry["configs"] = topic_config.describe(
-                    self.dynamic.config.props, self.topics.configs(name), keys,
-                    getattr(body, "include_synonyms", False), documentation)
+                    self.dynamic.config.props, self.topics.configs(name), keys, synonyms,
+                    documentation)
             else:
-                known = self._describable()
+                known = self._describable(name == "")
                 if keys is not None:
                     declared = set(known)
                     known = [key for key in keys if key in declared]
-                entry["configs"] = [self._describe(key, name == "", documentation)
-                                    for key in known]
+                described = (self.dynamic.describe(key, name == "", synonyms, documentation)
+                             for key in known)
+                entry["configs"] = [config for config in described if config is not None]
             budget.charge(sum(map(_config_bytes, entry["configs"])), len(entry["configs"]))
             results.append(dict(entry, error_code=errors.NONE, error_message=None))
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
-    def _describable(self) -> list[str]:
+    def _describable(self, cluster_default: bool) -> list[str]:
         """The broker resource's keys: every declared one, each listener's connection
-        limits, and whatever else a dynamic layer holds (a listener's key store)."""
+        limits, Kafka's dynamic keys, and whatever else a dynamic layer holds (a listener's
+        key store, a custom key); of the cluster default, only what its layer holds."""
+        stored = self.dynamic.stored
+        if cluster_default:
+            return list(stored.cluster_default)
         keys = [field.encode_name for field in declared_keys()]
         for listener in self.dynamic.config.listeners:
             for suffix in ("max.connections", "max.connection.creation.rate"):
                 keys.append(self.dynamic.listener_key(listener.name, suffix))
-        stored = self.dynamic.stored
-        return list(dict.fromkeys([*keys, *stored.broker, *stored.cluster_default]))
-
-    def _describe(self, key: str, cluster_default: bool, documentation: bool) -> dict:
-        if cluster_default:
-            value = self.dynamic.stored.cluster_default.get(key)
-            source = 2 if value is not None else 5
-        else:
-            value, source = self.dynamic.value(key)
-        dynamic = key in BROKER_KEYS or key.startswith("listener.name.")
-        spec = BROKER_KEYS.get(key)
-        secret = _secret(key)
-        if secret:
-            value = None
-        return {"name": key, "value": value, "read_only": not dynamic, "config_source": source,
-                "is_sensitive": secret, "synonyms": [], "config_type":
-                CONFIG_TYPES.get(spec.kind if spec else "string", 2),
-                "documentation": (spec.doc if spec else None) if documentation else None}
+        return list(dict.fromkeys([*keys, *kafka_broker_keys.DYNAMIC, *stored.broker,
+                                   *stored.cluster_default]))
 
     def _alter_configs(self, ctx: RequestContext, body, who: str,
                        replace: bool = False) -> bytes:
@@ -228,7 +217,8 @@ class AdminService:
                 problem = alter(resource, body.validate_only, who, replace)
                 changed |= problem is None and not body.validate_only
                 if problem is None and not body.validate_only:
-                    self._record(ctx.listener_index, who, "config", _shown(resource.configs))
+                    self._record(ctx.listener_index, who, "config",
+                                 self._shown(resource.resource_type, resource.configs))
             code, message = problem if problem is not None else (None, None)
             results.append(dict(entry, error_code=error_code(code), error_message=message))
         if changed:
@@ -253,18 +243,22 @@ class AdminService:
         if problem is not None:
             return problem, f"The topic '{name}' does not exist."
         log.info("topic %s configs changed by %s: %s", name, who or "a client", own)
+        topic_config.note_inert(log, name, [item.name for item in resource.configs
+                                            if item.name in own])
         return None
 
     def _alter_resource(self, resource, validate_only: bool, who: str,
                         replace: bool = False) -> tuple[str, str] | None:
         """The broker's dynamic layer: each operation, or the whole set (`replace`)."""
         stored = self.dynamic.stored
-        layer_name = "cluster_default" if resource.resource_name == "" else "broker"
+        cluster_default = resource.resource_name == ""
+        layer_name = "cluster_default" if cluster_default else "broker"
         layer = {} if replace else dict(getattr(stored, layer_name))
         try:
             for item in resource.configs:
                 self.dynamic.alter(layer, item.name, getattr(item, "config_operation", 0),
-                                   item.value)
+                                   item.value, cluster_default)
+            self.dynamic.check_room(layer)
             if any(".ssl." in item.name for item in resource.configs):  # a key store change
                 layers = {"broker": stored.broker, "cluster_default": stored.cluster_default,
                           layer_name: layer}
@@ -276,8 +270,27 @@ class AdminService:
         setattr(stored, layer_name, layer)
         self.dynamic.save()
         log.info("dynamic config %s changed by %s: %s", layer_name, who or "a client",
-                 _shown(resource.configs))
+                 self._shown(BROKER_RESOURCE, resource.configs))
+        self._note_no_effect(layer_name, [item.name for item in resource.configs
+                                          if item.name in layer])
         return None
+
+    def _note_no_effect(self, layer_name: str, keys: list[str]) -> None:
+        """One log line naming the keys just set that are stored without effect, and why."""
+        reasons = {key: spec.no_effect for key in keys
+                   if not (spec := self.dynamic.check_key(key)).applied}
+        if reasons:
+            log.info("dynamic config %s: %s stored as Kafka stores it, but without effect here "
+                     "(%s)", layer_name, ", ".join(reasons),
+                     "; ".join(f"{key}: {why}" for key, why in reasons.items()))
+
+    def _shown(self, resource_type: int, configs) -> dict[str, str | None]:
+        """An alteration's keys and values as the log and the event log may show them (Kafka's
+        [hidden] for a secret)."""
+        secret = self.dynamic.sensitive if resource_type == BROKER_RESOURCE else \
+            (lambda _key: False)
+        return {item.name: HIDDEN if item.value is not None and secret(item.name)
+                else item.value for item in configs}
 
     # --- SCRAM credentials ----------------------------------------------------------------
 
@@ -498,20 +511,6 @@ def _config_resources(resources) -> dict[tuple[int, str], list[str] | None]:
         else:
             wanted.setdefault(key, {}).update(dict.fromkeys(keys))
     return {key: None if keys is None else list(keys) for key, keys in wanted.items()}
-
-
-def _secret(key: str) -> bool:
-    """A key store password or key (also per listener): never shown, logged or recorded."""
-    if key.startswith("listener.name."):
-        key = key[len("listener.name."):].partition(".")[2]
-    return key in SECRET_KEYS
-
-
-def _shown(configs) -> dict[str, str | None]:
-    """An alteration's keys and values as the log and the event log may show them (Kafka's
-    [hidden] for a secret)."""
-    return {item.name: HIDDEN if _secret(item.name) and item.value is not None
-            else item.value for item in configs}
 
 
 def _filter_problem(components) -> tuple[str, str] | None:

@@ -6,26 +6,52 @@ default.  The dynamic layers and the `ip` entity's connection_creation_rate quot
 `<first log dir>/.pybroker-dynamic.json`, written atomically (temporary file, fsync, rename)
 before a change is acknowledged, and read back at start-up, so a change survives restarts
 (Kafka lost them: KAFKA-18637).  The parent is the only writer.
+
+A key takes one of four paths (`classify`), as Kafka 4.4 decides (broker.parent.kafka_broker_keys):
+  applied  - changed at run time here: the connection limits (also per listener), the SSL
+             listeners' key and trust stores, the shadow modes, the per-user limits;
+  stored   - the rest of Kafka's dynamic keys (also listener.name.<l>.<key> of any listener):
+             checked as Kafka checks them and stored, but without effect here; the change logs
+             one line saying so and why, and DescribeConfigs' documentation says it too;
+  custom   - a key Kafka does not know: stored as Kafka keeps custom configs (for plugins), its
+             value never shown (Kafka cannot tell it is no secret);
+  static   - Kafka's and this broker's keys that cannot change at run time: INVALID_REQUEST,
+             "Cannot update these configs dynamically", as Kafka.
+A layer holds at most MAX_STORED_KEYS keys of MAX_STORED_BYTES in all.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from dataclasses import dataclass
 
 import msgspec
 
+from broker.parent import kafka_broker_keys as kafka
 from broker.parent.admission import SHADOW_FAMILIES, Limits
-from broker.shared.config import LISTENER_KEYS, BrokerConfig, ServerProperties
+from broker.shared.config import (LISTENER_KEYS, BrokerConfig, ServerProperties, declared_keys,
+                                   key_doc)
+from broker.shared.config_values import CONFIG_TYPES, InvalidValue, checked
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import (override_hosts, parse_ip_overrides, parse_user_overrides,
                                      syntax_only)
-from broker.shared.tls import TlsConfigError, TlsSettings, server_context
+from broker.shared.tls import SECRET_KEYS, TlsConfigError, TlsSettings, server_context
 
 STORE_FILE = ".pybroker-dynamic.json"
 DEFAULT_ENTITY = "<default>"  # the key of an entity's default quota in the store
 IP_RATE_KEY = "connection_creation_rate"
+# Kafka's config sources (DescribeConfigs v1+).
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = \
+    2, 3, 4, 5
+NO_EFFECT = "Stored as Kafka stores it, but without effect here: {why}."
+APPLIED_TYPES = {"int": 3, "list": 7, "string": 2, "boolean": 1, "users": 7}  # pybroker.*
+# One dynamic layer's keys, and their names and values together: each change rewrites the
+# store, and DescribeConfigs lists what it holds.
+MAX_STORED_KEYS = 1000
+MAX_STORED_BYTES = 1 << 20
+_LISTENER_KEY = re.compile(r"listener\.name\.([^.]*)\.(.+)")  # Kafka's ListenerConfigRegex
 
 
 class ConfigProblem(ValueError):
@@ -42,9 +68,23 @@ CONTROL_PLANE_MAX_CONNECTIONS = 100  # unless listener.name.<cp>.max.connections
 @dataclass(frozen=True)
 class DynamicKey:
     name: str
-    kind: str  # "int", "boolean", "string", "list" (host:N entries) or "users" (user:N)
+    # "int", "boolean", "string", "list" (host:N entries), "users" (user:N), or "stored" (a
+    # key kept without effect: `kafka` checks its value, `no_effect` says why)
+    kind: str
     minimum: int = 0
     doc: str = ""
+    kafka: kafka.KafkaKey | None = None  # Kafka's definition of a stored key (None: custom)
+    no_effect: str = ""
+
+    @property
+    def applied(self) -> bool:
+        return self.kind != "stored"
+
+    @property
+    def is_list(self) -> bool:
+        """APPEND and SUBTRACT apply to it."""
+        return self.kind in ("list", "users") or (self.kafka is not None
+                                                  and self.kafka.kind == "list")
 
 
 BROKER_KEYS = {key.name: key for key in (
@@ -116,26 +156,34 @@ class DynamicConfig:
 
     def value(self, key: str) -> tuple[str | None, int]:
         """(value, Kafka config source) of a broker key across the layers."""
-        if key in self.stored.broker:
-            return self.stored.broker[key], 1  # DYNAMIC_BROKER_CONFIG
-        if key in self.stored.cluster_default:
-            return self.stored.cluster_default[key], 2  # DYNAMIC_DEFAULT_BROKER_CONFIG
-        static = self._static(key)
-        if static is not None:
-            return static
-        return None, 5  # DEFAULT_CONFIG
+        return self.layers(key)[0]
 
-    def _static(self, key: str) -> tuple[str, int] | None:
+    def layers(self, key: str) -> list[tuple[str | None, int]]:
+        """(value, source) of a broker key in each layer that has one, highest first (the
+        synonyms DescribeConfigs lists); at least the default, None if it has none."""
+        found = []
+        if key in self.stored.broker:
+            found.append((self.stored.broker[key], DYNAMIC_BROKER_CONFIG))
+        if key in self.stored.cluster_default:
+            found.append((self.stored.cluster_default[key], DYNAMIC_DEFAULT_BROKER_CONFIG))
+        found += self._static(key)
+        return found
+
+    def _static(self, key: str) -> list[tuple[str | None, int]]:
+        """The static value (if the configuration sets one) and the default."""
         for listener, values in self.config.listener_props.items():
             for suffix, number in values.items():
                 if self.listener_key(listener, suffix) == key:
-                    return str(number), 4  # STATIC_BROKER_CONFIG
+                    return [(str(number), STATIC_BROKER_CONFIG)]
         field_name = key.replace(".", "_")
-        if hasattr(self.config.props, field_name):
-            value = getattr(self.config.props, field_name)
-            source = 4 if value != _DEFAULTS.get(field_name) else 5  # STATIC or DEFAULT
-            return _as_text(value), source
-        return None
+        if key in _DECLARED:
+            value, default = getattr(self.config.props, field_name), _DEFAULTS.get(field_name)
+            default_text = None if default is None else _as_text(default)
+            if value != default:
+                return [(_as_text(value), STATIC_BROKER_CONFIG), (default_text, DEFAULT_CONFIG)]
+            return [(default_text, DEFAULT_CONFIG)]
+        known = kafka.DYNAMIC.get(key)
+        return [(known.default if known is not None else None, DEFAULT_CONFIG)]
 
     def listener_tls(self, broker: dict[str, str] | None = None,
                      cluster_default: dict[str, str] | None = None) -> dict[str, TlsSettings]:
@@ -160,8 +208,8 @@ class DynamicConfig:
         for settings in self.listener_tls(broker, cluster_default).values():
             try:
                 server_context(settings)
-            except TlsConfigError as error:
-                raise ConfigProblem("invalid_config", str(error)) from None
+            except TlsConfigError as error:  # Kafka's answer to a key store it cannot load
+                raise ConfigProblem("invalid_request", str(error)) from None
 
     def limits(self) -> Limits:
         """The connection limits in force."""
@@ -211,61 +259,155 @@ class DynamicConfig:
     # --- changes --------------------------------------------------------------------------
 
     def check_key(self, key: str) -> DynamicKey:
+        """How a key may change (see the module docstring); ConfigProblem for a static key or
+        a security key without its listener prefix, in Kafka's words."""
         spec = BROKER_KEYS.get(key)
         if spec is not None:
             return spec
-        for listener in self.config.listeners:
-            for suffix in LISTENER_KEYS:
-                if key == self.listener_key(listener.name, suffix):
-                    return LISTENER_DYNAMIC[suffix]
-            if listener.name in self.config.listener_tls:
-                for suffix, spec in TLS_DYNAMIC.items():
-                    if key == self.listener_key(listener.name, suffix):
-                        return spec
-        raise ConfigProblem("invalid_request", f"Cannot update {key} dynamically: it is not a "
-                                               "dynamic broker config of this broker")
+        listener_key = _LISTENER_KEY.fullmatch(key)
+        if listener_key is not None:
+            return self._listener_spec(key, *listener_key.groups())
+        if key in kafka.PER_LISTENER_ONLY:
+            raise ConfigProblem("invalid_request", "These security configs can be dynamically "
+                                                   "updated only per-listener using the "
+                                                   f"listener prefix: [{key}]")
+        known = kafka.DYNAMIC.get(key)
+        if known is not None:
+            return DynamicKey(key, "stored", kafka=known,
+                              no_effect=kafka.no_effect(key, key in _DECLARED))
+        if key in kafka.STATIC or key in _DECLARED:
+            raise ConfigProblem("invalid_request",
+                                f"Cannot update these configs dynamically: [{key}]")
+        return DynamicKey(key, "stored", no_effect="this broker has no such setting")
 
-    def alter(self, layer: dict[str, str], key: str, operation: int, value: str | None) -> None:
-        """Apply one IncrementalAlterConfigs operation to a copy-on-write layer dict."""
+    def _listener_spec(self, key: str, listener: str, suffix: str) -> DynamicKey:
+        """listener.name.<listener>.<suffix>: applied for the limits of a listener this
+        broker has and the key and trust stores of its SSL listeners; any other is stored, as
+        Kafka takes them all."""
+        names = {item.name.lower(): item.name for item in self.config.listeners}
+        name = names.get(listener)
+        if name is not None and suffix in LISTENER_KEYS:
+            return LISTENER_DYNAMIC[suffix]
+        if name is not None and name in self.config.listener_tls and suffix in TLS_DYNAMIC:
+            return TLS_DYNAMIC[suffix]
+        if name is None:
+            why = f"this broker has no listener {listener}"
+        elif suffix in TLS_DYNAMIC:
+            why = f"listener {name} is not an SSL listener"
+        else:
+            why = kafka.no_effect(key, suffix in _DECLARED)
+        return DynamicKey(key, "stored", kafka=kafka.DYNAMIC.get(suffix), no_effect=why)
+
+    def classify(self, key: str) -> str:
+        """"applied", "stored", "custom" or "static" (see the module docstring)."""
+        try:
+            return _kind_of(key, self.check_key(key))
+        except ConfigProblem:
+            return "static"
+
+    def sensitive(self, key: str, kind: str | None = None) -> bool:
+        """Never shown, logged or recorded: a key or trust store's secret, a password Kafka
+        knows (also per listener or per mechanism), a key Kafka does not know (`kind`: its
+        classification, if known already)."""
+        return kafka.base_name(key) in SECRET_KEYS or kafka.password(key) or \
+            (kind or self.classify(key)) == "custom"
+
+    def describe(self, key: str, cluster_default: bool, synonyms: bool,
+                 documentation: bool) -> dict | None:
+        """DescribeConfigs' entry of a broker key (of the cluster default's layer when
+        `cluster_default`: only the keys it holds, as Kafka), or None to leave it out."""
+        chain = self.layers(key)
+        if cluster_default:  # that layer's value alone, as Kafka
+            chain = [layer for layer in chain if layer[1] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+            if not chain:
+                return None
+        try:
+            spec = self.check_key(key)
+        except ConfigProblem:
+            spec = None  # a static key
+        kind = _kind_of(key, spec)
+        if kind == "custom" and chain[0][1] not in (DYNAMIC_BROKER_CONFIG,
+                                                    DYNAMIC_DEFAULT_BROKER_CONFIG):
+            return None  # a key nobody knows, and not stored: Kafka leaves it out
+        secret = self.sensitive(key, kind)
+        return {"name": key, "value": None if secret else chain[0][0],
+                # Kafka's dynamic keys may change (an SSL key store's: with a listener prefix)
+                "read_only": kind == "custom" or (kind == "static" and key not in kafka.DYNAMIC),
+                "config_source": chain[0][1],
+                "is_sensitive": secret,
+                "synonyms": [{"name": key, "value": None if secret else value, "source": source}
+                             for value, source in chain if value is not None] if synonyms else [],
+                "config_type": _config_type(key, spec),
+                "documentation": _documentation(key, spec) if documentation else None}
+
+    def check_room(self, layer: dict[str, str]) -> None:
+        """ConfigProblem if a layer would hold more than its bound."""
+        size = sum(len(key) + len(value) for key, value in layer.items())
+        if len(layer) > MAX_STORED_KEYS or size > MAX_STORED_BYTES:
+            raise ConfigProblem("invalid_request",
+                                f"a dynamic config layer holds at most {MAX_STORED_KEYS} keys "
+                                f"of {MAX_STORED_BYTES} bytes in all; this change would make "
+                                f"{len(layer)} of {size}")
+
+    def alter(self, layer: dict[str, str], key: str, operation: int, value: str | None,
+              cluster_default: bool = False) -> None:
+        """Apply one IncrementalAlterConfigs operation to a copy-on-write layer dict (the
+        cluster default's when `cluster_default`)."""
         spec = self.check_key(key)
         if operation == 1:  # DELETE
             layer.pop(key, None)
             return
-        if operation in (2, 3) and spec.kind not in ("list", "users"):  # APPEND, SUBTRACT
-            raise ConfigProblem("invalid_config", f"{key} is not a list: APPEND and SUBTRACT "
-                                                  "do not apply")
         if operation not in (0, 2, 3):
             raise ConfigProblem("invalid_request", f"unknown config operation {operation}")
         if value is None:
-            raise ConfigProblem("invalid_config", f"{key}: a value is required")
+            raise ConfigProblem("invalid_request", f"Null value not supported for : {key}")
+        if operation in (2, 3) and not spec.is_list:  # APPEND, SUBTRACT
+            raise ConfigProblem("invalid_config", "Config value append is not allowed for "
+                                                  f"config key: {key}")
+        if spec.applied:
+            self._alter_applied(spec, layer, key, operation, value)
+        else:
+            layer[key] = self._stored_value(spec, layer, operation, value)
+        if cluster_default and _per_broker(key):
+            raise ConfigProblem("invalid_request", "Cannot update these configs at default "
+                                                   "cluster level, broker id must be specified: "
+                                                   f"[{key}]")
+
+    def _stored_value(self, spec: DynamicKey, layer: dict[str, str], operation: int,
+                      value: str) -> str:
+        """A stored key's new value, checked as Kafka checks it (INVALID_REQUEST, as Kafka's
+        broker config validation answers)."""
+        known = spec.kafka
+        if operation in (2, 3):
+            value = _merged(self._current(layer, spec.name), operation, value)
+        if known is None:
+            return value
+        try:
+            return known.checked(value)
+        except InvalidValue as error:
+            raise ConfigProblem("invalid_request", str(error)) from None
+
+    def _alter_applied(self, spec: DynamicKey, layer: dict[str, str], key: str, operation: int,
+                       value: str) -> None:
         if spec.kind == "string":
             layer[key] = value
             return
-        if spec.kind == "int":
-            layer[key] = str(_checked_int(spec, value))
+        if spec.kind in ("int", "boolean"):
+            layer[key] = _checked(key, spec.kind, value, spec.minimum)
             return
-        if spec.kind == "boolean":
-            if value.strip().lower() not in ("true", "false"):
-                raise ConfigProblem("invalid_config", f"{key}: {value!r} is not true or false")
-            layer[key] = value.strip().lower()
-            return
-        current = [item for item in (layer.get(key) or self.value(key)[0] or "").split(",") if item]
-        items = [item.strip() for item in value.split(",") if item.strip()]
-        if operation == 2:
-            current += [item for item in items if item not in current]
-        elif operation == 3:
-            current = [item for item in current if item not in items]
-        else:
-            current = items
-        joined = ",".join(current)
+        joined = _merged(self._current(layer, key), operation, value)
         try:  # the form only: names are resolved off the loop when the limits apply
             if spec.kind == "users":
                 parse_user_overrides(joined, key)
             else:
                 parse_ip_overrides(joined, key, resolve=syntax_only)
         except ValueError as error:
-            raise ConfigProblem("invalid_config", str(error)) from None
+            raise ConfigProblem("invalid_request", str(error)) from None
         layer[key] = joined
+
+    def _current(self, layer: dict[str, str], key: str) -> str:
+        """A list key's value before an APPEND or SUBTRACT: the layer's, else the one in force."""
+        return layer.get(key) or self.value(key)[0] or ""
 
     def alter_ip_quota(self, quotas: dict[str, float], ip: str | None, key: str,
                        value: float, remove: bool) -> None:
@@ -303,16 +445,63 @@ def alter_client_quota(quotas: dict[str, dict[str, float]], entity: str, key: st
         quotas.pop(entity, None)
 
 
-def _checked_int(spec: DynamicKey, value: str) -> int:
+def _checked(name: str, kind: str, value: str, minimum: int) -> str:
+    """An applied key's value as stored; INVALID_REQUEST in Kafka's words, as Kafka's broker
+    config validation answers."""
     try:
-        number = int(value)
-    except ValueError:
-        raise ConfigProblem("invalid_config", f"Invalid value {value} for configuration "
-                                              f"{spec.name}: Not a number of type INT") from None
-    if not spec.minimum <= number <= INT_MAX:
-        raise ConfigProblem("invalid_config", f"Invalid value {value} for configuration "
-                                              f"{spec.name}: Value must be at least {spec.minimum}")
-    return number
+        return checked(name, kind, value, minimum)
+    except InvalidValue as error:
+        raise ConfigProblem("invalid_request", str(error)) from None
+
+
+def _kind_of(key: str, spec: DynamicKey | None) -> str:
+    """A key's path given what check_key said of it (None: it refused it as static)."""
+    if spec is None:
+        return "static"
+    if spec.applied:
+        return "applied"
+    return "stored" if spec.kafka is not None or _LISTENER_KEY.fullmatch(key) else "custom"
+
+
+def _config_type(key: str, spec: DynamicKey | None) -> int:
+    """Kafka's type of a broker key (DescribeConfigs v3+): Kafka's own for its dynamic keys,
+    0 (UNKNOWN) for one Kafka does not know, STRING for a static one."""
+    known = kafka.DYNAMIC.get(kafka.base_name(key))
+    if known is not None:
+        return CONFIG_TYPES[known.kind]
+    if spec is None:
+        return CONFIG_TYPES["string"]
+    return APPLIED_TYPES.get(spec.kind, CONFIG_TYPES["string"]) if spec.applied else 0
+
+
+def _documentation(key: str, spec: DynamicKey | None) -> str | None:
+    """What DescribeConfigs tells of a broker key: its doc, and for a key stored without
+    effect, that and why."""
+    if spec is None or spec.applied:
+        return (spec.doc if spec is not None else key_doc(key)) or None
+    doc = key_doc(key)
+    return f"{doc} {NO_EFFECT.format(why=spec.no_effect)}".strip()
+
+
+def _merged(current: str, operation: int, value: str) -> str:
+    """A list key's value after SET (0), APPEND (2) or SUBTRACT (3) of `value`'s items."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    held = [item for item in current.split(",") if item]
+    if operation == 2:
+        return ",".join(held + [item for item in items if item not in held])
+    if operation == 3:
+        return ",".join(item for item in held if item not in items)
+    return ",".join(items)
+
+
+def _per_broker(key: str) -> bool:
+    """Kafka refuses it at the cluster-default level (resource ""): a per-broker key, or a
+    listener's key other than its connection limits and thread count."""
+    listener_key = _LISTENER_KEY.fullmatch(key)
+    if listener_key is not None:
+        return listener_key.group(2) not in kafka.CLUSTER_LEVEL_LISTENER_KEYS
+    known = kafka.DYNAMIC.get(key)
+    return known is not None and known.per_broker
 
 
 def ip_entity_key(ip: str | None) -> str:
@@ -334,3 +523,4 @@ def _as_text(value) -> str:
 
 
 _DEFAULTS = {field.name: field.default for field in msgspec.structs.fields(ServerProperties)}
+_DECLARED = frozenset(field.encode_name for field in declared_keys())

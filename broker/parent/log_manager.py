@@ -6,7 +6,8 @@ partition is recovered from its files (torn trailing batches are cut).  A partit
 `dirty` or `offline` flag is set, or whose state file disagrees with its segments (missing,
 zeroed, another size), is recovered in any case; one that cannot be recovered is marked
 offline and the broker starts without it.  At shutdown, after the workers are gone, every
-partition is fsynced and the marker written.  Retention, the timed flush and the removal of
+partition is fsynced and the marker written.  Retention, the timed flush (each topic's
+flush.ms, else log.flush.interval.ms, checked as often as the smallest asks) and the removal of
 deleted topics' directories (within a second of the deletion, off every request path) run on
 a thread of the parent, compaction on another, each on registries of their own.
 
@@ -20,6 +21,7 @@ threads never stop before the broker does.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -30,8 +32,8 @@ from broker.shared.log import compaction, topic_config
 from broker.shared.log.files import MIN_CAPACITY, OpenFiles, default_capacity
 from broker.shared.log.partition import W_DIRTY
 from broker.shared.log.settings import log_settings
-from broker.shared.log.topics import (Epoch, TopicRegistry, forget_offline, remove_deleted,
-                                     remove_leftovers)
+from broker.shared.log.topics import (Epoch, TopicInfo, TopicRegistry, forget_offline,
+                                     remove_deleted, remove_leftovers)
 
 log = logging.getLogger("broker.parent.log_manager")
 
@@ -76,10 +78,11 @@ class LogManager:
                 self._closed_files[0] + sum(files.evicted for files in alive),
                 self._closed_files[1] + sum(files.failures for files in alive))
 
-    def _each_partition(self, registry: TopicRegistry, duty: str, action) -> None:
-        """`action(partition)` on every partition, each handle closed after it; a failure is
-        this partition's (logged, counted), never the duty's."""
-        for topic in list(registry.topics().values()):
+    def _each_partition(self, registry: TopicRegistry, duty: str, action, topics=None) -> None:
+        """`action(partition)` on every partition (of `topics`, else of every topic), each
+        handle closed after it; a failure is this partition's (logged, counted), never the
+        duty's."""
+        for topic in list(registry.topics().values()) if topics is None else topics:
             for index in range(topic.partitions):
                 if self._stop.is_set() and duty != "shutdown flush":
                     return
@@ -219,9 +222,9 @@ class LogManager:
     def _maintain(self) -> None:
         props = self.config.props
         retention_every = props.log_retention_check_interval_ms / 1000
-        flush_every = (props.log_flush_interval_ms or 0) / 1000
         next_retention = time.monotonic() + retention_every
-        next_flush = time.monotonic() + flush_every if flush_every else float("inf")
+        flush_every = next_flush = float("inf")  # set from the topics' flush.ms at the first look
+        timed: list[tuple[TopicInfo, float]] = []
         registry = self.registry()
         swept_epoch = None
         try:
@@ -233,12 +236,16 @@ class LogManager:
                     swept_epoch = self.epoch.get()
                     self._round("deletion", lambda _registry: remove_deleted(
                         self.config.log_dirs), registry)
+                    timed = self._timed_flushes(registry)
+                    flush_every = min((limit for _topic, limit in timed), default=float("inf"))
+                    next_flush = min(next_flush, now + flush_every)
                 if now >= next_retention:
                     next_retention = now + retention_every
                     self._round("retention", self._retain, registry)
                 if now >= next_flush:
                     next_flush = now + flush_every
-                    self._round("flush", self._flush, registry)
+                    self._round("flush", lambda held: self._flush(held, timed, flush_every),
+                                registry)
         finally:
             self.close_registry(registry)
 
@@ -262,9 +269,35 @@ class LogManager:
 
         self._each_partition(registry, "retention", retain)
 
-    def _flush(self, registry: TopicRegistry) -> None:
-        def flush(_topic, _index, partition) -> None:
-            if partition.unflushed_messages():
-                partition.flush()
+    def _timed_flushes(self, registry: TopicRegistry) -> list[tuple[TopicInfo, float]]:
+        """(topic, its flush.ms in seconds) of the topics flushed by time: those whose
+        flush.ms (their own, else log.flush.interval.ms) is not Kafka's never; looked up
+        again whenever the topics or their configs change."""
+        props = self.config.props
+        timed = []
+        try:
+            for topic in list(registry.topics().values()):
+                limit = topic_config.flush_ms(props, registry.configs(topic.name))
+                if limit < topic_config.LONG_MAX:
+                    timed.append((topic, limit / 1000))
+        except Exception as error:  # noqa: BLE001 - e.g. the topics could not be listed
+            self._failed("flush", "(all)", error)
+        return timed
 
-        self._each_partition(registry, "flush", flush)
+    def _flush(self, registry: TopicRegistry, timed: list[tuple[TopicInfo, float]],
+               period: float) -> None:
+        """fsync each partition with appends whose topic's flush.ms would pass before the next
+        round (`period` from now): no append waits longer than flush.ms after the partition's
+        last fsync (the topic with the smallest flush.ms has its partitions flushed every
+        round, as log.flush.interval.ms did for all)."""
+        now = time.time_ns()
+        for topic, limit in timed:
+            self._each_partition(registry, "flush",
+                                 functools.partial(_flush_if_due, now, (limit - period) * 1e9),
+                                 [topic])
+
+
+def _flush_if_due(now_ns: int, after_ns: float, _topic, _index, partition) -> None:
+    """fsync a partition with appends whose last fsync is at least `after_ns` old."""
+    if partition.unflushed_messages() and now_ns - partition.last_flush_ns() >= after_ns:
+        partition.flush()

@@ -1081,9 +1081,17 @@ def describe_keys() -> str:
             high = "" if metas[0].le is None else metas[0].le
             bounds = f" [{low}..{high}]"
         default = "" if field.default is None else repr(field.default)
-        doc = next((meta.description for meta in metas if meta.description), "")
+        doc = key_doc(field.encode_name)
         lines.append(f"| `{field.encode_name}` | {_type_name(field.type)}{bounds} | {default} | {doc} |")
     return "\n".join(lines)
+
+
+def key_doc(key: str) -> str:
+    """A declared key's doc string ("" for a key not declared)."""
+    field = _KEYS.get(key)
+    if field is None:
+        return ""
+    return next((meta.description for meta in _metas(field.type) if meta.description), "")
 
 
 def _metas(annotation) -> list[Meta]:

@@ -125,6 +125,8 @@ class CreateTopics(Api, api="CreateTopics"):
         for plan, problem in zip(staged, self.services.registry.commit(
                 [plan.staging for plan in staged])):
             plan.problem = problem
+            if problem is None:
+                topic_config.note_inert(log, plan.name, plan.configs)
         results = []
         throttled = False
         for plan in plans:

@@ -14,7 +14,8 @@ passes, dropping the members that did not rejoin.  The first rebalance of an emp
 waits `group.initial.rebalance.delay.ms` for more members.  Completion bumps the generation,
 picks the protocol by vote and answers every JoinGroup (the leader gets the member list);
 the leader's SyncGroup then hands every member its assignment.  Sessions: a member that
-neither heartbeats nor waits in a join or sync for `session.timeout.ms` is removed.
+neither heartbeats, commits offsets (while the group is Stable or PreparingRebalance, as
+Kafka's classic coordinator) nor waits in a join or sync for `session.timeout.ms` is removed.
 Static members (`group.instance.id`) keep their assignment across a restart of the client:
 rejoining with the same instance id takes over the old member id's place without a
 rebalance while the group is stable, and the old member id is fenced (FENCED_INSTANCE_ID on
@@ -173,7 +174,7 @@ class GroupCoordinator:
         elif changed:
             group.set_protocols(member, protocols)
         member.session_timeout, member.rebalance_timeout = session, rebalance
-        member.deadline = time.monotonic() + session
+        member.keep_alive(time.monotonic())
         group.protocol_type = body.protocol_type
         future = self.loop.create_future()
         if member.join is not None:  # a retried join replaces the one still waiting
@@ -243,7 +244,7 @@ class GroupCoordinator:
         group.rename(old, member_id)
         if group.leader is not None and group.leader not in group.members:
             group.leader = member_id
-        old.deadline = time.monotonic() + old.session_timeout
+        old.keep_alive(time.monotonic())
         return answer(E.none, **self._join_values(group, old))
 
     def _join_values(self, group: Group, member: Member) -> dict:
@@ -325,7 +326,7 @@ class GroupCoordinator:
         now = time.monotonic()
         for member in group.members.values():
             respond, member.join = member.join, None
-            member.deadline = now + member.session_timeout
+            member.keep_alive(now)
             respond(self._join_values(group, member))
         log.info("group %s: generation %d, %d members, protocol %s", group.group_id,
                  group.generation, len(group.members), group.protocol)
@@ -411,7 +412,7 @@ class GroupCoordinator:
         if group.state is GroupState.PREPARING:
             return answer(E.rebalance_in_progress)
         member = group.members[body.member_id]
-        member.deadline = time.monotonic() + member.session_timeout
+        member.keep_alive(time.monotonic())
         if group.state is GroupState.STABLE:
             return answer(E.none, member.assignment)
         future = self.loop.create_future()
@@ -435,7 +436,7 @@ class GroupCoordinator:
                 if other.sync is not None:
                     other.sync({"assignment": other.assignment})
                     other.sync = None
-                other.deadline = time.monotonic() + other.session_timeout
+                other.keep_alive(time.monotonic())
         return future
 
     def _heartbeat(self, ctx: RequestContext, body, _host: str) -> bytes:
@@ -446,8 +447,7 @@ class GroupCoordinator:
         problem = self._member_problem(group, body.member_id, body.generation_id,
                                        getattr(body, "group_instance_id", None))
         if problem is None:
-            member = group.members[body.member_id]
-            member.deadline = time.monotonic() + member.session_timeout
+            group.members[body.member_id].keep_alive(time.monotonic())
             if group.state is GroupState.PREPARING:
                 problem = E.rebalance_in_progress
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": problem or E.none})
@@ -501,6 +501,10 @@ class GroupCoordinator:
                                            getattr(body, "group_instance_id", None))
             if problem is None and group.state is GroupState.COMPLETING:
                 problem = E.rebalance_in_progress
+            elif problem is None and group.state in (GroupState.STABLE, GroupState.PREPARING):
+                # As Kafka's classic coordinator: a member's commit keeps its session alive
+                # (one that commits but heartbeats late is not expired meanwhile).
+                group.members[body.member_id].keep_alive(time.monotonic())
         records, results = [], []
         now = _now_ms()
         limit = self.props.offset_metadata_max_bytes

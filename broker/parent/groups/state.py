@@ -57,10 +57,14 @@ class Member:
     rebalance_timeout: float  # seconds
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    deadline: float = 0.0  # monotonic: expires unless it heartbeats before
+    deadline: float = 0.0  # monotonic: expires unless it heartbeats (or commits) before
     # Answers still owed: called with the values to encode (JoinGroup, SyncGroup).
     join: Callable[[dict], None] | None = None
     sync: Callable[[dict], None] | None = None
+
+    def keep_alive(self, now: float) -> None:
+        """Restart the session timer (a join, sync, heartbeat or commit of this member)."""
+        self.deadline = now + self.session_timeout
 
     def supports(self, protocol: str) -> bool:
         return any(name == protocol for name, _ in self.protocols)

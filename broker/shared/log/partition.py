@@ -563,6 +563,10 @@ class Partition:
     def unflushed_messages(self) -> int:
         return self.state[W_UNFLUSHED]
 
+    def last_flush_ns(self) -> int:
+        """When the last fsync of this partition ended (time.time_ns; 0: none yet)."""
+        return self.state[W_LAST_FLUSH]
+
     def enforce_retention(self, retention_bytes: int, retention_ms: int, now: float) -> int:
         """Delete whole non-active segments past either limit; return how many were deleted."""
         deleted = 0

@@ -17,32 +17,71 @@ min.compaction.lag.ms and delete.retention.ms steer the log cleaner
 (broker.shared.log.compaction), which takes a partition only once its dirty share reaches
 min.cleanable.dirty.ratio; compression.type accepts only `producer` (batches are kept as the
 producer compressed them).
+
+flush.messages fsyncs a partition at the append that brings its messages since the last fsync
+to that many; flush.ms has the parent fsync a partition's appends within that long of its last
+fsync (broker.parent.log_manager checks as often as the smallest flush.ms of any topic asks);
+index.interval.bytes spaces the offset index.  Kafka's other topic keys that need what a single
+broker without tiered storage or share groups does not have (replication throttles, unclean
+leader election, preallocation, tiered storage, ...) are accepted and described as Kafka does;
+their documentation says why they have no effect here (`TopicKey.inert`), and the topic's
+creation or change logs it.  remote.storage.enable=true is refused as Kafka refuses it where
+tiered storage is disabled.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
+from broker.shared import config_values
 from broker.shared.config import ServerProperties, retention_ms
+from broker.shared.config_values import InvalidValue, checked
+from broker.shared.constants import INT_MAX
 from broker.shared.log.records import TimestampBounds
 
 LONG_MAX = 2**63 - 1
+NEVER = str(LONG_MAX)  # Kafka's default of flush.ms, flush.messages, max.compaction.lag.ms
+LIST_KINDS = ("list", "replicas")  # the kinds APPEND and SUBTRACT apply to
+NO_TIERED_STORAGE = "tiered storage is not offered here; retention.ms and retention.bytes bound " \
+    "the whole log"
 
 
 @dataclass(frozen=True)
 class TopicKey:
     name: str
-    kind: str  # "int", "long", "double", "string" or "list" (Kafka's config types)
-    broker_key: str  # the ServerProperties field behind it (its synonym)
+    # Kafka's config types: "int", "long", "double", "string", "list", "boolean", or "replicas"
+    # (a list of partition:broker pairs, or "*")
+    kind: str
+    broker_key: str  # the ServerProperties field behind it (its synonym); "" if none here
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] = ()
     doc: str = ""
+    synonym: str = ""  # Kafka's broker key behind it, where this broker has no field for it
+    default: str = ""  # the value when neither the topic nor a broker key sets one
+    inert: str = ""  # why it has no effect on this broker ("": it has one)
 
     @property
     def broker_name(self) -> str:
-        return self.broker_key.replace("_", ".")
+        return self.synonym or self.broker_key.replace("_", ".")
+
+    @property
+    def documentation(self) -> str | None:
+        """What DescribeConfigs tells of it (with include_documentation)."""
+        if not self.inert:
+            return self.doc or None
+        return f"{self.doc} Accepted as Kafka accepts it; no effect here: {self.inert}.".strip()
+
+
+def _inert(name: str, kind: str, default: str, why: str, synonym: str = "",
+           minimum: float | None = None, maximum: float | None = None, doc: str = "") -> TopicKey:
+    """A Kafka topic key accepted and described here without an effect (`why`)."""
+    if maximum is None and kind in ("int", "long"):
+        maximum = INT_MAX if kind == "int" else LONG_MAX
+    return TopicKey(name, kind, "", minimum, maximum, doc=doc, synonym=synonym,
+                    default=default, inert=why)
 
 
 TOPIC_KEYS: dict[str, TopicKey] = {key.name: key for key in (
@@ -73,7 +112,55 @@ TOPIC_KEYS: dict[str, TopicKey] = {key.name: key for key in (
              doc="producer: batches are kept as produced"),
     TopicKey("min.insync.replicas", "int", "min_insync_replicas", minimum=1,
              maximum=2**31 - 1),
+    TopicKey("flush.messages", "long", "log_flush_interval_messages", minimum=1,
+             maximum=LONG_MAX, doc="A partition is fsynced at the append that brings its "
+                                   "messages since the last fsync to this many."),
+    TopicKey("flush.ms", "long", "log_flush_interval_ms", minimum=0, maximum=LONG_MAX,
+             default=NEVER, doc="A partition's appends are fsynced within this long of its "
+                                "last fsync, by the parent, which checks as often as the "
+                                "smallest flush.ms asks (at most every 10 ms)."),
+    TopicKey("index.interval.bytes", "int", "log_index_interval_bytes", minimum=0,
+             maximum=INT_MAX, doc="Bytes of batches between two offset-index entries."),
+    _inert("segment.index.bytes", "int", "10485760", "an offset index grows with its segment "
+           "and never fills, so segments roll on segment.bytes and segment.ms only",
+           "log.index.size.max.bytes", minimum=4),
+    _inert("segment.jitter.ms", "long", "0", "segments roll at segment.ms exactly",
+           minimum=0),  # Kafka's log.roll.jitter.ms has no default: no synonym
+    _inert("file.delete.delay.ms", "long", "60000", "segments are deleted at once (a reader "
+           "that has one open keeps reading it)", "log.segment.delete.delay.ms", minimum=0),
+    _inert("preallocate", "boolean", "false", "segment files grow as they are written",
+           "log.preallocate"),
+    _inert("max.compaction.lag.ms", "long", NEVER, "the cleaner takes a partition once its "
+           "dirty share reaches min.cleanable.dirty.ratio, however old its dirty records",
+           "log.cleaner.max.compaction.lag.ms", minimum=1),
+    _inert("unclean.leader.election.enable", "boolean", "false", "this broker is every "
+           "partition's only replica", "unclean.leader.election.enable"),
+    _inert("leader.replication.throttled.replicas", "replicas", "", "a single broker "
+           "replicates nothing"),
+    _inert("follower.replication.throttled.replicas", "replicas", "", "a single broker "
+           "replicates nothing"),
+    _inert("local.retention.ms", "long", "-2", NO_TIERED_STORAGE, "log.local.retention.ms",
+           minimum=-2),
+    _inert("local.retention.bytes", "long", "-2", NO_TIERED_STORAGE, "log.local.retention.bytes",
+           minimum=-2),
+    _inert("remote.storage.enable", "boolean", "false", "tiered storage is not offered here "
+           "(true is refused)"),
+    _inert("remote.log.copy.disable", "boolean", "false", NO_TIERED_STORAGE),
+    _inert("remote.log.delete.on.disable", "boolean", "false", NO_TIERED_STORAGE),
+    _inert("remote.copy.lag.bytes", "long", "-1", NO_TIERED_STORAGE, "log.remote.copy.lag.bytes",
+           minimum=-1),
+    _inert("remote.copy.lag.ms", "long", "0", NO_TIERED_STORAGE, "log.remote.copy.lag.ms",
+           minimum=-1),
+    _inert("errors.deadletterqueue.group.enable", "boolean", "false", "share groups, whose "
+           "dead-letter queues this allows, are not offered here"),
 )}
+# Values Kafka refuses on a broker like this one, in Kafka's words.
+_REFUSED = {("remote.storage.enable", "true"): "Tiered Storage functionality is disabled in the "
+                                               "broker. Topic cannot be configured with remote "
+                                               "log storage."}
+_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")  # matched whole; empty: nothing (Kafka's rule)
+_REPLICAS_FORMAT = "must be the literal '*' or a list of replicas in the following format: " \
+    "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
 
 
 class TopicConfigError(ValueError):
@@ -87,48 +174,38 @@ def validate(name: str, value: str | None) -> str:
         raise TopicConfigError(f"Unknown topic config name: {name}")
     if value is None:
         raise TopicConfigError(f"Invalid value null for configuration {name}")
-    text = value.strip()
-    if key.kind == "list":
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        wrong = [item for item in items if item not in key.choices]
-        if not items or wrong:
-            raise TopicConfigError(f"Invalid value {value} for configuration {name}: String "
-                                   f"must be one of: {', '.join(key.choices)}")
-        return ",".join(dict.fromkeys(items))
-    if key.kind == "string":
-        if text not in key.choices:
-            raise TopicConfigError(f"Invalid value {value} for configuration {name}: String "
-                                   f"must be one of: {', '.join(key.choices)}")
-        return text
+    if key.kind == "replicas":
+        items = [item.strip() for item in value.split(",")]
+        if items != ["*"] and not all(_REPLICA.fullmatch(item) for item in items):
+            raise TopicConfigError(f"Invalid value [{', '.join(items)}] for configuration "
+                                   f"{name}: {name} {_REPLICAS_FORMAT}")
+        return ",".join(item for item in items if item)
     try:
-        number = float(text) if key.kind == "double" else int(text)
-    except ValueError:
-        kind = {"int": "INT", "long": "LONG", "double": "DOUBLE"}[key.kind]
-        raise TopicConfigError(f"Invalid value {value} for configuration {name}: Not a number "
-                               f"of type {kind}") from None
-    if (key.minimum is not None and number < key.minimum) or \
-            (key.maximum is not None and number > key.maximum):
-        raise TopicConfigError(f"Invalid value {value} for configuration {name}: Value must "
-                               f"be at least {_bound(key.minimum)}"
-                               if key.minimum is not None and number < key.minimum else
-                               f"Invalid value {value} for configuration {name}: Value must "
-                               f"be no more than {_bound(key.maximum)}")
-    return str(number)
-
-
-def _bound(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+        text = checked(name, key.kind, value, key.minimum, key.maximum, key.choices)
+    except InvalidValue as error:
+        raise TopicConfigError(str(error)) from None
+    refusal = _REFUSED.get((name, text))
+    if refusal is not None:
+        raise TopicConfigError(refusal)
+    return text
 
 
 def broker_default(props, name: str) -> str:
-    """The value a topic without its own takes: the broker key behind it."""
+    """The value a topic without its own takes: the broker key behind it, else the key's
+    default."""
     key = TOPIC_KEYS[name]
     if name == "retention.ms":  # log.retention.ms, else minutes, else hours
         return str(retention_ms(props))
-    value = getattr(props, key.broker_key)
-    if isinstance(value, float) and value.is_integer() and key.kind == "double":
-        return str(value)
-    return str(value)
+    value = getattr(props, key.broker_key) if key.broker_key else None
+    return key.default if value is None else str(value)
+
+
+def _broker_sets(props, key: TopicKey) -> bool:
+    """Whether a broker key behind a topic key has a value (an unset one, such as
+    log.flush.interval.ms or Kafka's log.roll.jitter.ms, is no synonym: Kafka leaves it out)."""
+    if not key.broker_key:
+        return bool(key.synonym)
+    return getattr(props, key.broker_key) is not None
 
 
 DEFAULT_PROPS = ServerProperties()  # a registry built without a configuration (tools, tests)
@@ -153,6 +230,10 @@ def topic_settings(base, props, own: dict[str, str]):
         changes["max_message_bytes"] = int(own["max.message.bytes"])
     if "min.insync.replicas" in own:
         changes["min_insync_replicas"] = int(own["min.insync.replicas"])
+    if "flush.messages" in own:
+        changes["flush_interval_messages"] = int(own["flush.messages"])
+    if "index.interval.bytes" in own:
+        changes["index_interval_bytes"] = int(own["index.interval.bytes"])
     if "cleanup.policy" in own:
         changes["compacted"] = "compact" in own["cleanup.policy"].split(",")
     if "message.timestamp.type" in own:
@@ -175,9 +256,26 @@ def retention(props, own: dict[str, str]) -> tuple[int, int] | None:
     return int(values["retention.bytes"]), int(values["retention.ms"])
 
 
+def flush_ms(props, own: dict[str, str]) -> int:
+    """A topic's flush.ms: its own, else log.flush.interval.ms; LONG_MAX: never by time."""
+    value = own.get("flush.ms")
+    return int(value if value is not None else broker_default(props, "flush.ms"))
+
+
+def note_inert(logger, topic: str, names) -> None:
+    """One line in `logger`'s log naming the keys among `names` that a topic was given and
+    that have no effect here, with why."""
+    reasons = {name: TOPIC_KEYS[name].inert for name in names
+               if name in TOPIC_KEYS and TOPIC_KEYS[name].inert}
+    if reasons:
+        logger.info("topic %s: %s stored as Kafka does, but without effect here (%s)", topic,
+                    ", ".join(reasons), "; ".join(f"{name}: {why}"
+                                                  for name, why in reasons.items()))
+
+
 # Kafka's config sources (DescribeConfigs, CreateTopics v5+).
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-CONFIG_TYPES = {"int": 3, "long": 5, "double": 6, "string": 2, "list": 7}
+CONFIG_TYPES = dict(config_values.CONFIG_TYPES, replicas=config_values.CONFIG_TYPES["list"])
 
 
 def describe(props, own: dict[str, str], keys=None, synonyms: bool = False,
@@ -199,13 +297,14 @@ def describe(props, own: dict[str, str], keys=None, synonyms: bool = False,
         if synonyms:
             if name in own:
                 chain.append({"name": name, "value": own[name], "source": DYNAMIC_TOPIC_CONFIG})
-            chain.append({"name": key.broker_name, "value": broker_value,
-                          "source": broker_source})
+            if _broker_sets(props, key):
+                chain.append({"name": key.broker_name, "value": broker_value,
+                              "source": broker_source})
         entries.append({"name": name, "value": value, "read_only": False,
                         "config_source": source, "is_default": source == DEFAULT_CONFIG,
                         "is_sensitive": False, "synonyms": chain,
                         "config_type": CONFIG_TYPES[key.kind],
-                        "documentation": key.doc or None if documentation else None})
+                        "documentation": key.documentation if documentation else None})
     return entries
 
 
@@ -219,7 +318,7 @@ def altered(own: dict[str, str], name: str, operation: int, value: str | None) -
         result.pop(name, None)
         return result
     if operation in (2, 3):
-        if TOPIC_KEYS[name].kind != "list":
+        if TOPIC_KEYS[name].kind not in LIST_KINDS:
             raise TopicConfigError(f"Config value append is not allowed for config key: {name}")
         # From the topic's value, else the key's default (as Kafka's ConfigAdminManager).
         base = own.get(name, broker_default(DEFAULT_PROPS, name))
