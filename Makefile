@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
 .PHONY: install run test bench fuzz soak loadgen loadtest report java haproxy prometheus chromium \
-	clean
+	go-clients clean
 
 install: $(STAMP)
 
@@ -21,6 +21,14 @@ $(STAMP): pyproject.toml broker/shared/log/_recordwalk.c
 java:
 	@command -v java >/dev/null 2>&1 || { echo "Spark needs Java 17+: install it with" \
 	  "'apt-get install default-jre-headless' (Debian/Ubuntu)" >&2; exit 1; }
+
+# The Go clients' checks (franz-go and Sarama, tests/test_go_clients.py) in compat/bin, built
+# from compat/go with the module versions its go.sum pins, fetched from the Go module proxy.
+go-clients:
+	@command -v go >/dev/null 2>&1 || { echo "the Go client tests need Go: install it with" \
+	  "'apt-get install golang-go' (Go 1.21 or newer fetches the 1.26 toolchain go.mod names)" >&2; \
+	  exit 1; }
+	cd compat/go && go build -buildvcs=false -o ../bin/ ./cmd/...
 
 # Debian packages the system tests drive for real, installed when missing (as root), else the
 # command that does it is printed: HAProxy in front of the broker (PROXY protocol), Prometheus
@@ -49,7 +57,7 @@ run: install
 	$(PY) -m broker --config config/server.properties
 
 # The import contracts first (pyproject.toml: which process may import what), then the suite.
-test: install loadgen java haproxy prometheus chromium
+test: install loadgen java haproxy prometheus chromium go-clients
 	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest -q tests
 
