@@ -101,8 +101,9 @@ def test_franz_go_transactions_commit_and_abort(broker):
     answer = run("franzcheck", broker, "txn", "franz-txn")
     for name, count in (("committed", RECORDS), ("aborted", RECORDS), ("end", 3)):
         assert answer[name] == {"acknowledged": count, "produce_error": "", "end_error": ""}
-    assert answer["read_committed"] == {"committed": RECORDS, "end": 3}
-    assert answer["read_uncommitted"] == {"committed": RECORDS, "aborted": RECORDS, "end": 3}
+    assert answer["read_committed"] == {"committed": RECORDS, "end": 3, "distinct": RECORDS + 3}
+    assert answer["read_uncommitted"] == {"committed": RECORDS, "aborted": RECORDS, "end": 3,
+                                          "distinct": 2 * RECORDS + 3}
     described = answer["described"]
     assert described["state"] == "CompleteCommit" and described["error"] == ""
     assert described["timeout_ms"] == 40000 and described["partitions"] == 0
@@ -116,10 +117,17 @@ def test_franz_go_transactions_commit_and_abort(broker):
     assert answer["stable_offsets"] == answer["end_offsets"]
 
 
-def test_franz_go_group_transact_session_copies_each_record_once(broker):
-    answer = run("franzcheck", broker, "eos", "franz-eos")
-    assert answer["copied"]["records"] == RECORDS and answer["copied"]["transactions"] >= 1
-    assert answer["output"] == {"read": RECORDS, "distinct_keys": RECORDS}
+def test_franz_go_group_transact_sessions_copy_each_record_once_across_a_rebalance(broker):
+    """Two members copy the input in transactions with the group's offsets; the second joins
+    while the first holds a transaction open, which the rebalance must abort."""
+    answer = run("franzcheck", broker, "eos", "franz-eos", "-members", "2")
+    copied = answer["copied"]
+    assert copied["member_errors"] == ["", ""]
+    assert copied["committed_records"] == RECORDS  # each record's copy committed once
+    held = copied["held"]
+    assert held["revoked"] is True and held["committed"] is False and held["records"] > 0
+    assert copied["aborted_records"] >= held["records"]
+    assert answer["output"] == {"in": RECORDS, "end": 3, "distinct": RECORDS + 3}
     counts = per_partition(answer["produced"]["per_partition"])
     assert per_partition(answer["committed"]) == counts  # the offsets went with the copies
     assert answer["end_offsets"] == answer["committed"]

@@ -13,8 +13,6 @@ import (
 	"pybroker/compat/go/internal/tally"
 )
 
-const groupPartitions = 3
-
 // groupScenario: the members of a consumer group (kgo's ConsumerGroup, cooperative-sticky)
 // share a topic of 3 partitions; once each holds its own, N keyed records are produced
 // idempotently (kgo's default, acks=all); the members read them all, commit and leave.  kadm
@@ -28,7 +26,7 @@ func groupScenario(ctx context.Context, flags report.Flags, results map[string]a
 	}
 	defer producer.Close()
 	admin := kadm.NewClient(producer)
-	if err := createTopic(ctx, admin, flags.Topic, groupPartitions); err != nil {
+	if err := createTopic(ctx, admin, flags.Topic, topicPartitions); err != nil {
 		return err
 	}
 	group := flags.Topic + "-group"
@@ -128,7 +126,7 @@ func consumeInGroup(ctx context.Context, flags report.Flags, group string, membe
 		found["poll_errors"] = pollErrors
 		return found
 	}
-	spread := tally.WaitFor(ctx, func() bool { return assignments.Spread(groupPartitions) })
+	spread := tally.WaitFor(ctx, func() bool { return assignments.Spread(topicPartitions) })
 	if !spread {
 		stopPolling()
 		pollers.Wait()

@@ -14,6 +14,9 @@ import (
 	"pybroker/compat/go/internal/report"
 )
 
+// topicPartitions is the number of partitions of every topic a scenario creates.
+const topicPartitions = 3
+
 var scenarios = map[string]func(context.Context, report.Flags, map[string]any) error{
 	"admin": adminScenario,
 	"group": groupScenario,

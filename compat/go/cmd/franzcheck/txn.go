@@ -11,8 +11,6 @@ import (
 	"pybroker/compat/go/internal/report"
 )
 
-const txnPartitions = 3
-
 // txnScenario: a transactional producer commits N records, aborts N others, then commits one
 // end-<partition> record to each partition.  A read_committed reader must see the committed
 // records and the end records and no aborted one; a read_uncommitted reader sees all three
@@ -27,7 +25,7 @@ func txnScenario(ctx context.Context, flags report.Flags, results map[string]any
 	}
 	defer producer.Close()
 	admin := kadm.NewClient(producer)
-	if err := createTopic(ctx, admin, flags.Topic, txnPartitions); err != nil {
+	if err := createTopic(ctx, admin, flags.Topic, topicPartitions); err != nil {
 		return err
 	}
 	rounds := []struct {
@@ -35,7 +33,7 @@ func txnScenario(ctx context.Context, flags report.Flags, results map[string]any
 		count  int
 		commit kgo.TransactionEndTry
 	}{{"committed", flags.Records, kgo.TryCommit}, {"aborted", flags.Records, kgo.TryAbort},
-		{"end", txnPartitions, kgo.TryCommit}}
+		{"end", topicPartitions, kgo.TryCommit}}
 	for _, round := range rounds {
 		produced, err := transaction(ctx, producer, round.name, round.count, round.commit)
 		results[round.name] = produced
@@ -66,7 +64,7 @@ func transaction(ctx context.Context, producer *kgo.Client, name string, count i
 	}
 	records := make([]*kgo.Record, count)
 	for i := range records {
-		records[i] = &kgo.Record{Partition: int32(i % txnPartitions), Key: []byte(fmt.Sprintf("key-%d", i)),
+		records[i] = &kgo.Record{Partition: int32(i % topicPartitions), Key: []byte(fmt.Sprintf("key-%d", i)),
 			Value: []byte(fmt.Sprintf("%s-value-%d", name, i))}
 	}
 	answers := producer.ProduceSync(ctx, records...)
@@ -84,7 +82,8 @@ func transaction(ctx context.Context, producer *kgo.Client, name string, count i
 }
 
 // readToEndMarks reads the topic from its start, outside any group, until every partition's
-// end-<partition> record arrived, and counts the records by the kind their value names.
+// end-value-<partition> record arrived; it counts the records by the kind their value names
+// (<kind>-value-<i>), and under "distinct" the distinct values.
 func readToEndMarks(ctx context.Context, flags report.Flags, topic string, isolation kgo.IsolationLevel) (map[string]int, error) {
 	reader, err := newClient(flags, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(isolation),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -93,7 +92,8 @@ func readToEndMarks(ctx context.Context, flags report.Flags, topic string, isola
 	}
 	defer reader.Close()
 	seen := map[string]int{}
-	for seen["end"] < txnPartitions && ctx.Err() == nil {
+	values := map[string]bool{}
+	for seen["end"] < topicPartitions && ctx.Err() == nil {
 		fetches := reader.PollFetches(ctx)
 		if err := fetches.Err(); err != nil && ctx.Err() == nil {
 			return seen, fmt.Errorf("poll: %w", err)
@@ -101,10 +101,12 @@ func readToEndMarks(ctx context.Context, flags report.Flags, topic string, isola
 		fetches.EachRecord(func(record *kgo.Record) {
 			kind, _, _ := strings.Cut(string(record.Value), "-value-")
 			seen[kind]++
+			values[string(record.Value)] = true
 		})
 	}
-	if seen["end"] < txnPartitions {
-		return seen, fmt.Errorf("%d of %d end records before the deadline", seen["end"], txnPartitions)
+	seen["distinct"] = len(values)
+	if seen["end"] < topicPartitions {
+		return seen, fmt.Errorf("%d of %d end records before the deadline", seen["end"], topicPartitions)
 	}
 	return seen, nil
 }
