@@ -28,17 +28,11 @@ const recordsPerTransaction = 50
 // record exactly once.
 func eosScenario(ctx context.Context, flags report.Flags, results map[string]any) error {
 	output := flags.Topic + "-out"
-	producer, err := newClient(flags, kgo.DefaultProduceTopic(flags.Topic))
+	producer, admin, err := withTopics(ctx, flags, []string{flags.Topic, output}, kgo.DefaultProduceTopic(flags.Topic))
 	if err != nil {
 		return err
 	}
 	defer producer.Close()
-	admin := kadm.NewClient(producer)
-	for _, topic := range []string{flags.Topic, output} {
-		if err := createTopic(ctx, admin, topic, topicPartitions); err != nil {
-			return err
-		}
-	}
 	if results["produced"], err = produceKeyed(ctx, producer, flags.Records, "in-"); err != nil {
 		return err
 	}
@@ -179,16 +173,8 @@ func (c *copier) copyInTransaction(ctx context.Context, session *kgo.GroupTransa
 
 // groupCaughtUp: the group's committed offsets equal the topic's end offsets.
 func groupCaughtUp(ctx context.Context, admin *kadm.Client, group, topic string) bool {
-	fetched, err := admin.FetchOffsets(ctx, group)
-	if err != nil {
-		return false
-	}
-	ends, err := admin.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return false
-	}
-	committed, errCommitted := committedOf(fetched, topic)
-	end, errEnd := offsetsOf(ends, topic)
+	committed, errCommitted := committedOffsets(ctx, admin, group, topic)
+	end, errEnd := endOffsets(ctx, admin, topic)
 	if errCommitted != nil || errEnd != nil || len(committed) != len(end) {
 		return false
 	}

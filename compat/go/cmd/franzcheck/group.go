@@ -20,15 +20,11 @@ import (
 // Last, 10 more records go out and one new member of the group must read exactly those: it
 // starts at the committed offsets.
 func groupScenario(ctx context.Context, flags report.Flags, results map[string]any) error {
-	producer, err := newClient(flags, kgo.DefaultProduceTopic(flags.Topic))
+	producer, admin, err := withTopics(ctx, flags, []string{flags.Topic}, kgo.DefaultProduceTopic(flags.Topic))
 	if err != nil {
 		return err
 	}
 	defer producer.Close()
-	admin := kadm.NewClient(producer)
-	if err := createTopic(ctx, admin, flags.Topic, topicPartitions); err != nil {
-		return err
-	}
 	group := flags.Topic + "-group"
 	rounds := []struct {
 		name, prefix string
@@ -185,18 +181,11 @@ func poll(ctx context.Context, client *kgo.Client, reads *tally.Reads) string {
 // describeGroupOffsets: the group's committed offsets (OffsetFetch) beside the topic's end
 // offsets (ListOffsets latest), and the group's state once its members left.
 func describeGroupOffsets(ctx context.Context, admin *kadm.Client, group, topic string, results map[string]any) error {
-	fetched, err := admin.FetchOffsets(ctx, group)
-	if err != nil {
-		return fmt.Errorf("fetch offsets: %w", err)
-	}
-	if results["committed"], err = committedOf(fetched, topic); err != nil {
+	var err error
+	if results["committed"], err = committedOffsets(ctx, admin, group, topic); err != nil {
 		return err
 	}
-	ends, err := admin.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("list end offsets: %w", err)
-	}
-	if results["end_offsets"], err = offsetsOf(ends, topic); err != nil {
+	if results["end_offsets"], err = endOffsets(ctx, admin, topic); err != nil {
 		return err
 	}
 	described, err := admin.DescribeGroups(ctx, group)

@@ -17,29 +17,36 @@ import (
 // topicPartitions is the number of partitions of every topic a scenario creates.
 const topicPartitions = 3
 
-var scenarios = map[string]func(context.Context, report.Flags, map[string]any) error{
-	"admin": adminScenario,
-	"group": groupScenario,
-	"txn":   txnScenario,
-	"eos":   eosScenario,
-}
-
 func main() {
-	names := make([]string, 0, len(scenarios))
-	for name := range scenarios {
-		names = append(names, name)
-	}
-	flags := report.Parse(names)
-	ctx, cancel := flags.Context()
-	defer cancel()
-	results := map[string]any{"scenario": flags.Scenario, "client": "franz-go"}
-	report.Emit(results, scenarios[flags.Scenario](ctx, flags, results))
+	report.Main("franz-go", map[string]report.Scenario{
+		"admin": adminScenario,
+		"group": groupScenario,
+		"txn":   txnScenario,
+		"eos":   eosScenario,
+	})
 }
 
 // newClient is a kgo client of the broker with the scenario's own options.
 func newClient(flags report.Flags, opts ...kgo.Opt) (*kgo.Client, error) {
 	all := append([]kgo.Opt{kgo.SeedBrokers(flags.Bootstrap), kgo.ClientID("franzcheck")}, opts...)
 	return kgo.NewClient(all...)
+}
+
+// withTopics is a kgo client with the scenario's options and a kadm client on it, once the
+// topics exist (topicPartitions partitions each); the caller closes the kgo client.
+func withTopics(ctx context.Context, flags report.Flags, topics []string, opts ...kgo.Opt) (*kgo.Client, *kadm.Client, error) {
+	client, err := newClient(flags, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	admin := kadm.NewClient(client)
+	for _, topic := range topics {
+		if err := createTopic(ctx, admin, topic, topicPartitions); err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+	}
+	return client, admin, nil
 }
 
 // createTopic makes a topic of `partitions` partitions and one replica with kadm.
@@ -76,4 +83,22 @@ func committedOf(fetched kadm.OffsetResponses, topic string) (map[string]int64, 
 		found[fmt.Sprint(partition)] = offset.At
 	}
 	return found, nil
+}
+
+// endOffsets is {"partition": end offset} of a topic (ListOffsets latest).
+func endOffsets(ctx context.Context, admin *kadm.Client, topic string) (map[string]int64, error) {
+	listed, err := admin.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets: %w", err)
+	}
+	return offsetsOf(listed, topic)
+}
+
+// committedOffsets is {"partition": offset} that a group committed for a topic (OffsetFetch).
+func committedOffsets(ctx context.Context, admin *kadm.Client, group, topic string) (map[string]int64, error) {
+	fetched, err := admin.FetchOffsets(ctx, group)
+	if err != nil {
+		return nil, fmt.Errorf("fetch offsets: %w", err)
+	}
+	return committedOf(fetched, topic)
 }

@@ -18,16 +18,12 @@ import (
 // lists the end offsets (high watermark) and the committed ones (last stable offset).
 func txnScenario(ctx context.Context, flags report.Flags, results map[string]any) error {
 	txnID := flags.Topic + "-txn"
-	producer, err := newClient(flags, kgo.DefaultProduceTopic(flags.Topic), kgo.TransactionalID(txnID),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	producer, admin, err := withTopics(ctx, flags, []string{flags.Topic}, kgo.DefaultProduceTopic(flags.Topic),
+		kgo.TransactionalID(txnID), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return err
 	}
 	defer producer.Close()
-	admin := kadm.NewClient(producer)
-	if err := createTopic(ctx, admin, flags.Topic, topicPartitions); err != nil {
-		return err
-	}
 	rounds := []struct {
 		name   string
 		count  int
@@ -148,11 +144,8 @@ func describeProducers(ctx context.Context, admin *kadm.Client, topic string, re
 
 // listStableOffsets: the high watermarks beside the last stable offsets.
 func listStableOffsets(ctx context.Context, admin *kadm.Client, topic string, results map[string]any) error {
-	ends, err := admin.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("list end offsets: %w", err)
-	}
-	if results["end_offsets"], err = offsetsOf(ends, topic); err != nil {
+	var err error
+	if results["end_offsets"], err = endOffsets(ctx, admin, topic); err != nil {
 		return err
 	}
 	stable, err := admin.ListCommittedOffsets(ctx, topic)

@@ -25,29 +25,23 @@ var debug = flag.Bool("debug", false, "Sarama's log on stderr")
 
 var kafkaVersion = flag.String("version", "max", `Kafka version Sarama speaks: "default", "max" or e.g. 3.6.0`)
 
-var scenarios = map[string]func(context.Context, report.Flags, *sarama.Config, map[string]any) error{
-	"group": groupScenario,
+func main() {
+	report.Main("sarama", map[string]report.Scenario{"group": withConfig(groupScenario)})
 }
 
-func main() {
-	names := make([]string, 0, len(scenarios))
-	for name := range scenarios {
-		names = append(names, name)
+// withConfig runs a scenario with the Sarama configuration the flags ask for.
+func withConfig(run func(context.Context, report.Flags, *sarama.Config, map[string]any) error) report.Scenario {
+	return func(ctx context.Context, flags report.Flags, results map[string]any) error {
+		if *debug {
+			sarama.Logger = log.New(os.Stderr, "[sarama] ", log.Lmicroseconds)
+		}
+		config, err := newConfig(*kafkaVersion)
+		if err != nil {
+			return err
+		}
+		results["version"] = config.Version.String()
+		return run(ctx, flags, config, results)
 	}
-	flags := report.Parse(names)
-	if *debug {
-		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.Lmicroseconds)
-	}
-	ctx, cancel := flags.Context()
-	defer cancel()
-	results := map[string]any{"scenario": flags.Scenario, "client": "sarama"}
-	config, err := newConfig(*kafkaVersion)
-	if err != nil {
-		report.Emit(results, err)
-		return
-	}
-	results["version"] = config.Version.String()
-	report.Emit(results, scenarios[flags.Scenario](ctx, flags, config, results))
 }
 
 // newConfig: acks=all, idempotent (one request in flight, as Sarama requires), successes

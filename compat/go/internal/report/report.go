@@ -9,10 +9,30 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
+
+// Scenario does one scenario's work and writes what the broker answered into results.
+type Scenario func(ctx context.Context, flags Flags, results map[string]any) error
+
+// Main reads the command line, runs the scenario it names within its deadline and prints the
+// answer (Emit); `client` names the client library in it.
+func Main(client string, scenarios map[string]Scenario) {
+	names := make([]string, 0, len(scenarios))
+	for name := range scenarios {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	flags := Parse(names)
+	ctx, cancel := flags.Context()
+	results := map[string]any{"scenario": flags.Scenario, "client": client}
+	err := scenarios[flags.Scenario](ctx, flags, results)
+	cancel()
+	Emit(results, err)
+}
 
 // Flags are the settings common to every scenario.
 type Flags struct {
