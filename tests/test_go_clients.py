@@ -42,7 +42,8 @@ def run(program: str, broker: BrokerProcess, scenario: str, topic: str, *extra: 
                           capture_output=True, text=True, timeout=40)
     assert done.stdout.strip(), f"{program} {scenario} printed nothing; stderr:\n{done.stderr}"
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    assert answer["error"] is None, f"{program} {scenario}: {answer}\nstderr:\n{done.stderr[-4000:]}"
+    assert answer["error"] is None, \
+        f"{program} {scenario}: {answer}\nstderr:\n{done.stderr[-4000:]}"
     assert done.returncode == 0
     return answer
 
