@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
 .PHONY: install run test bench fuzz soak loadgen loadtest report java haproxy prometheus chromium \
-	kafka kafka-run kafka-tool compare compat clean
+	kafka kafka-run kafka-tool compare compat go-clients clean
 
 install: $(STAMP)
 
@@ -36,6 +36,14 @@ $(KAFKA_STAMP): compat/pom.xml $(shell find compat/src -name '*.java' 2>/dev/nul
 	mvn -q -B -f compat/pom.xml package
 	touch $@
 
+# The Go clients' checks (franz-go and Sarama, tests/test_go_clients.py) in compat/bin, built
+# from compat/go with the module versions its go.sum pins, fetched from the Go module proxy.
+go-clients:
+	@command -v go >/dev/null 2>&1 || { echo "the Go client tests need Go: install it with" \
+	  "'apt-get install golang-go' (Go 1.21 or newer fetches the 1.26 toolchain go.mod names)" >&2; \
+	  exit 1; }
+	cd compat/go && go build -buildvcs=false -o ../bin/ ./cmd/...
+
 # Debian packages the system tests drive for real, installed when missing (as root), else the
 # command that does it is printed: HAProxy in front of the broker (PROXY protocol), Prometheus
 # and promtool (scraping, alert rules), Chromium (the report in a headless browser).
@@ -63,7 +71,7 @@ run: install
 	$(PY) -m broker --config config/server.properties
 
 # The import contracts first (pyproject.toml: which process may import what), then the suite.
-test: install loadgen java kafka haproxy prometheus chromium
+test: install loadgen java kafka go-clients haproxy prometheus chromium
 	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest -q -m 'not long' tests
 
@@ -87,7 +95,7 @@ compare: install loadgen kafka
 
 # The long compatibility set: Kafka's Java clients, tools and Streams, and the Go clients,
 # against this broker (`make test` runs a short version of each).
-compat: install loadgen kafka
+compat: install loadgen kafka go-clients
 	$(PY) -m pytest -q -m long tests
 
 loadgen: $(LOADGEN)
@@ -133,4 +141,4 @@ loadtest: install
 	$(VENV)/bin/locust -f loadtest/locustfile.py --config loadtest/locust.conf --host tcp://127.0.0.1:$$port $(LOCUST_ARGS)
 
 clean:
-	rm -rf $(VENV) loadtest/bin .pytest_cache reports compat/lib compat/target
+	rm -rf $(VENV) loadtest/bin .pytest_cache reports compat/lib compat/target compat/bin

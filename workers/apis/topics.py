@@ -234,29 +234,38 @@ class DeleteTopics(Api, api="DeleteTopics"):
                  error_code("cluster_authorization_failed"),
                  "error_message": _MESSAGES["cluster_authorization_failed"]}
                 for name, topic_id in wanted]})
+        malformed = _malformed(wanted)
         resolved = []
         for name, topic_id in wanted:
             if name is None and topic_id is not None:
                 info = registry.by_id(topic_id)
                 name = info.name if info is not None else None
             resolved.append((name, topic_id))
-        denied = self._denied(ctx, resolved)
-        duplicated = _duplicates(name for name, _ in resolved if name is not None)
-        doomed = list(dict.fromkeys(name for name, _ in resolved if name is not None
-                                    and name not in duplicated and name not in denied))
-        problems = dict(zip(doomed, registry.delete_many(doomed)))  # one hold of the lock
+        named = [name for index, (name, _) in enumerate(resolved)
+                 if name is not None and index not in malformed]
+        denied = self._denied(ctx, named)
+        duplicated = _duplicates(named)
+        doomed = list(dict.fromkeys(name for name in named
+                                    if name not in duplicated and name not in denied))
+        outcomes = dict(zip(doomed, registry.delete_many(doomed)))  # one hold of the lock
         results = []
-        for name, topic_id in resolved:
+        for index, (name, topic_id) in enumerate(resolved):
+            if index in malformed:
+                results.append({"name": name, "topic_id": topic_id, "error_code":
+                                error_code("invalid_request"), "error_message": malformed[index]})
+                continue
             problem = ("unknown_topic_id" if name is None else "invalid_request"
                        if name in duplicated else "topic_authorization_failed"
-                       if name in denied else problems[name])
+                       if name in denied else outcomes[name].problem)
+            if problem is None:
+                topic_id = outcomes[name].topic_id  # Kafka names the id deleted, asked by name too
             if name in denied and denied[name] and topic_id is not None:
                 name = None  # asked by id, not even describable: its name is not told
             results.append({"name": name, "topic_id": topic_id, "error_code": error_code(problem),
                             "error_message": None})
         return ctx.respond({"throttle_time": NO_THROTTLE, "responses": results})
 
-    def _denied(self, ctx: RequestContext, resolved: list) -> dict[str, bool]:
+    def _denied(self, ctx: RequestContext, names: list[str]) -> dict[str, bool]:
         """Names the principal may not delete -> whether it may not even DESCRIBE them.
         DELETE on the cluster allows every topic; else DESCRIBE, then DELETE on the topic
         (Kafka's order: an undescribable topic is refused whether it exists or not)."""
@@ -264,13 +273,25 @@ class DeleteTopics(Api, api="DeleteTopics"):
         if access.allowed(ctx, Operation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME):
             return {}
         denied = {}
-        for name in dict.fromkeys(name for name, _ in resolved if name is not None):
+        for name in dict.fromkeys(names):
             if not access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name):
                 denied[name] = True
             elif self.services.registry.get(name) is not None and not access.check(
                     ctx, Operation.DELETE, ResourceType.TOPIC, name):
                 denied[name] = False
         return denied
+
+
+def _malformed(wanted: list) -> dict[int, str]:
+    """Entries of a DeleteTopics v6+ request that Kafka refuses (INVALID_REQUEST) before any
+    lookup, by index: a topic is named by its name or by its id, exactly one of them."""
+    malformed = {}
+    for index, (name, topic_id) in enumerate(wanted):
+        if name is not None and topic_id is not None:
+            malformed[index] = "You may not specify both topic name and topic id."
+        elif name is None and topic_id is None:
+            malformed[index] = "Neither topic name nor id were specified."
+    return malformed
 
 
 class CreatePartitions(Api, api="CreatePartitions"):

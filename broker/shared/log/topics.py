@@ -22,6 +22,7 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 
@@ -49,6 +50,14 @@ def encode_topic_id(topic_id: uuid.UUID) -> str:
 
 def decode_topic_id(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+class Deletion(NamedTuple):
+    """One name's outcome in TopicRegistry.delete_many: a Kafka error name, or None and the id
+    of the topic deleted."""
+
+    problem: str | None
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -324,35 +333,35 @@ class TopicRegistry:
         return None
 
     def delete(self, name: str) -> str | None:
-        return self.delete_many([name])[0]
+        return self.delete_many([name])[0].problem
 
-    def delete_many(self, names: list[str]) -> list[str | None]:
-        """Delete topics under one hold of the topics lock; per name, None or a Kafka error
-        name.  Each partition directory is renamed `...-delete` (no longer a topic to anyone);
-        its files are removed later by the parent (`remove_deleted`), off every request path,
-        as Kafka deletes them after log.segment.delete.delay.ms."""
-        problems, doomed = [], []
+    def delete_many(self, names: list[str]) -> list[Deletion]:
+        """Delete topics under one hold of the topics lock; per name, a Kafka error name or the
+        id of the topic deleted.  Each partition directory is renamed `...-delete` (no longer a
+        topic to anyone); its files are removed later by the parent (`remove_deleted`), off
+        every request path, as Kafka deletes them after log.segment.delete.delay.ms."""
+        outcomes, doomed = [], []
         with self._locked():
             existing = self.topics()
             for name in names:
                 topic = existing.get(name)
                 if topic is None:
-                    problems.append("unknown_topic_or_partition")
+                    outcomes.append(Deletion("unknown_topic_or_partition"))
                     continue
                 for directory in topic.directories:
                     target = f"{directory}.{encode_topic_id(topic.topic_id)}-delete"
                     os.rename(directory, target)
                     doomed.append(target)
-                problems.append(None)
+                outcomes.append(Deletion(None, topic.topic_id))
             if doomed:
                 stored = _read_configs(self.log_dirs[0])
-                gone = {encode_topic_id(existing[name].topic_id) for name, problem
-                        in zip(names, problems) if problem is None}
+                gone = {encode_topic_id(outcome.topic_id) for outcome in outcomes
+                        if outcome.problem is None}
                 if gone & stored.keys():
                     _write_configs(self.log_dirs[0], {key: value for key, value in stored.items()
                                                       if key not in gone})
                 self.epoch.bump()
-        return problems
+        return outcomes
 
     def close(self) -> None:
         for handle in self._partitions.values():
