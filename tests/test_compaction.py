@@ -16,6 +16,7 @@ from broker.shared.log.segment import list_bases
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import compressed
 from tests.harness import BrokerProcess, wait_until
+from tests.wire import KafkaSocket, decode_response, fetch_request
 
 NOW = int(time.time() * 1000)  # the records' timestamps
 
@@ -159,9 +160,12 @@ def test_confluent_kafka_reads_a_compacted_topic_back():
             "cleanup.policy": "compact", "segment.bytes": "2000",
             "delete.retention.ms": "1000", "min.compaction.lag.ms": "0"})])[
             "prices"].result(timeout=20)
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
-                             "compression.type": "gzip"})
+        # A batch a round, gzip and lz4 in turn: the last round's (lz4) is rewritten once
+        # its tombstone goes.
+        producers = [Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                               "compression.type": codec}) for codec in ("gzip", "lz4")]
         for round_number in range(20):
+            producer = producers[round_number % 2]
             for key in range(5):
                 value = None if (key == 4 and round_number == 19) else b"%d" % round_number
                 producer.produce("prices", key=b"item-%d" % key, value=value)
@@ -199,6 +203,16 @@ def test_confluent_kafka_reads_a_compacted_topic_back():
             assert items[b"item-%d" % key][1] == b"19"  # the latest value
         assert items[b"item-3"][0] == 19 * 5 + 3  # at the offset it was written at
         assert broker.metric("broker_worker_restarts_total") == 0
+        # The rewritten lz4 batch is a frame of independent blocks: Kafka's Java consumer
+        # (Lz4BlockInputStream) refuses any other.
+        with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+            client.send(fetch_request("prices", offset=19 * 5))
+            _, response = decode_response(1, 12, client.receive())
+        data = response.responses[0].partitions[0].records
+        header = next(records.headers_in(data))
+        assert (header.base_offset, header.record_count, header.attributes & 7) == (95, 4, 3)
+        frame_flags = data[records.HEADER_BYTES + 4]
+        assert frame_flags & 0x20, f"lz4 frame flags {frame_flags:#x}: linked blocks"
 
 
 def test_a_batch_that_decompresses_past_the_bound_is_kept_as_it_is(tmp_path):

@@ -487,7 +487,7 @@ def test_delete_records_moves_the_log_start_and_survives_a_restart(tmp_path):
 
 
 def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
-    """Kafka's rule for cleanup.policy=compact: INVALID_RECORD for a null key, per batch."""
+    """Kafka's rule for cleanup.policy=compact: INVALID_RECORD for a null key, in its words."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     registry = TopicRegistry((str(tmp_path),), LogSettings(), Epoch())
@@ -500,7 +500,10 @@ def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
     builder.append(0, timestamp=1000, key=None, value=b"v", headers=[])
     refused = partition.append(bytes(builder.build()))
     assert (refused.error, refused.message) == (
-        "invalid_record", "Compacted topic cannot accept message without key")
+        "invalid_record", "One or more records have been rejected due to 1 record errors in "
+        "total, and only showing the first three errors at most: [RecordError(batchIndex=0, "
+        "message='Compacted topic cannot accept message without key in topic partition "
+        "table-0')]")
     assert partition.append(make_batch(2)).error is None  # keyed: accepted
     assert registry.set_configs("table", {}) is None  # delete again: null keys are fine
     assert registry.partition("table", 0).append(bytes(builder.build())).error is None

@@ -140,3 +140,41 @@ def test_a_record_without_a_timestamp_hides_no_other_from_the_bounds(broker):
     assert produce(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
     fresh = batch_of(record(0, 0) + record(1, now + 1), 2, -1, max_timestamp=now)
     assert produce(broker, "bounded", fresh)[0] == 0
+
+
+def refused_records(broker, topic: str, batch: bytes):
+    """(error code, error_message, [(batch index, message)]) of a Produce v9 answer."""
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
+        client.send(produce_request(topic, batch, correlation_id=6))
+        _, response = decode_response(0, 9, client.receive())
+        (answer,) = response.responses[0].partition_responses
+        return answer.error_code, answer.error_message, [
+            (error.batch_index, error.batch_index_error_message)
+            for error in answer.record_errors]
+
+
+def test_each_record_out_of_bounds_is_named_as_kafka_names_it(broker):
+    """Kafka's record_errors for message.timestamp.before/after.max.ms: the index and
+    timestamp of each record out of bounds (the one without a timestamp is not checked)."""
+    now = now_ms()
+    stamps = [now, now - 2 * HOUR_MS, now, -1, now + 2 * HOUR_MS, now]
+    records = b"".join(record(index, stamp - now) for index, stamp in enumerate(stamps))
+    code, message, listed = refused_records(broker, "bounded", batch_of(records, 6, now))
+    assert (code, message) == (INVALID_TIMESTAMP,
+                               "One or more records have been rejected due to invalid timestamp")
+    assert [index for index, _ in listed] == [1, 4]
+    for index, text in listed:
+        prefix = f"Timestamp {stamps[index]} of message with offset {index} is out of range. " \
+                 f"The timestamp should be within ["
+        assert text.startswith(prefix), text
+        low, high = map(int, text[len(prefix):-1].split(", "))
+        assert high - low == 2 * HOUR_MS and low <= now - HOUR_MS + 60_000
+
+
+def test_a_client_log_append_time_attribute_fails_every_record(broker):
+    code, message, listed = refused_records(broker, "stamped", client_stamped([now_ms()] * 3))
+    assert (code, message) == (INVALID_TIMESTAMP,
+                               "One or more records have been rejected due to invalid timestamp")
+    assert listed == [(index, f"Invalid timestamp type in message with offset {index}. Producer "
+                              f"should not set timestamp type to LogAppendTime.")
+                      for index in range(3)]

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.shared.log import records
+from broker.shared.log.record_errors import FaultRoom, Faults
 from broker.shared.log.records import HEADER_BYTES, BatchError
 from tests.batches import compressed, make_batch
 from tests.raw_batches import batch_of, record
@@ -16,26 +17,36 @@ from tests.raw_batches import batch_of, record
 pytestmark = pytest.mark.skipif(records._recordwalk is None, reason="never: make install builds it")
 
 
-def _outcome(walk, buffer, end, count, keyed):
+LISTED = 5  # faulty records listed at most: the rest are only counted
+
+
+def _outcome(walk, buffer, end, count, keyed, window):
     try:
-        return walk(buffer, end, count, keyed)
+        return walk(buffer, end, count, keyed, window)
     except BatchError as error:
         return error.code
 
 
-def _python(buffer, end, count, keyed):
+def _python(buffer, end, count, keyed, window):
+    faults = Faults(keyed, window, FaultRoom(LISTED))
     position, least, greatest = records._walk(buffer, HEADER_BYTES, end, 0, count, 2**63,
-                                              -(2**63), None, keyed)
-    return position, least, greatest
+                                              -(2**63), None, faults)
+    return position, least, greatest, faults.keyless, faults.stamped, faults.listed
 
 
-def _c(buffer, end, count, keyed):
-    return records._recordwalk.walk(buffer, HEADER_BYTES, end, 0, count, keyed)
+def _c(buffer, end, count, keyed, window):
+    listed: list = []
+    low, high, none = window or (0, 0, 0)
+    walked = records._recordwalk.walk(buffer, HEADER_BYTES, end, 0, count, keyed, listed, LISTED,
+                                      window is not None, low, high, none)
+    return (*walked, listed)
 
 
-def _agree(buffer, end, count, keyed=False):
-    expected = _outcome(_python, buffer, end, count, keyed)
-    assert _outcome(_c, buffer, end, count, keyed) == expected
+def _agree(buffer, end, count, keyed=False, window=None):
+    """The verdict both walks reach: a refusal's code, or (position, least and greatest
+    timestamp delta, keyless and out-of-window records counted, the first listed)."""
+    expected = _outcome(_python, buffer, end, count, keyed, window)
+    assert _outcome(_c, buffer, end, count, keyed, window) == expected
     return expected
 
 
@@ -55,7 +66,7 @@ def test_the_c_walk_agrees_with_the_python_walk(count, value_size, stamps, keyed
     end = max(HEADER_BYTES, len(batch) - cut)
     outcome = _agree(memoryview(batch)[:end], end, len(stamps), keyed)
     if not flips and not cut:
-        assert outcome == (len(batch), min(stamps) - stamps[0], max(stamps) - stamps[0])
+        assert outcome[:3] == (len(batch), min(stamps) - stamps[0], max(stamps) - stamps[0])
 
 
 @settings(max_examples=400, deadline=None)
@@ -78,15 +89,43 @@ def test_a_varint_wider_than_64_bits_is_refused_by_both():
     assert _agree(buffer, len(buffer), 1) == "corrupt_message"
 
 
-def test_a_keyless_record_in_a_compacted_topic_is_an_invalid_record_in_both():
+def test_keyless_records_in_a_compacted_topic_are_listed_by_both():
+    body = b"".join(record(index, index, key=None if index % 3 == 0 else b"k")
+                    for index in range(20))
+    buffer = bytes(HEADER_BYTES) + body
+    *_, keyless, stamped, listed = _agree(buffer, len(buffer), 20, keyed=True)
+    assert (keyless, stamped) == (7, 0)  # 0, 3, ... 18: all counted, LISTED of them listed
+    assert listed == [(index, 1, index) for index in (0, 3, 6, 9, 12)]
+    assert _agree(buffer, len(buffer), 20, keyed=False)[3:] == (0, 0, [])
+
+
+def test_a_keyless_record_that_is_also_corrupt_is_refused_as_corrupt_by_both():
+    """Kafka reads a record whole before it checks its key: the corruption wins."""
     batch = bytearray(make_batch(count=1))
     # The first record's key length follows its length, attributes, timestamp delta and
-    # offset delta, one byte each here; -1 (zigzag 1) makes the key null.
+    # offset delta, one byte each here; -1 (zigzag 1) makes the key null, and the record
+    # no longer fills its length.
     key_at = HEADER_BYTES + 4
     assert batch[key_at] == 4  # "k0"
     batch[key_at] = 1
-    assert _agree(batch, len(batch), 1, keyed=True) == "invalid_record"
-    assert _agree(batch, len(batch), 1, keyed=False) == "corrupt_message"
+    assert _agree(batch, len(batch), 1, keyed=True) == "corrupt_message"
+
+
+@settings(max_examples=300, deadline=None)
+@given(deltas=st.lists(st.integers(-50, 50), min_size=1, max_size=30),
+       window=st.tuples(st.integers(-60, 60), st.integers(0, 60), st.integers(-60, 60)),
+       keyless=st.sets(st.integers(0, 29)))
+def test_timestamps_out_of_the_window_are_counted_and_listed_alike(deltas, window, keyless):
+    low, width, none = window
+    body = b"".join(record(index, delta, key=None if index in keyless else b"k")
+                    for index, delta in enumerate(deltas))
+    buffer = bytes(HEADER_BYTES) + body
+    *_, keyless_found, stamped, listed = _agree(buffer, len(buffer), len(deltas), True,
+                                                (low, low + width, none))
+    expected = [(index, 1 if index in keyless else 2, delta)
+                for index, delta in enumerate(deltas)
+                if index in keyless or (delta != none and not low <= delta <= low + width)]
+    assert (keyless_found + stamped, listed) == (len(expected), expected[:LISTED])
 
 
 @settings(max_examples=300, deadline=None)
@@ -95,8 +134,8 @@ def test_a_keyless_record_in_a_compacted_topic_is_an_invalid_record_in_both():
 def test_timestamp_deltas_at_the_ends_of_64_bits_meet_the_same_verdict(deltas, keyed):
     body = b"".join(record(index, delta) for index, delta in enumerate(deltas))
     buffer = bytes(HEADER_BYTES) + body
-    assert _agree(buffer, len(buffer), len(deltas), keyed) == (len(buffer), min(deltas),
-                                                               max(deltas))
+    assert _agree(buffer, len(buffer), len(deltas), keyed)[:3] == (len(buffer), min(deltas),
+                                                                   max(deltas))
 
 
 @settings(max_examples=60, deadline=None)

@@ -29,17 +29,31 @@ CREATE_TIME, LOG_APPEND_TIME = 1, 2  # confluent_kafka.TIMESTAMP_*
     ("cleanup.policy", "compact,shred", "String must be one of: delete, compact"),
     ("message.timestamp.type", "WallClock", "String must be one of: CreateTime, LogAppendTime"),
     ("min.cleanable.dirty.ratio", "1.5", "Value must be no more than 1"),
-    ("compression.type", "gzip", "String must be one of: producer"),
     ("flush.ms", "-1", "Value must be at least 0"),
     ("flush.messages", "0", "Value must be at least 1"),
     ("preallocate", "maybe", "Expected value to be either true or false"),
     ("remote.storage.enable", "true", "Tiered Storage functionality is disabled in the broker"),
     ("leader.replication.throttled.replicas", "0:1,x",
      r"Invalid value \[0:1, x\] .* must be the literal '\*' or a list of replicas"),
+    ("compression.type", "brotli",
+     "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+    ("compression.gzip.level", "0", "Value must be between 1 and 9 or equal to -1"),
+    ("compression.gzip.level", "10", "Value must be between 1 and 9 or equal to -1"),
+    ("compression.lz4.level", "18", "Value must be no more than 17"),
+    ("compression.zstd.level", "-131073", "Value must be at least -131072"),
 ])
 def test_bad_topic_configs_are_refused_in_kafkas_words(name, value, message):
     with pytest.raises(TopicConfigError, match=message):
         validate(name, value)
+
+
+def test_every_codec_and_its_levels_are_taken_as_kafka_takes_them():
+    for name in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"):
+        assert validate("compression.type", name) == name
+    assert [validate("compression.gzip.level", level) for level in ("-1", "1", "9")] == \
+        ["-1", "1", "9"]
+    assert validate("compression.lz4.level", "1") == "1"
+    assert validate("compression.zstd.level", "-131072") == "-131072"
 
 
 def test_values_are_normalised_and_list_operations_apply():

@@ -25,6 +25,7 @@ from msgspec import Meta
 
 from broker.shared.acl import parse_super_users
 from broker.shared.constants import INT_MAX
+from broker.shared.log import compression
 from broker.shared.overrides import parse_ip_overrides, parse_user_overrides, syntax_only
 from broker.shared.sasl import MECHANISMS, SASL_PROTOCOLS, SaslSettings, plain_users
 from broker.shared.tls import (TLS_KEYS, TLS_PROTOCOLS, PrincipalRules, TlsConfigError, TlsSettings,
@@ -388,8 +389,17 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     log_cleaner_min_cleanable_ratio: Annotated[float, _doc(
         "Default min.cleanable.dirty.ratio of topics.", ge=0, le=1)] = 0.5
     compression_type: Annotated[str, _doc(
-        "Default compression.type of topics: producer (batches are kept as produced).")] = \
-        "producer"
+        "Default compression.type of topics: uncompressed, zstd, lz4, snappy or gzip (batches "
+        "are stored in that codec, one in another recompressed at append), or producer (kept "
+        "as produced).")] = "producer"
+    compression_gzip_level: Annotated[int, _doc(
+        "Default compression.gzip.level of topics: 1 to 9, or -1 (zlib's default, 6).",
+        ge=-1, le=9)] = -1
+    compression_lz4_level: Annotated[int, _doc(
+        "Default compression.lz4.level of topics: 9 is lz4's fast mode, any other its "
+        "high-compression mode.", ge=1, le=17)] = 9
+    compression_zstd_level: Annotated[int, _doc(
+        "Default compression.zstd.level of topics.", ge=-131072, le=22)] = 3
     min_insync_replicas: Annotated[int, _doc(
         "Default min.insync.replicas of topics; above 1, acks=all produce gets "
         "NOT_ENOUGH_REPLICAS (this broker is a single replica).", ge=1)] = 1
@@ -951,9 +961,12 @@ def _check_topic_defaults(props: ServerProperties) -> None:
     if props.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):
         raise ConfigError(f"log.message.timestamp.type: {props.log_message_timestamp_type!r} is "
                           f"not CreateTime or LogAppendTime")
-    if props.compression_type != "producer":
-        raise ConfigError(f"compression.type: {props.compression_type!r} is not supported: only "
-                          f"producer (batches are kept as the producer compressed them)")
+    if props.compression_type not in compression.TYPES:
+        raise ConfigError(f"compression.type: {props.compression_type!r} is not one of "
+                          f"{', '.join(compression.TYPES)}")
+    problem = compression.level_problem("gzip", props.compression_gzip_level)
+    if problem:
+        raise ConfigError(f"compression.gzip.level: {problem}")
 
 
 CONTROL_PLANE_RESERVE = MIB

@@ -92,6 +92,7 @@ def write_seeds(target: str, directory: str) -> int:
         seeds += [compressed(make_batch(5), codec, xerial) for codec, xerial in
                   ((1, False), (2, False), (2, True), (3, False), (4, False))]
         seeds += _timestamp_seeds()
+        seeds += _topic_seeds()
     elif target == "sasl":
         seeds = _sasl_seeds()
     elif target == "tags":  # flexible frames, each with an unknown tagged field appended
@@ -142,6 +143,20 @@ def _body(frame: bytes) -> bytes:
     api_key, version = struct.unpack_from(">hh", frame)
     header_reader, _ = request_readers(api_key, version)
     return frame[header_reader(frame, 0)[1]:]
+
+
+def _topic_seeds() -> list[bytes]:
+    """Batches whose base offset's second byte (outside the CRC) asks the target for a
+    compacted topic, a topic codec and timestamp bounds (targets._slices_agree): some records
+    without a key, some far from the bounds' clock."""
+    from tests.batches import compressed, make_batch
+    from tests.raw_batches import batch_of, record
+
+    keyless = batch_of(b"".join(record(index, index << 30, key=None if index % 2 else b"k")
+                                for index in range(6)), 6, 1 << 40)
+    return [batch[:1] + bytes([flags]) + batch[2:]
+            for flags in (0x06, 0x0A, 0x0E, 0x12, 0x16, 0x36)
+            for batch in (make_batch(5), compressed(make_batch(5), 3), keyless)]
 
 
 def _batches(frame: bytes) -> list[bytes]:

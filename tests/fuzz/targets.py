@@ -251,37 +251,61 @@ def records(data: bytes) -> None:
 
 
 def _verdict(check, room: int | None, most: int):
-    """The header a check stores, or its refusal's code, walked as Produce walks it: a first
-    start within `room` (which may decline), then `most` records a step."""
+    """(header stored, bytes stored) of a check, or (its refusal's code, the records it lists),
+    walked as Produce walks it: a first start within `room` (which may decline), then `most`
+    records (or one slice of recompression) a step."""
     from broker.shared.log import records as batches
 
     try:
         check.start(room)
         while not check.step(most):
             pass
-        return check.batch
+        return check.batch, check.stored
     except batches.BatchError as error:
-        return error.code
+        return error.code, getattr(error, "errors", None)
 
 
 def _slices_agree(batches, data: bytes) -> None:
     """A batch checked in slices after a start with little room (Produce's queue) meets the
-    verdict of one whole walk; what it stores is a sound batch carrying that header."""
+    verdict of one whole walk, faulty records listed alike; what it stores is a sound batch
+    carrying that header, and a batch recompressed in the topic's codec holds the same
+    records."""
+    from broker.shared.log.compression import CODEC_IDS, TopicCodec
+    from broker.shared.log.record_errors import FaultRoom
+
     appended = bool(data[1] & 1)  # the topic's message.timestamp.type
+    keyed = bool(data[1] & 2)  # cleanup.policy=compact
+    names = [None, *CODEC_IDS]
+    codec = names[data[1] >> 2 & 7] if data[1] >> 2 & 7 < len(names) else None
+    bounds = batches.TimestampBounds(data[4] << 20, data[5] << 20) if data[1] & 32 \
+        else batches.TimestampBounds()
     verdicts = []
     for room, most in ((None, 1 << 62), (data[2] * 16, 1 + data[3] % 5)):
         try:
-            check = batches.BatchCheck(data, 1 << 20, max_decompressed=1 << 12,
-                                       log_append_time=appended)
+            check = batches.BatchCheck(data, 1 << 20, bounds, now_ms=1 << 40,
+                                       max_decompressed=1 << 12, keyed=keyed,
+                                       log_append_time=appended,
+                                       codec=codec and TopicCodec(codec), where="t-0",
+                                       fault_room=FaultRoom(3))
         except batches.BatchError:
             return
         verdicts.append(_verdict(check, room, most))
     if verdicts[0] != verdicts[1]:
         raise Finding(f"sliced and whole checks disagree: {verdicts}")
-    if isinstance(verdicts[0], batches.Batch):
-        stored = batches.restamped(data, verdicts[0])
-        if batches.is_sound(stored, 0, len(stored)) != verdicts[0]._replace(position=0):
+    header, stored = verdicts[0]
+    if isinstance(header, batches.Batch):
+        stored = stored or batches.restamped(data, header)
+        if batches.is_sound(stored, 0, len(stored)) != header._replace(position=0):
             raise Finding("the stored batch does not carry the checked header")
+        if codec is not None and _records_of(batches, stored) != _records_of(batches, data):
+            raise Finding("the recompressed batch holds other records")
+
+
+def _records_of(batches, batch: bytes) -> bytes:
+    """The records of a batch, decompressed."""
+    header = batches.read_header(batch, 0)
+    body, codec = batch[batches.HEADER_BYTES:header.size], header.attributes & batches.CODEC_MASK
+    return bytes(batches.decompress(codec, body, 1 << 20)) if codec else body
 
 
 def _lookups_agree(batches, data: bytes, stamps) -> None:
@@ -305,15 +329,31 @@ def _control_type_is_bounded(data: bytes) -> None:
 
 
 def _walks_agree(batches, data: bytes) -> None:
-    """The C record walk reaches the Python walk's verdict on the same bytes."""
+    """The C record walk reaches the Python walk's verdict on the same bytes, faulty records
+    (without a key, out of a timestamp window) counted and listed alike."""
+    from broker.shared.log.record_errors import FaultRoom, Faults
+
     if batches._recordwalk is None:
         return
     count = max(1, min(data[-1] if data else 1, (len(data) - batches.HEADER_BYTES) // 7))
+    keyed = bool(data[0] & 2)
+    window = (-(data[1] << 8), data[2] << 8, data[3] - 128) if data[0] & 4 else None
     verdicts = []
-    for walk in (lambda: batches._walk(data, batches.HEADER_BYTES, len(data), 0, count,
-                                       2**63, -(2**63), None),
-                 lambda: batches._recordwalk.walk(data, batches.HEADER_BYTES, len(data), 0,
-                                                  count, False)):
+
+    def python():
+        faults = Faults(keyed, window, FaultRoom(3))
+        walked = batches._walk(data, batches.HEADER_BYTES, len(data), 0, count, 2**63,
+                               -(2**63), None, faults)
+        return (*walked, faults.keyless, faults.stamped, faults.listed)
+
+    def c():
+        listed: list = []
+        low, high, none = window or (0, 0, 0)
+        walked = batches._recordwalk.walk(data, batches.HEADER_BYTES, len(data), 0, count,
+                                          keyed, listed, 3, window is not None, low, high, none)
+        return (*walked, listed)
+
+    for walk in (python, c):
         try:
             verdicts.append(tuple(walk()))
         except batches.BatchError as error:

@@ -45,17 +45,15 @@ import struct
 import time
 from dataclasses import dataclass
 
-import cramjam
 from crc32c import crc32c
 
-from broker.shared.log import records
+from broker.shared.log import compression, records
 from broker.shared.log.segment import Segment, list_bases, segment_name, write_atomically
 
 CLEANING_DIR = "cleaning"
 CHECKPOINT_FILE = "cleaner-offset"  # the end of what the last round mapped
 MAX_KEYS = 500_000  # keys mapped per round (about 60 MB); more are cleaned over several rounds
 _SUFFIXES = ("log", "index", "timeindex")
-_XERIAL = b"\x82SNAPPY\x00"
 
 
 @dataclass
@@ -301,21 +299,12 @@ def _clean_batch(batch: records.Batch, data: bytes, latest: dict, horizon: bool,
 
 def _rebuilt(data: bytes, batch: records.Batch, body: bytes, count: int) -> bytes:
     """The batch with these records: same header fields (offsets, times, producer, codec),
-    its length, count and CRC recomputed, compressed as it was."""
+    its length, count and CRC recomputed, compressed as it was (snappy framed as it was:
+    snappy-java's framing for Java consumers, else raw)."""
     codec = batch.attributes & records.CODEC_MASK
-    if codec == 1:
-        body = bytes(cramjam.gzip.compress(body))
-    elif codec == 2:
-        original = data[records.HEADER_BYTES:batch.size]
-        if original.startswith(_XERIAL):  # keep snappy-java's framing for Java consumers
-            block = bytes(cramjam.snappy.compress_raw(body))
-            body = _XERIAL + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
-        else:
-            body = bytes(cramjam.snappy.compress_raw(body))
-    elif codec == 3:
-        body = bytes(cramjam.lz4.compress(body))
-    elif codec == 4:
-        body = bytes(cramjam.zstd.compress(body))
+    if codec:
+        raw = not data[records.HEADER_BYTES:batch.size].startswith(compression.XERIAL)
+        body = compression.compress(codec, body, raw_snappy=raw)
     header = bytearray(data[:records.HEADER_BYTES])
     struct.pack_into(">i", header, 8, records.HEADER_BYTES - records.LOG_OVERHEAD + len(body))
     struct.pack_into(">i", header, 57, count)

@@ -68,9 +68,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from broker.shared.log import compaction, records, transactions
+from broker.shared.log.compression import TopicCodec
 from broker.shared.log.files import OpenFiles, OutOfDescriptors, default_capacity, is_exhaustion
 from broker.shared.log.mapping import Mapping
 from broker.shared.log.producers import ProducerState, ProducerTable, Verdict
+from broker.shared.log.record_errors import FaultRoom
 from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment, list_bases, write_atomically
 
 log = logging.getLogger("broker.shared.log")
@@ -112,6 +114,7 @@ class LogSettings:
     min_insync_replicas: int = 1  # above 1, acks=all produce gets NOT_ENOUGH_REPLICAS
     compacted: bool = False  # cleanup.policy has compact: every record needs a key
     segment_ms: int = 604_800_000  # segment.ms: a segment this old rolls at the next append
+    compression: TopicCodec | None = None  # compression.type, None for producer (as produced)
 
 
 @dataclass
@@ -135,6 +138,7 @@ class Partition:
         self.directory = directory
         self.topic = topic
         self.index = index
+        self.name = f"{topic}-{index}"  # as Kafka names a topic partition in its messages
         self.settings = settings
         self._files = files if files is not None else OpenFiles(default_capacity())
         self._state_path = os.path.join(directory, STATE_FILE)
@@ -289,24 +293,28 @@ class Partition:
 
     # --- appending ------------------------------------------------------------------------
 
-    def check(self, batch_bytes) -> records.BatchCheck:
-        """The validation of a batch for this partition (its header now, records by steps)."""
+    def check(self, batch_bytes, fault_room: FaultRoom | None = None) -> records.BatchCheck:
+        """The validation of a batch for this partition (its header now, records by steps);
+        `fault_room`: how many faulty records its answer may list (record_errors)."""
         settings = self.settings
         return records.BatchCheck(batch_bytes, settings.max_message_bytes, settings.timestamps,
                                   max_decompressed=settings.max_decompressed_bytes,
                                   keyed=settings.compacted,
-                                  log_append_time=settings.log_append_time)
+                                  log_append_time=settings.log_append_time,
+                                  codec=settings.compression, where=self.name,
+                                  fault_room=fault_room)
 
     def append(self, batch_bytes: bytes, checked: records.Batch | None = None) -> AppendResult:
-        """Validate (unless `checked` is the header a finished check gave), assign offsets,
-        write; the result carries Kafka's error name on failure."""
+        """Validate (unless `checked` is the header a finished check gave: then `batch_bytes`
+        is the batch it stores), assign offsets, write; the result carries Kafka's error name
+        on failure."""
         batch = checked
         if batch is None:
             try:
                 check = self.check(batch_bytes)
                 while not check.step(1 << 62):
                     pass
-                batch = check.batch
+                batch, batch_bytes = check.batch, check.stored or batch_bytes
             except records.BatchError as error:
                 return AppendResult(error.code, message=str(error))
         append_time = -1

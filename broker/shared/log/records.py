@@ -8,10 +8,13 @@ Header layout, big-endian (Kafka's DefaultRecordBatch):
     16 magic int8               35 max timestamp int64     57 record count int32
     17 crc uint32 (CRC32C of bytes 21..end)                61 records
 
-A batch is stored exactly as the client sent it; only the base offset, which lies outside the
-CRC, is rewritten.  Compressed batches pass through untouched.  `validate` refuses what Kafka's
-LogValidator refuses, and every walk over records is bounded by bytes, never by the count a
-header claims.
+A batch is stored as the client sent it; only the base offset, which lies outside the CRC, is
+rewritten (and the max timestamp and timestamp type where the topic decides them).  Compressed
+batches pass through untouched, unless the topic's compression.type names another codec: then
+the records are compressed again in it (BatchCheck, broker.shared.log.compression).  `validate`
+refuses what Kafka's LogValidator refuses, naming the records that break a per-record rule
+(broker.shared.log.record_errors), and every walk over records is bounded by bytes, never by
+the count a header claims.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from typing import NamedTuple
 
 import cramjam
 from crc32c import crc32c
+
+from broker.shared.log.compression import XERIAL, TopicCodec
+from broker.shared.log.record_errors import (APPEND_TIME, KEYLESS, OUT_OF_RANGE, FaultRoom,
+                                             Faults, Wording, timestamp_window)
 
 HEADER_BYTES = 61
 LOG_OVERHEAD = 12  # base offset + batch length: the bytes not counted in batch length
@@ -102,6 +109,18 @@ def validate(buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBo
     return check.batch
 
 
+class RecordErrors(BatchError):
+    """A batch refused for what some of its records are (Kafka's RecordValidationException):
+    `errors` lists (index in the batch, message) of the first of them (record_errors.py)."""
+
+    def __init__(self, code: str, message: str, errors: list[tuple[int, str]]):
+        super().__init__(code, message)
+        self.errors = errors
+
+
+COMPRESS_SLICE = 256 << 10  # bytes of records recompressed per step (gzip: a few ms)
+
+
 class BatchCheck:
     """One produced batch being validated, as Kafka's LogValidator does.
 
@@ -113,29 +132,62 @@ class BatchCheck:
     pybroker.max.decompressed.batch.bytes); `step(n)` then walks at most n more records and
     returns True once all were: offset deltas consecutive, fields within each record, records
     filling the batch exactly, timestamps as the topic's message.timestamp.type wants them (see
-    `_stamped`).  `batch` is then the header as it is to be stored.  Every walk is bounded by
-    the bytes, never by the count the header claims; the decompressed records are held from
-    `start()` until the walk ends, and no longer.  Raises BatchError.
+    `_stamped`).  Records without a key in a compacted topic and timestamps out of bounds are
+    counted as the walk goes and refuse the batch at its end, the first of them listed
+    (RecordErrors, as Kafka's record_errors).  `batch` is then the header as it is to be
+    stored.  Every walk is bounded by the bytes, never by the count the header claims; the
+    decompressed records are held from `start()` until the walk ends, and no longer.
+
+    A batch whose codec is not the topic's (`codec`, its compression.type) is recompressed
+    once walked: each further step compresses COMPRESS_SLICE bytes of its records, and the last
+    leaves the new batch in `stored` (`batch` its header); the decompressed records are held
+    until then.  A batch that grows past `max_batch_bytes` meanwhile is refused
+    ("message_too_large", as Kafka checks a recompressed batch).  Raises BatchError.
     """
 
     def __init__(self, buffer, max_batch_bytes: int, bounds: TimestampBounds = TimestampBounds(),
                  now_ms: int | None = None, max_decompressed: int = 32 << 20,
-                 keyed: bool = False, log_append_time: bool = False):
+                 keyed: bool = False, log_append_time: bool = False,
+                 codec: TopicCodec | None = None, where: str = "",
+                 fault_room: FaultRoom | None = None):
         """`keyed`: a compacted topic's batch, whose every record needs a key.
-        `log_append_time`: the topic's message.timestamp.type is LogAppendTime."""
-        self.batch = _check_framing(buffer, max_batch_bytes)
-        self.keyed, self.log_append_time = keyed, log_append_time
-        _check_header(self.batch)
+        `log_append_time`: the topic's message.timestamp.type is LogAppendTime.  `codec`: the
+        topic's (None: `producer`).  `where`: the topic partition, for Kafka's messages.
+        `fault_room`: how many faulty records the answer may still list (shared by a
+        request's batches)."""
+        self.batch = batch = _check_framing(buffer, max_batch_bytes)
+        self.log_append_time = log_append_time
+        _check_header(batch)
         self.buffer = buffer
         self.bounds, self.now_ms = bounds, now_ms
+        self.max_batch_bytes = max_batch_bytes
         self.max_decompressed = max_decompressed
         self.decompressed = 0  # bytes the records took once decompressed
         self.base_timestamp = _BASE_TIMESTAMP.unpack_from(buffer, 27)[0]
+        self.where = where
+        self.target = codec if codec is not None and \
+            codec.codec != batch.attributes & CODEC_MASK else None
+        self.stored: bytes | None = None  # the recompressed batch, once done
+        self.packed = 0  # bytes of records recompressed so far
         self._walk: RecordWalk | None = None
+        self._packer: tuple | None = None  # (Packer, records, fed) while recompressing
+        window = None
+        if not log_append_time and (bounds.before_ms < 2**62 or bounds.after_ms < 2**62):
+            if now_ms is None:
+                self.now_ms = int(time.time() * 1000)
+            window = timestamp_window(bounds, self.now_ms, self.base_timestamp)
+        self.fault_room = fault_room
+        self.faults = Faults(keyed, window, fault_room or FaultRoom()) \
+            if keyed or window is not None else None
 
     @property
     def compressed(self) -> bool:
         return bool(self.batch.attributes & CODEC_MASK)
+
+    @property
+    def recompresses(self) -> bool:
+        """Its records are compressed again in the topic's codec once walked."""
+        return self.target is not None
 
     @property
     def started(self) -> bool:
@@ -154,7 +206,8 @@ class BatchCheck:
             return True
         count = self.batch.record_count
         if not self.compressed:
-            self._walk = RecordWalk(self.buffer, HEADER_BYTES, self.batch.size, count, self.keyed)
+            self._walk = RecordWalk(self.buffer, HEADER_BYTES, self.batch.size, count,
+                                    self.faults)
             return True
         limit = self.max_decompressed if room is None else min(room, self.max_decompressed)
         try:
@@ -165,10 +218,12 @@ class BatchCheck:
                 return False
             raise
         self.decompressed = len(records)
-        self._walk = RecordWalk(records, 0, len(records), count, self.keyed)
+        self._walk = RecordWalk(records, 0, len(records), count, self.faults)
         return True
 
     def step(self, most: int) -> bool:
+        if self._packer is not None:
+            return self._pack_slice()
         self.start()
         walk = self._walk
         try:
@@ -178,49 +233,101 @@ class BatchCheck:
             raise
         if not done:
             return False
-        walk.buffer = None
+        records, walk.buffer = walk.buffer, None
         self.batch = self._stamped(walk.least, walk.greatest)
+        if self.target is None:
+            return True
+        if not self.compressed:  # the records as they came
+            records = memoryview(self.buffer)[HEADER_BYTES:self.batch.size]
+        self._packer = (self.target.packer(), records, 0)
+        return self._pack_slice()
+
+    def _pack_slice(self) -> bool:
+        """Compress the next COMPRESS_SLICE bytes of the records; True once the new batch is
+        in `stored`."""
+        packer, records, fed = self._packer
+        packer.feed(records[fed:fed + COMPRESS_SLICE])
+        fed = self.packed = min(fed + COMPRESS_SLICE, len(records))
+        room = self.max_batch_bytes - HEADER_BYTES
+        if fed < len(records) and packer.size <= room:
+            self._packer = (packer, records, fed)
+            return False
+        self._packer = records = None  # held no longer than the pieces that view them
+        body = packer.finish() if packer.size <= room else None
+        if body is None or sum(map(len, body)) > room:
+            raise BatchError("message_too_large",
+                             f"the batch is larger than max.message.bytes {self.max_batch_bytes} "
+                             f"once compressed with {self.target.name} (compression.type)")
+        self.stored = rebuilt(self.buffer, self.batch, body, self.target.codec)
+        self.batch = read_header(self.stored, 0)
         return True
 
     def _stamped(self, least: int, greatest: int) -> Batch:
         """The header to store, given the least and greatest timestamp deltas of the records.
 
         As Kafka's LogValidator, the topic's type decides, never the client's attribute: a
-        client may not set LogAppendTime ("invalid_timestamp"), except on a CreateTime topic
-        with a max timestamp, which Kafka reads as every record's timestamp and checks against
-        the bounds.  Such a batch is stored as CreateTime, so its records' own timestamps are
-        what readers see: they are checked too (Kafka leaves them unchecked).  CreateTime
-        stamps must lie within the bounds and within int64 ("invalid_timestamp"), and the max
-        timestamp is set to the records' greatest.  A LogAppendTime topic's batch is stamped
-        at append (Partition.append).
+        client may not set LogAppendTime ("invalid_timestamp" for every record), except on a
+        CreateTime topic with a max timestamp, which Kafka reads as every record's timestamp
+        and checks against the bounds.  Such a batch is stored as CreateTime, so its records'
+        own timestamps are what readers see: they are checked too (Kafka leaves them
+        unchecked).  CreateTime stamps must lie within the bounds (each record out of them a
+        fault) and within int64 ("invalid_timestamp" for the batch), and the max timestamp is
+        set to the records' greatest.  A LogAppendTime topic's batch is stamped at append
+        (Partition.append).
         """
         batch = self.batch
         if batch.attributes & LOG_APPEND_TIME:
             if self.log_append_time or batch.max_timestamp == NO_TIMESTAMP:
-                raise BatchError("invalid_timestamp", "Producer should not set timestamp type "
-                                                      "to LogAppendTime.")
-            _check_timestamps((batch.max_timestamp,), self.bounds, self.now_ms)
+                self._fault_all(APPEND_TIME)
+            elif _bounded(self.bounds) and not \
+                    self.now_ms - self.bounds.before_ms <= batch.max_timestamp <= \
+                    self.now_ms + self.bounds.after_ms:
+                self._fault_all(OUT_OF_RANGE)
             batch = batch._replace(attributes=batch.attributes & ~LOG_APPEND_TIME)
         if self.log_append_time:
+            if self.faults is not None:
+                self._refuse_faults()
             return batch
         base = self.base_timestamp
         if base + least < INT64_MIN or base + greatest > INT64_MAX:
             raise BatchError("invalid_timestamp",
                              f"a record's timestamp does not fit 64 bits (base timestamp {base}, "
                              f"deltas from {least} to {greatest})")
-        least, greatest = base + least, base + greatest
-        if least == NO_TIMESTAMP != greatest and _bounded(self.bounds):
-            least = self._least_stamp()  # Kafka checks every record but those without one
-        _check_timestamps((least, greatest), self.bounds, self.now_ms)
+        if self.faults is not None:
+            self._refuse_faults()
         # As Kafka, the header's max timestamp is the records' greatest (setMaxTimestamp).
-        return batch._replace(max_timestamp=greatest)
+        return batch._replace(max_timestamp=base + greatest)
 
-    def _least_stamp(self) -> int:
-        """The least timestamp of the records that have one (NO_TIMESTAMP is the least the
-        walk saw, and it hides the others): read again, a rare batch on a bounded topic."""
-        stamps = record_timestamps(self.buffer, self.max_decompressed) or ()
-        return min((stamp for _offset, stamp in stamps if stamp != NO_TIMESTAMP),
-                   default=NO_TIMESTAMP)
+    def _fault_all(self, kind: int) -> None:
+        """Every record is faulty (its batch's timestamp is)."""
+        if self.faults is None:
+            self.faults = Faults(False, None, self.fault_room or FaultRoom())
+        self.faults.all_records(self.batch.record_count, kind)
+
+    def _refuse_faults(self) -> None:
+        """RecordErrors if a record broke a per-record rule."""
+        faults = self.faults
+        if not faults.found:
+            return
+        batch = self.batch
+        wording = Wording(self.where, batch.base_offset, self.base_timestamp,
+                          batch.max_timestamp, self.bounds, self.now_ms)
+        raise RecordErrors(*wording.verdict(faults))
+
+
+def rebuilt(buffer, header: Batch, body: list, codec: int) -> bytes:
+    """A batch around `body` (its records compressed in `codec`, in pieces): the header of
+    `buffer` with `header`'s attributes (the codec set) and max timestamp, its length and CRC
+    recomputed (the pieces copied once, into the batch)."""
+    head = bytearray(buffer[:HEADER_BYTES])
+    struct.pack_into(">i", head, 8, HEADER_BYTES - LOG_OVERHEAD + sum(map(len, body)))
+    struct.pack_into(">h", head, 21, header.attributes & ~CODEC_MASK | codec)
+    _BASE_TIMESTAMP.pack_into(head, 35, header.max_timestamp)
+    crc = crc32c(memoryview(head)[21:])
+    for piece in body:
+        crc = crc32c(piece, crc)
+    struct.pack_into(">I", head, 17, crc)
+    return b"".join((head, *body))
 
 
 def _check_framing(buffer, max_batch_bytes: int) -> Batch:
@@ -245,8 +352,6 @@ def _check_framing(buffer, max_batch_bytes: int) -> Batch:
 
 
 # --- compressed records ------------------------------------------------------------------------
-
-_XERIAL = b"\x82SNAPPY\x00"  # snappy-java's stream header (Kafka's Java producer writes it)
 
 
 def decompress(codec: int, data, limit: int):
@@ -311,7 +416,7 @@ def _declared_zstd_size(data: bytes) -> int | None:
 def _snappy(data, limit: int):
     """Raw snappy, or snappy-java's framing: a 16-byte header, then [int32 length][block]."""
     data = bytes(data)
-    if not data.startswith(_XERIAL):
+    if not data.startswith(XERIAL):  # snappy-java's stream (Kafka's Java producer writes it)
         if cramjam.snappy.decompress_raw_len(data) > limit:
             raise ValueError("too large")
         return memoryview(bytes(cramjam.snappy.decompress_raw(data)))
@@ -347,21 +452,6 @@ def _check_header(batch: Batch) -> None:
 
 def _bounded(bounds: TimestampBounds) -> bool:
     return bounds.before_ms < 2**62 or bounds.after_ms < 2**62
-
-
-def _check_timestamps(stamps: tuple[int, int], bounds: TimestampBounds,
-                      now_ms: int | None) -> None:
-    """The least and greatest CreateTime stamps must lie within the bounds around now."""
-    if not _bounded(bounds):
-        return
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    for stamp in stamps:
-        if stamp == -1:
-            continue  # NO_TIMESTAMP
-        if stamp < now - bounds.before_ms or stamp > now + bounds.after_ms:
-            raise BatchError("invalid_timestamp",
-                             f"timestamp {stamp} is outside [{now - bounds.before_ms}, "
-                             f"{now + bounds.after_ms}]")
 
 
 def is_sound(buffer, position: int, available: int) -> Batch | None:
@@ -473,27 +563,32 @@ def walk_records(buffer, position: int, end: int, count: int,
 class RecordWalk:
     """A walk over the records between `position` and `end`, resumable: `step(n)` walks at
     most n more records and says whether the walk is over (so a large batch can be walked a
-    slice per event-loop turn)."""
+    slice per event-loop turn).  With `faults` (record_errors.Faults), the records that break
+    a per-record rule are noted there as the walk goes."""
 
-    def __init__(self, buffer, position: int, end: int, count: int, keyed: bool = False):
+    def __init__(self, buffer, position: int, end: int, count: int,
+                 faults: Faults | None = None):
         if count > (end - position) // 7:
             raise BatchError("corrupt_message",
                              f"{count} records cannot fit {end - position} bytes")
         self.buffer, self.position, self.end, self.count = buffer, position, end, count
-        self.keyed = keyed
+        self.faults = faults
         self.index, self.least, self.greatest = 0, 2**63, -(2**63)
 
     def step(self, most: int, stamps: list | None = None) -> bool:
         stop_at = min(self.count, self.index + most)
         if _recordwalk is not None and stamps is None:
-            if stop_at > self.index:
-                self.position, least, greatest = _recordwalk.walk(
-                    self.buffer, self.position, self.end, self.index, stop_at, self.keyed)
+            if stop_at > self.index and self.faults is None:
+                self.position, least, greatest, _, _ = _recordwalk.walk(
+                    self.buffer, self.position, self.end, self.index, stop_at, False, None, 0,
+                    False, 0, 0, 0)
                 self.least, self.greatest = min(self.least, least), max(self.greatest, greatest)
+            elif stop_at > self.index:
+                self._step_faults_in_c(stop_at)
         else:
             self.position, self.least, self.greatest = _walk(
                 self.buffer, self.position, self.end, self.index, stop_at, self.least,
-                self.greatest, stamps, self.keyed)
+                self.greatest, stamps, self.faults)
         self.index = stop_at
         if self.index < self.count:
             return False
@@ -501,6 +596,16 @@ class RecordWalk:
             raise BatchError("corrupt_message",
                              f"{self.end - self.position} bytes after the last record")
         return True
+
+    def _step_faults_in_c(self, stop_at: int) -> None:
+        faults = self.faults
+        listed = len(faults.listed)
+        low, high, none = faults.window or (0, 0, 0)
+        self.position, least, greatest, keyless, stamped = _recordwalk.walk(
+            self.buffer, self.position, self.end, self.index, stop_at, faults.keyed,
+            faults.listed, faults.room.left, faults.window is not None, low, high, none)
+        faults.noted(keyless, stamped, len(faults.listed) - listed)
+        self.least, self.greatest = min(self.least, least), max(self.greatest, greatest)
 
 
 try:  # the same walk in C (_recordwalk.c), built by `pip install -e .`; else this module's
@@ -511,8 +616,12 @@ except ImportError:
 
 
 def _walk(buffer, position: int, end: int, first: int, stop_at: int, least: int,
-          greatest: int, stamps: list | None, keyed: bool = False) -> tuple[int, int, int]:
+          greatest: int, stamps: list | None,
+          faults: Faults | None = None) -> tuple[int, int, int]:
     varint = _varint
+    keyed = faults is not None and faults.keyed
+    windowed = faults is not None and faults.window is not None
+    low, high, none = faults.window if windowed else (0, 0, 0)
     try:
         for index in range(first, stop_at):
             # Varints of one or two bytes are read inline: record and value lengths of small
@@ -557,13 +666,11 @@ def _walk(buffer, position: int, end: int, first: int, stop_at: int, least: int,
                 size, position = (byte >> 1) ^ -(byte & 1), position + 1
             else:
                 size, position = varint(buffer, position)
+            keyless = size == -1
             if size > 0:
                 position += size
             elif size < -1:
                 raise BatchError("corrupt_message", f"record {index}: key length {size}")
-            elif size == -1 and keyed:
-                raise BatchError("invalid_record",
-                                 "Compacted topic cannot accept message without key")
             byte = buffer[position]  # the value, likewise
             if byte < 0x80:
                 size, position = (byte >> 1) ^ -(byte & 1), position + 1
@@ -582,6 +689,10 @@ def _walk(buffer, position: int, end: int, first: int, stop_at: int, least: int,
                 position = _skip_headers(buffer, position, stop, index)
             if position != stop:
                 raise BatchError("corrupt_message", f"record {index} does not fill its length")
+            if keyless and keyed:  # Kafka checks the key first: one fault per record
+                faults.note(index, KEYLESS, stamp)
+            elif windowed and stamp != none and (stamp < low or stamp > high):
+                faults.note(index, OUT_OF_RANGE, stamp)
     except IndexError:
         raise BatchError("corrupt_message", "a record runs past the batch") from None
     return position, least, greatest

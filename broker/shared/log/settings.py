@@ -5,6 +5,7 @@ from __future__ import annotations
 from broker.shared.config import BrokerConfig
 from broker.shared.log.partition import LogSettings
 from broker.shared.log.records import TimestampBounds
+from broker.shared.log.topic_config import topic_codec
 
 
 def log_settings(config: BrokerConfig) -> LogSettings:
@@ -21,4 +22,5 @@ def log_settings(config: BrokerConfig) -> LogSettings:
                        log_append_time=props.log_message_timestamp_type == "LogAppendTime",
                        min_insync_replicas=props.min_insync_replicas,
                        compacted="compact" in (item.strip() for item in
-                                               props.log_cleanup_policy.split(",")))
+                                               props.log_cleanup_policy.split(",")),
+                       compression=topic_codec(props, {}))

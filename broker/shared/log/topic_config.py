@@ -15,8 +15,9 @@ NOT_ENOUGH_REPLICAS), cleanup.policy (a compact-only topic is left alone by rete
 compacted topic refuses records without a key, INVALID_RECORD, as Kafka).
 min.compaction.lag.ms and delete.retention.ms steer the log cleaner
 (broker.shared.log.compaction), which takes a partition only once its dirty share reaches
-min.cleanable.dirty.ratio; compression.type accepts only `producer` (batches are kept as the
-producer compressed them).
+min.cleanable.dirty.ratio; compression.type (with compression.gzip/lz4/zstd.level) names the
+codec batches are stored in, a batch in another codec recompressed at append
+(broker.shared.log.compression), or `producer` (batches kept as the producer compressed them).
 
 flush.messages fsyncs a partition at the append that brings its messages since the last fsync
 to that many; flush.ms has the parent fsync a partition's appends within that long of its last
@@ -39,6 +40,7 @@ from broker.shared import config_values
 from broker.shared.config import ServerProperties, retention_ms
 from broker.shared.config_values import InvalidValue, checked
 from broker.shared.constants import INT_MAX
+from broker.shared.log import compression
 from broker.shared.log.records import TimestampBounds
 
 LONG_MAX = 2**63 - 1
@@ -108,8 +110,16 @@ TOPIC_KEYS: dict[str, TopicKey] = {key.name: key for key in (
              maximum=LONG_MAX),
     TopicKey("min.cleanable.dirty.ratio", "double", "log_cleaner_min_cleanable_ratio",
              minimum=0, maximum=1),
-    TopicKey("compression.type", "string", "compression_type", choices=("producer",),
-             doc="producer: batches are kept as produced"),
+    TopicKey("compression.type", "string", "compression_type", choices=compression.TYPES,
+             doc="The codec batches are stored in: uncompressed, zstd, lz4, snappy or gzip "
+                 "(a batch in another codec is recompressed at append), or producer (kept as "
+                 "produced)."),
+    TopicKey("compression.gzip.level", "int", "compression_gzip_level", minimum=-1,
+             maximum=9, doc="The level when compression.type is gzip."),
+    TopicKey("compression.lz4.level", "int", "compression_lz4_level", minimum=1, maximum=17,
+             doc="The level when compression.type is lz4."),
+    TopicKey("compression.zstd.level", "int", "compression_zstd_level", minimum=-131072,
+             maximum=22, doc="The level when compression.type is zstd."),
     TopicKey("min.insync.replicas", "int", "min_insync_replicas", minimum=1,
              maximum=2**31 - 1),
     TopicKey("flush.messages", "long", "log_flush_interval_messages", minimum=1,
@@ -163,6 +173,9 @@ _REPLICAS_FORMAT = "must be the literal '*' or a list of replicas in the followi
     "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
 
 
+LEVEL_KEYS = {f"compression.{codec}.level": codec for codec in compression.LEVELS}
+
+
 class TopicConfigError(ValueError):
     """A topic config Kafka would refuse (INVALID_CONFIG, Kafka's words where it has them)."""
 
@@ -180,6 +193,9 @@ def validate(name: str, value: str | None) -> str:
             raise TopicConfigError(f"Invalid value [{', '.join(items)}] for configuration "
                                    f"{name}: {name} {_REPLICAS_FORMAT}")
         return ",".join(item for item in items if item)
+    problem = _level_problem(name, value)
+    if problem:
+        raise TopicConfigError(f"Invalid value {value} for configuration {name}: {problem}")
     try:
         text = checked(name, key.kind, value, key.minimum, key.maximum, key.choices)
     except InvalidValue as error:
@@ -188,6 +204,18 @@ def validate(name: str, value: str | None) -> str:
     if refusal is not None:
         raise TopicConfigError(refusal)
     return text
+
+
+def _level_problem(name: str, value: str) -> str | None:
+    """Kafka's own rule for a codec's level (gzip: -1 or 1 to 9), checked before the bounds."""
+    codec = LEVEL_KEYS.get(name)
+    if codec is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return None  # checked() says it is not a number
+    return compression.level_problem(codec, number)
 
 
 def broker_default(props, name: str) -> str:
@@ -244,7 +272,17 @@ def topic_settings(base, props, own: dict[str, str]):
                                                 int(values["message.timestamp.after.max.ms"]))
     if changes.get("log_append_time", base.log_append_time):
         changes["timestamps"] = TimestampBounds()  # the broker's clock: nothing to bound
+    if "compression.type" in own or any(name in own for name in LEVEL_KEYS):
+        changes["compression"] = topic_codec(props, own)
     return dataclasses.replace(base, **changes)
+
+
+def topic_codec(props, own: dict[str, str]) -> compression.TopicCodec | None:
+    """The codec a topic stores its batches in (its compression.type and level, else the
+    broker's), None for `producer`."""
+    values = effective(props, own)
+    return compression.topic_codec(values["compression.type"], {
+        codec: int(values[key]) for key, codec in LEVEL_KEYS.items()})
 
 
 def retention(props, own: dict[str, str]) -> tuple[int, int] | None:
