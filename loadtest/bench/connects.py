@@ -36,7 +36,7 @@ STALL_SECONDS = 0.5
 _LINGER_RST = struct.pack("ii", 1, 0)
 
 
-def _raise_open_files(wanted: int) -> int:
+def raise_open_files(wanted: int) -> int:
     """This process's open-files limits up to `wanted` (the hard one too, if allowed)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
@@ -82,7 +82,7 @@ def timed_connects(address, count: int, frame: bytes | None) -> dict:
 
 
 def sequential_connects() -> dict[str, dict]:
-    _raise_open_files(SEQUENTIAL + 1000)
+    raise_open_files(SEQUENTIAL + 1000)
     frame = api_versions_frame()
     figures = {}
     raw = Server("echo_server.py")
@@ -105,7 +105,7 @@ class Holding:
         self.address, self.count, self.holders = address, count, holders
 
     def __enter__(self) -> "Holding":
-        _raise_open_files(self.count // self.holders + 1000)  # the holders inherit it
+        raise_open_files(self.count // self.holders + 1000)  # the holders inherit it
         host, port = self.address
         started = time.perf_counter()
         self.procs = [subprocess.Popen([sys.executable, "-m", "loadtest.bench.connects", "hold",
@@ -129,7 +129,7 @@ class Holding:
 def idle_connections() -> dict:
     """Hold IDLE answered connections (Holding), spread by the acceptor over 3 workers (each
     has its own descriptor table): RSS per connection, time to open them."""
-    _raise_open_files(IDLE // HOLDERS + 1000)  # the broker inherits it
+    raise_open_files(IDLE // HOLDERS + 1000)  # the broker inherits it
     overrides = {"connections.max.idle.ms": "3600000", "num.network.threads": "3"}
     with BrokerProcess(workers=3, overrides=overrides) as broker:
         pids = [broker.pid, *broker.worker_pids.values()]
@@ -147,7 +147,7 @@ def idle_connections() -> dict:
 
 def _hold(host: str, port: int, count: int, source: str) -> None:
     """A holder process: open `count` answered connections, say how many, wait, close."""
-    _raise_open_files(count + 100)
+    raise_open_files(count + 100)
     run = _sequential((host, port), count, api_versions_frame(), sources=(source,))
     print(len(run["socks"]), flush=True)
     sys.stdin.readline()

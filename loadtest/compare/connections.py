@@ -9,7 +9,8 @@
             JVM) per connection while IDLE answered connections are held by four client
             processes, on a broker started for it (memory the earlier runs touched would hide
             what the connections take).  IDLE is 20,000, or less where the hard open-files
-            limit (RLIMIT_NOFILE) leaves no room for them and the broker's own files.
+            limit (RLIMIT_NOFILE; raised if this process may) leaves no room for them and the
+            broker's own files.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tempfile
 
 from loadtest.bench.accepts import run_accept
 from loadtest.bench.common import api_versions_frame, write_frames
-from loadtest.bench.connects import SEQUENTIAL, Holding, timed_connects
+from loadtest.bench.connects import SEQUENTIAL, Holding, raise_open_files, timed_connects
 from loadtest.bench.memory import resident_bytes
 from loadtest.compare.brokers import warmup_seconds
 from loadtest.compare.rows import Reading, Row, attempt, join, measure_both
@@ -38,6 +39,7 @@ CONNECTS_REQUEST = f"{SEQUENTIAL:,} sequential connects + one ApiVersions each, 
 
 
 def idle_count() -> int:
+    """WANTED_IDLE, or what the hard open-files limit leaves room for."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard == resource.RLIM_INFINITY:
         return WANTED_IDLE
@@ -67,6 +69,8 @@ def _rows(parts) -> list[Row]:
 
 
 def run(parts, seconds: float) -> list[dict]:
+    if "idle" in parts:  # both brokers inherit it (raising the hard limit takes root)
+        raise_open_files(WANTED_IDLE + IDLE_HEADROOM)
     rows = _rows(parts)
     results = None
     if "accepts" in parts or "connects" in parts:
