@@ -24,22 +24,30 @@ NOTES = [WORKER_NOTE, "MB = 10^6 bytes; ratio = ours / Kafka's; 'better' says wh
          "request or connection"]
 
 
+def _group_name(group) -> str:
+    return group.__name__.rsplit(".", 1)[-1]
+
+
 def _selected(only: list[str] | None) -> list[str]:
+    """The parts `--only` names, a group's name standing for all of its parts."""
     if not only:
         return PARTS
-    wanted = [part.strip() for item in only for part in item.split(",") if part.strip()]
-    unknown = [part for part in wanted if part not in PARTS]
+    groups = {_group_name(group): list(group.PARTS) for group in GROUPS}
+    wanted = [name.strip() for item in only for name in item.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in PARTS and name not in groups]
     if unknown:
         raise SystemExit(f"unknown part(s) {', '.join(unknown)}; the parts are: "
-                         f"{', '.join(PARTS)}")
-    return wanted
+                         f"{', '.join(PARTS)} (or a group: {', '.join(groups)})")
+    return [part for name in wanted for part in groups.get(name, [name])]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m loadtest.compare", description=__doc__)
     parser.add_argument("--only", action="append", metavar="PART",
-                        help=f"run only these parts (repeat or comma-separate): {', '.join(PARTS)}")
+                        help=f"run only these parts (repeat or comma-separate): {', '.join(PARTS)}"
+                             "; a group's name (throughput, requests, connections, limits, "
+                             "startup) runs all of its parts")
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="length of each timed run (default 5)")
     parser.add_argument("--out", default=os.path.join("reports", "compare.json"))
@@ -54,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if chosen:
             began = time.monotonic()
             records += group.run(chosen, args.seconds)
-            print(f"{group.__name__.rsplit('.', 1)[-1]}: {', '.join(chosen)} done in "
+            print(f"{_group_name(group)}: {', '.join(chosen)} done in "
                   f"{time.monotonic() - began:.0f} s", flush=True)
     elapsed = time.time() - started
     print()
