@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 
 from loadtest.bench.accepts import raw_accept_close
 from loadtest.bench.acls import authorization_costs, handler_costs
-from loadtest.bench.common import api_versions_frame, metadata_frame
+from loadtest.bench.common import write_frames
 from loadtest.bench.connects import connection_figures, print_connects
 from loadtest.bench.control import control_plane_latency
 from loadtest.bench.events import event_log_off
@@ -63,11 +62,7 @@ def main(argv=None) -> int:
     parser.add_argument("--save", help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pybroker-bench-") as tmp:
-        frames = {}
-        for name, data in (("apiversions", api_versions_frame()), ("metadata", metadata_frame())):
-            frames[name] = os.path.join(tmp, f"{name}.bin")
-            with open(frames[name], "wb") as handle:
-                handle.write(data)
+        frames = write_frames(tmp)
         passes = []
         for number in range(args.passes):
             started = time.monotonic()

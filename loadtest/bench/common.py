@@ -38,6 +38,17 @@ def metadata_frame() -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
+def write_frames(directory: str) -> dict[str, str]:
+    """The request frames rrclient and connclient send, each in a file of `directory`:
+    {"apiversions": path, "metadata": path}."""
+    paths = {}
+    for name, data in (("apiversions", api_versions_frame()), ("metadata", metadata_frame())):
+        paths[name] = os.path.join(directory, f"{name}.bin")
+        with open(paths[name], "wb") as handle:
+            handle.write(data)
+    return paths
+
+
 def cpu_seconds(pids: list[int], user: bool = True, system: bool = True) -> float:
     """CPU seconds the processes used so far: user and/or system time."""
     total = 0

@@ -36,7 +36,7 @@ STALL_SECONDS = 0.5
 _LINGER_RST = struct.pack("ii", 1, 0)
 
 
-def _raise_open_files(wanted: int) -> int:
+def raise_open_files(wanted: int) -> int:
     """This process's open-files limits up to `wanted` (the hard one too, if allowed)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
@@ -73,60 +73,81 @@ def _sequential(address, count: int, frame: bytes | None, sources=("127.0.0.1",)
             "socks": socks}
 
 
-def _timed(address, count: int, frame: bytes | None) -> dict:
+def timed_connects(address, count: int, frame: bytes | None) -> dict:
+    """`count` connections opened one after another and held, then closed: how long the
+    opening took, and how many stalled."""
     run = _sequential(address, count, frame)
     _close_all(run.pop("socks"))
     return run
 
 
 def sequential_connects() -> dict[str, dict]:
-    _raise_open_files(SEQUENTIAL + 1000)
+    raise_open_files(SEQUENTIAL + 1000)
     frame = api_versions_frame()
     figures = {}
     raw = Server("echo_server.py")
     try:
-        figures["connects raw"] = _timed(("127.0.0.1", raw.port), SEQUENTIAL, None)
+        figures["connects raw"] = timed_connects(("127.0.0.1", raw.port), SEQUENTIAL, None)
     finally:
         raw.close()
     for label, with_frame in (("connects broker", None), ("connects broker, request", frame)):
         with BrokerProcess(workers=2) as broker:
-            figures[label] = _timed(broker.listeners["PLAINTEXT"], SEQUENTIAL, with_frame)
+            figures[label] = timed_connects(broker.listeners["PLAINTEXT"], SEQUENTIAL, with_frame)
     return figures
 
 
+class Holding:
+    """`count` answered connections to `address` held open by `holders` client processes from
+    127.0.0.2 on (one process may not hold them all: its own open-files limit) from entry to
+    exit; `.connections` held and `.seconds` it took to open them."""
+
+    def __init__(self, address: tuple[str, int], count: int, holders: int = HOLDERS):
+        self.address, self.count, self.holders = address, count, holders
+
+    def __enter__(self) -> "Holding":
+        raise_open_files(self.count // self.holders + 1000)  # the holders inherit it
+        host, port = self.address
+        started = time.perf_counter()
+        self.procs = [subprocess.Popen([sys.executable, "-m", "loadtest.bench.connects", "hold",
+                                        host, str(port), str(self.count // self.holders),
+                                        f"127.0.0.{2 + n}"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                      for n in range(self.holders)]
+        try:
+            self.connections = sum(int(proc.stdout.readline() or 0) for proc in self.procs)
+        except BaseException:
+            self.__exit__()
+            raise
+        self.seconds = time.perf_counter() - started
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            proc.communicate("close\n", timeout=120)
+
+
 def idle_connections() -> dict:
-    """Hold IDLE answered connections, opened by HOLDERS client processes at once (one
-    process may not hold them all: its own open-files limit), spread by the acceptor over 3
-    workers (each has its own descriptor table): RSS per connection, time to open them."""
-    _raise_open_files(IDLE // HOLDERS + 1000)  # the broker and the holders inherit it
+    """Hold IDLE answered connections (Holding), spread by the acceptor over 3 workers (each
+    has its own descriptor table): RSS per connection, time to open them."""
+    raise_open_files(IDLE // HOLDERS + 1000)  # the broker inherits it
     overrides = {"connections.max.idle.ms": "3600000", "num.network.threads": "3"}
     with BrokerProcess(workers=3, overrides=overrides) as broker:
         pids = [broker.pid, *broker.worker_pids.values()]
         before = sum(rss(pid) for pid in pids)
         limit = [line for line in broker.lines if "open files limit" in line]
-        host, port = broker.listeners["PLAINTEXT"]
-        started = time.perf_counter()
-        holders = [subprocess.Popen([sys.executable, "-m", "loadtest.bench.connects", "hold",
-                                     host, str(port), str(IDLE // HOLDERS), f"127.0.0.{2 + n}"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                   for n in range(HOLDERS)]
-        try:
-            held = sum(int(holder.stdout.readline() or 0) for holder in holders)
-            took = time.perf_counter() - started
+        with Holding(broker.listeners["PLAINTEXT"], IDLE) as held:
             wait_until(lambda: broker.metric("broker_connections", listener="PLAINTEXT")
-                       >= held, timeout=60, message="not every connection registered")
+                       >= held.connections, timeout=60, message="not every connection registered")
             after = sum(rss(pid) for pid in pids)
-        finally:
-            for holder in holders:
-                holder.communicate("close\n", timeout=120)
-    return {"seconds": took, "connections": held, "errors": int(held < IDLE),
-            "rss_per_connection": (after - before) / max(1, held),
+    return {"seconds": held.seconds, "connections": held.connections,
+            "errors": int(held.connections < IDLE),
+            "rss_per_connection": (after - before) / max(1, held.connections),
             "limit_line": limit[0].split("] ", 1)[-1] if limit else "no limit line"}
 
 
 def _hold(host: str, port: int, count: int, source: str) -> None:
     """A holder process: open `count` answered connections, say how many, wait, close."""
-    _raise_open_files(count + 100)
+    raise_open_files(count + 100)
     run = _sequential((host, port), count, api_versions_frame(), sources=(source,))
     print(len(run["socks"]), flush=True)
     sys.stdin.readline()

@@ -24,10 +24,10 @@ WITH_CONTROL_PLANE = {"listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0
                       "control.plane.listener.name": "CONTROLLER", "max.connections": "12"}
 
 
-def describe_configs_frame() -> bytes:
+def describe_configs_frame(node_id: int = 0) -> bytes:
     from tests.wire import describe_configs_request
 
-    return describe_configs_request(correlation_id=7)
+    return describe_configs_request(correlation_id=7, broker=str(node_id))
 
 
 def timed_requests(address, frame: bytes, seconds: float, every: float = 0.01) -> list[float]:
@@ -46,10 +46,57 @@ def timed_requests(address, frame: bytes, seconds: float, every: float = 0.01) -
     return times
 
 
-def control_plane_latency(seconds: float) -> dict[str, dict]:
-    """Admin requests while the data plane is saturated, with and without a control plane."""
+class Flood:
+    """loadtest/flood.py against 127.0.0.1:`port` for `seconds`, started on entry (after which
+    it has had a second to connect and fill the pool); its JSON figures in `.figures` after
+    the exit."""
+
+    def __init__(self, port: int, topic: str, seconds: float, connections: int = 12):
+        self.argv = [sys.executable, "-m", "loadtest.flood", "--address", f"127.0.0.1:{port}",
+                     "--topic", topic, "--connections", str(connections),
+                     "--seconds", str(seconds)]
+        self.seconds = seconds
+        self.figures: dict = {}
+
+    def __enter__(self) -> "Flood":
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # the flood connects and exhausts the pool
+        return self
+
+    def __exit__(self, *exc) -> None:
+        output = self.proc.communicate(timeout=self.seconds + 30)[0]
+        self.figures = json.loads(output) if output else {"errors": 1, "sent_bytes": 0}
+
+
+def probe_all(address, frames: dict[str, bytes], seconds: float) -> dict[str, list[float]]:
+    """Round-trip times of each frame, every 10 ms on its own connection, all at once; an
+    empty list for a probe whose connection failed."""
     import threading
 
+    results: dict[str, list[float]] = {}
+
+    def probe(name):
+        try:
+            results[name] = timed_requests(address, frames[name], seconds)
+        except OSError:
+            results[name] = []
+
+    probes = [threading.Thread(target=probe, args=(name,)) for name in frames]
+    for thread in probes:
+        thread.start()
+    for thread in probes:
+        thread.join(seconds + 30)
+    return {name: results.get(name, []) for name in frames}
+
+
+def percentiles_ms(times: list[float]) -> dict[str, float]:
+    """p50 and p99 of round-trip times, in ms (NaN if there are none)."""
+    times = sorted(times) or [float("nan")]
+    return {"p50_ms": times[len(times) // 2] * 1e3, "p99_ms": times[int(len(times) * 0.99)] * 1e3}
+
+
+def control_plane_latency(seconds: float) -> dict[str, dict]:
+    """Admin requests while the data plane is saturated, with and without a control plane."""
     from tests.wire import create_topic
 
     frames = {"Metadata": metadata_frame(), "DescribeConfigs": describe_configs_frame()}
@@ -60,38 +107,20 @@ def control_plane_latency(seconds: float) -> dict[str, dict]:
         admin = broker.process.listeners.get("CONTROLLER", broker.process.listeners["PLAINTEXT"])
         try:
             create_topic(f"127.0.0.1:{admin[1]}", "flood")
-            results: dict[str, list[float]] = {}
-
-            def probe(name):
-                try:
-                    results[name] = timed_requests(admin, frames[name], seconds)
-                except OSError:
-                    results[name] = []  # counted as an error below
-
-            probes = [threading.Thread(target=probe, args=(name,)) for name in frames]
-            flood = subprocess.Popen(
-                [sys.executable, "-m", "loadtest.flood", "--address",
-                 f"127.0.0.1:{broker.port}", "--topic", "flood", "--connections", "12",
-                 "--seconds", str(seconds + 3)], stdout=subprocess.PIPE, text=True)
-            time.sleep(1.0)  # the flood connects and exhausts the pool
-            depleted = broker.process.metric("broker_request_memory_depleted_seconds_total")
-            for thread in probes:
-                thread.start()
-            for thread in probes:
-                thread.join(seconds + 30)
-            # Saturated means requests waited for pool memory during most of the probing.
-            depleted = broker.process.metric(
-                "broker_request_memory_depleted_seconds_total") - depleted
-            loaded = json.loads(flood.communicate(timeout=seconds + 30)[0])
+            with Flood(broker.port, "flood", seconds + 3) as flood:
+                depleted = broker.process.metric("broker_request_memory_depleted_seconds_total")
+                results = probe_all(admin, frames, seconds)
+                # Saturated means requests waited for pool memory during most of the probing.
+                depleted = broker.process.metric(
+                    "broker_request_memory_depleted_seconds_total") - depleted
+            loaded = flood.figures
         finally:
             broker.close()
         unsaturated = depleted < 0.5 * seconds
         for name in frames:
-            times = sorted(results.get(name, []))
-            failed = loaded["errors"] + (not times) + unsaturated
-            times = times or [float("nan")]
-            figures[f"{plane} {name}"] = {
-                "p50_ms": times[len(times) // 2] * 1e3, "p99_ms": times[int(len(times) * 0.99)] * 1e3,
-                "count": len(times), "flood_mb_s": loaded["sent_bytes"] / 1e6 / (seconds + 3),
-                "depleted_s": depleted, "errors": failed}
+            times = results[name]
+            figures[f"{plane} {name}"] = dict(
+                percentiles_ms(times), count=len(times),
+                flood_mb_s=loaded["sent_bytes"] / 1e6 / (seconds + 3), depleted_s=depleted,
+                errors=loaded["errors"] + (not times) + unsaturated)
     return figures

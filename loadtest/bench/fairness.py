@@ -22,6 +22,21 @@ def run_paced(port: int, frame_path: str, seconds: float) -> dict:
     return json.loads(out.stdout)
 
 
+def quiet_and_storm(port: int, frame_path: str, seconds: float) -> tuple[dict, dict]:
+    """The paced clients' figures alone, then during the storm (any broker on 127.0.0.1:
+    `port`); the storm's connections per second are in the second's "storm_rate"."""
+    quiet = run_paced(port, frame_path, seconds)
+    storm = [subprocess.Popen([os.path.join(BIN, "connclient"), "127.0.0.1", str(port), "8",
+                               str(seconds + 1.5), "req", frame_path, str(base)],
+                              stdout=subprocess.PIPE, text=True)
+             for base in (2, 122)]
+    stormy = run_paced(port, frame_path, seconds)
+    storms = [json.loads(proc.communicate(timeout=seconds + 30)[0]) for proc in storm]
+    stormy["storm_rate"] = sum(s["rate"] for s in storms)
+    stormy["storm_errors"] = sum(s["errors"] for s in storms)
+    return quiet, stormy
+
+
 def storm_fairness(frame_path: str, seconds: float) -> dict[str, dict]:
     figures = {}
     unbounded = {"pybroker.handoff.queue.size": "10000", "pybroker.registrations.per.turn": "10000"}
@@ -30,16 +45,10 @@ def storm_fairness(frame_path: str, seconds: float) -> dict[str, dict]:
                              ("bounded, creation rate 500/s", rate_limited)):
         broker = Broker(2, overrides)
         try:
-            figures[f"p99 quiet {label}"] = run_paced(broker.port, frame_path, seconds)
-            storm = [subprocess.Popen([os.path.join(BIN, "connclient"), "127.0.0.1",
-                                       str(broker.port), "8", str(seconds + 1.5), "req",
-                                       frame_path, str(base)], stdout=subprocess.PIPE, text=True)
-                     for base in (2, 122)]
-            figures[f"p99 storm {label}"] = run_paced(broker.port, frame_path, seconds)
-            storms = [json.loads(proc.communicate(timeout=seconds + 30)[0]) for proc in storm]
-            figures[f"p99 storm {label}"]["storm_rate"] = sum(s["rate"] for s in storms)
+            quiet, storm = quiet_and_storm(broker.port, frame_path, seconds)
         finally:
             broker.close()
+        figures[f"p99 quiet {label}"], figures[f"p99 storm {label}"] = quiet, storm
     limits = {"max.connections": "1000000", "max.connections.per.ip": "1000000",
               "max.connection.creation.rate": "1000000000",
               "max.connection.creation.rate.per.ip": "1000000000"}

@@ -50,9 +50,10 @@ def file_write_floor(directory: str, megabytes: float) -> float:
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def _measured(broker: Broker, *args) -> dict:
-    """A kafka_load run's figures with the broker CPU seconds it cost ("server_cpu"), of which
-    "server_user" in user mode (Python's part; the rest is the kernel's)."""
+def measured(broker, *args) -> dict:
+    """A kafka_load run's figures with the CPU seconds the processes of `broker` (anything
+    with `.pids`) spent meanwhile ("server_cpu"), of which "server_user" in user mode (for
+    this broker Python's part; the rest is the kernel's)."""
     before, user_before = cpu_seconds(broker.pids), cpu_seconds(broker.pids, system=False)
     figures = run_kafka_load(*args)
     return dict(figures, server_cpu=cpu_seconds(broker.pids) - before,
@@ -67,15 +68,15 @@ def produce_consume(seconds: float) -> dict[str, dict]:
         try:
             bootstrap = broker.process.bootstrap
             create_topic(bootstrap, "bench", 2)
-            produced = _measured(broker, "produce", bootstrap, "bench", seconds, 1024)
+            produced = measured(broker, "produce", bootstrap, "bench", seconds, 1024)
             os.sync()  # both consumers start with the log written back, not one mid-writeback
-            consumed = _measured(broker, "consume", bootstrap, "bench", produced["records"])
+            consumed = measured(broker, "consume", bootstrap, "bench", produced["records"])
         finally:
             broker.close()
         floor = file_write_floor(data_dir, produced["records"] * 1024 / 1e6)
         broker = Broker(2, {"pybroker.fetch.zero.copy": "false"}, data_dir=data_dir)
         try:
-            copied = _measured(broker, "consume", broker.process.bootstrap, "bench",
+            copied = measured(broker, "consume", broker.process.bootstrap, "bench",
                                produced["records"])
         finally:
             broker.close()
@@ -87,7 +88,7 @@ def produce_consume(seconds: float) -> dict[str, dict]:
         address = broker.process.listeners["PLAINTEXT"]
         for key in ("producer_byte_rate", "consumer_byte_rate", "request_percentage"):
             alter_client_quota(address, {"client-id": "someone-else"}, key, 1000)
-        quoted = _measured(broker, "produce", broker.process.bootstrap, "bench", seconds, 1024)
+        quoted = measured(broker, "produce", broker.process.bootstrap, "bench", seconds, 1024)
     finally:
         broker.close()
     return {"produce 1KiB acks=1": dict(produced, errors=produced["failed"], write_floor=floor),

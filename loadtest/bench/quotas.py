@@ -27,8 +27,10 @@ MEASURE_SECONDS = 30.0
 ACCURACY = 0.05
 
 
-def _log_bytes(broker: BrokerProcess, topic: str) -> int:
-    directory = os.path.join(broker.data_dir, "logs", f"{topic}-0")
+def log_bytes(logs_dir: str, topic: str) -> int:
+    """Bytes of partition 0's segments of `topic` in a log directory (Kafka's layout, which
+    this broker's is too)."""
+    directory = os.path.join(logs_dir, f"{topic}-0")
     return sum(os.path.getsize(os.path.join(directory, name))
                for name in os.listdir(directory) if name.endswith(".log"))
 
@@ -74,34 +76,44 @@ class _Client:
         self.producers.clear()  # gone while the broker still runs: no reconnect noise
 
 
+def held_rates(address: tuple[str, int], logs_dir: str, cells: list[tuple[str, int, int]],
+               warm: float, measure: float) -> dict[str, dict]:
+    """On a running broker (any: its log directory is read), one client per cell (client id,
+    connections, record bytes) with its own LIMIT quota and topic, all at once: the rate each
+    topic grew by during `measure` seconds after `warm` seconds of load."""
+    bootstrap = f"{address[0]}:{address[1]}"
+    clients = []
+    for name, connections, size in cells:
+        error = alter_client_quota(address, {"client-id": name}, "producer_byte_rate", LIMIT)
+        if error:
+            raise RuntimeError(f"AlterClientQuotas for {name} answered error {error}")
+        create_topic(bootstrap, name)
+        clients.append(_Client(bootstrap, name, connections, size))
+    for client in clients:
+        client.thread.start()
+    try:
+        time.sleep(warm)
+        before = {client.name: log_bytes(logs_dir, client.name) for client in clients}
+        started = time.monotonic()
+        time.sleep(measure)
+        after = {client.name: log_bytes(logs_dir, client.name) for client in clients}
+        took = time.monotonic() - started
+    finally:
+        for client in clients:
+            client.close()
+    return {client.name: {"rate": (after[client.name] - before[client.name]) / took,
+                          "limit": LIMIT, "errors": client.errors} for client in clients}
+
+
 def _one_broker(windows: int) -> dict[str, dict]:
-    overrides = {"quota.window.num": str(windows)}
-    with BrokerProcess(workers=2, overrides=overrides) as broker:
-        address = broker.listeners["PLAINTEXT"]
-        clients = []
-        for connections in CONNECTIONS:
-            for size in RECORD_BYTES:
-                name = f"quota-{windows}w-{connections}c-{size}b"
-                assert alter_client_quota(address, {"client-id": name}, "producer_byte_rate",
-                                          LIMIT) == 0
-                create_topic(broker.bootstrap, name)
-                clients.append((connections, size, _Client(broker.bootstrap, name, connections,
-                                                           size)))
-        for *_, client in clients:
-            client.thread.start()
-        try:
-            time.sleep(windows + 5.0)  # the burst (windows - 1 of them) spent, steady state
-            before = {client.name: _log_bytes(broker, client.name) for *_, client in clients}
-            started = time.monotonic()
-            time.sleep(MEASURE_SECONDS)
-            after = {client.name: _log_bytes(broker, client.name) for *_, client in clients}
-            took = time.monotonic() - started
-        finally:
-            for *_, client in clients:
-                client.close()
-    return {f"quota {windows}w {connections}c {size}B": {
-        "rate": (after[client.name] - before[client.name]) / took, "limit": LIMIT,
-        "errors": client.errors} for connections, size, client in clients}
+    cells = {f"quota {windows}w {connections}c {size}B": (
+        f"quota-{windows}w-{connections}c-{size}b", connections, size)
+        for connections in CONNECTIONS for size in RECORD_BYTES}
+    with BrokerProcess(workers=2, overrides={"quota.window.num": str(windows)}) as broker:
+        # the burst (windows - 1 of them) spent: steady state
+        rates = held_rates(broker.listeners["PLAINTEXT"], os.path.join(broker.data_dir, "logs"),
+                           list(cells.values()), windows + 5.0, MEASURE_SECONDS)
+    return {label: rates[cell[0]] for label, cell in cells.items()}
 
 
 def quota_accuracy() -> dict[str, dict]:

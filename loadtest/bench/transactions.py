@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 from loadtest.bench.common import Broker
-from loadtest.bench.log import _measured
+from loadtest.bench.log import measured
 
 PER_TRANSACTION = 100
 
@@ -21,9 +21,9 @@ def transaction_figures(seconds: float) -> dict[str, dict]:
         bootstrap = broker.process.bootstrap
         create_topic(bootstrap, "bench-idempotent", 3)
         create_topic(bootstrap, "bench-transactions", 3)
-        idempotent = _measured(broker, "produce", bootstrap, "bench-idempotent", seconds, 1024,
+        idempotent = measured(broker, "produce", bootstrap, "bench-idempotent", seconds, 1024,
                                '{"enable.idempotence": true, "acks": "all"}')
-        transactional = _measured(broker, "transactions", bootstrap, "bench-transactions",
+        transactional = measured(broker, "transactions", bootstrap, "bench-transactions",
                                   seconds, 1024, PER_TRANSACTION)
     finally:
         broker.close()
