@@ -84,7 +84,9 @@ EXPECTED = {
         "consumed": 10,
         "ongoing": {"state": "ONGOING", "producer_id_known": True, "producer_epoch": 0,
                     "timeout_ms": 60000, "started": True},
-        "ongoing_listed": True, "ongoing_transaction_start_offsets": [6],
+        "ongoing_listed": True,
+        "listed_by_filters": [True, False, True, False],  # producer id, other id, 0 ms, 1 h
+        "ongoing_transaction_start_offsets": [6],
         "ongoing_last_stable_offset": 6, "group_committed_offset": 5,
         "after_abort": {"state": "COMPLETE_ABORT", "producer_id_known": True,
                         "producer_epoch": 0, "timeout_ms": 60000, "partitions": [],
@@ -123,6 +125,9 @@ EXPECTED = {
         "same_count": "InvalidPartitionsException",
         "grow_missing": "UnknownTopicOrPartitionException", "gone_after_delete": True,
         "delete_missing": "UnknownTopicOrPartitionException", "gone_after_delete_by_id": True,
+        "assigned_partitions": 2, "default_partitions": 1,
+        "assign_unknown_broker": "InvalidReplicaAssignmentException",
+        "grown_with_assignment": 3, "grow_to_unknown_broker": "InvalidReplicaAssignmentException",
         "cluster_nodes": 1, "controller_is_the_node": True, "cluster_id_set": True},
     "admin_configs": {
         "after_set": {"cleanup.policy": ["compact", "DYNAMIC_TOPIC_CONFIG"],
@@ -134,6 +139,7 @@ EXPECTED = {
         "after_validate_only": {"segment.bytes": ["1073741824", "DEFAULT_CONFIG"]},
         "set_unknown": "InvalidConfigurationException",
         "set_bad_value": "InvalidConfigurationException",
+        "two_resources": {"cfg": "none", "cfg-none": "UnknownTopicOrPartitionException"},
         "set_missing_topic": "UnknownTopicOrPartitionException",
         "legacy_validate_only": "NONE", "legacy_unknown": "INVALID_CONFIG", "legacy": "NONE",
         "after_legacy": {"cleanup.policy": ["delete", "DEFAULT_CONFIG"],  # the whole set
@@ -150,7 +156,7 @@ EXPECTED = {
         "listed_while_live": {"grp-empty": ["EMPTY", "CLASSIC", ""],
                               "grp-live": ["STABLE", "CLASSIC", "consumer"]},
         "live_described": ["STABLE", "range", "CLASSIC", False],
-        "live_members": [["live-client", 2, "host"]],
+        "live_members": [["live-client", 2, "host"]], "listed_stable": ["grp-live"],
         "live_offsets": {"grp-0": 5, "grp-1": 5},
         "alter_live": "UnknownMemberIdException",
         "offset_delete_live": "GroupSubscribedToTopicException",
@@ -174,7 +180,9 @@ EXPECTED = {
     "producer_formats": {
         "read": 102, "compressed_values_match": True,
         "headers": [["trace", "abc"], ["empty", None]], "null_key": True,
-        "tombstone": ["tombstone", None], "too_large": "RecordTooLargeException"},
+        "tombstone": ["tombstone", None], "read_in_small_fetches": 102,
+        "acks_0_offsets": [-1] * 5, "acks_0_read": [f"fire-{i}" for i in range(5)],
+        "too_large": "RecordTooLargeException"},
     "consumer_group": {
         "consumed": 20, "assignment": ["cg-0", "cg-1"], "generation_positive": True,
         "partitions_for": 2, "topic_listed": True, "committed": [10, 10],
@@ -235,13 +243,24 @@ EXPECTED = {
         "write_without_acl": "TopicAuthorizationException", "write_with_acl_offset": 0,
         "read_without_acl": "TopicAuthorizationException", "read_with_acl": ["v"],
         "commit_without_group_acl": "GroupAuthorizationException",
-        "committed_with_group_acl": 1, "alice_describe_acls": "ClusterAuthorizationException",
+        "committed_with_group_acl": 1,
+        "transactional_without_acl": "TransactionalIdAuthorizationException",
+        "transactional_with_acl": "committed",
+        "offsets_for_unreadable_group": "GroupAuthorizationException",
+        "alice_describe_acls": "ClusterAuthorizationException",
         "alice_create_topic": "TopicAuthorizationException",
         "alice_topics": {"listed": ["acl-orders"]}},
     "scram_login": {"login": "none", "wrong_password": "SaslAuthenticationException",
                     "after_delete": "SaslAuthenticationException"},
 }
-CHECKS = {"transactions": check_transactions}
+def check_admin_groups(found: dict) -> None:
+    """Kafka 4.4 adds DESCRIBE_CONFIGS and ALTER_CONFIGS to a group's operations (group
+    configs, which this broker has not)."""
+    assert {"DELETE", "DESCRIBE", "READ"} <= set(found.pop("live_operations"))
+    assert found == EXPECTED["admin_groups"]
+
+
+CHECKS = {"transactions": check_transactions, "admin_groups": check_admin_groups}
 
 
 def check(answers: dict, scenario: str) -> None:

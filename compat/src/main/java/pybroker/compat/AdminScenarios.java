@@ -22,6 +22,7 @@ import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.CreateTopicsOptions;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
 import org.apache.kafka.clients.admin.DescribeConfigsOptions;
+import org.apache.kafka.clients.admin.DescribeConsumerGroupsOptions;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsSpec;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
@@ -91,8 +92,7 @@ final class AdminScenarios {
         facts.put("describe_missing", errorOf(() -> get(admin.describeTopics(List.of("adm-none")).allTopicNames())));
 
         get(admin.createPartitions(Map.of("adm-a", NewPartitions.increaseTo(5))).all());
-        List<TopicPartitionInfo> grown = get(admin.describeTopics(List.of("adm-a")).allTopicNames()).get("adm-a").partitions();
-        facts.put("grown_partitions", grown.stream().map(TopicPartitionInfo::partition).toList());
+        facts.put("grown_partitions", partitions(admin, "adm-a", 5).get("indexes"));
         facts.put("shrink", errorOf(() -> get(admin.createPartitions(Map.of("adm-a", NewPartitions.increaseTo(2))).all())));
         facts.put("same_count", errorOf(() -> get(admin.createPartitions(Map.of("adm-a", NewPartitions.increaseTo(5))).all())));
         facts.put("grow_missing", errorOf(() -> get(admin.createPartitions(Map.of("adm-none", NewPartitions.increaseTo(5))).all())));
@@ -103,9 +103,27 @@ final class AdminScenarios {
         Uuid compactedId = get(created.topicId("adm-b"));
         get(admin.deleteTopics(TopicCollection.ofTopicIds(List.of(compactedId))).all());
         facts.put("gone_after_delete_by_id", waitGone(admin, "adm-b"));
+        get(admin.createTopics(List.of(new NewTopic("adm-g", Map.of(0, List.of(node), 1, List.of(node))),
+                new NewTopic("adm-h", Optional.empty(), Optional.empty()))).all());
+        var assigned = get(admin.describeTopics(List.of("adm-g", "adm-h")).allTopicNames());
+        facts.put("assigned_partitions", assigned.get("adm-g").partitions().size());
+        facts.put("default_partitions", assigned.get("adm-h").partitions().size());
+        facts.put("assign_unknown_broker", errorOf(() -> get(admin.createTopics(
+                List.of(new NewTopic("adm-i", Map.of(0, List.of(node + 100))))).all())));
+        get(admin.createPartitions(Map.of("adm-g", NewPartitions.increaseTo(3, List.of(List.of(node))))).all());
+        facts.put("grown_with_assignment", ((List<?>) partitions(admin, "adm-g", 3).get("indexes")).size());
+        facts.put("grow_to_unknown_broker", errorOf(() -> get(admin.createPartitions(Map.of(
+                "adm-g", NewPartitions.increaseTo(4, List.of(List.of(node + 100))))).all())));
         facts.put("cluster_nodes", get(admin.describeCluster().nodes()).size());
         facts.put("controller_is_the_node", get(admin.describeCluster().controller()).id() == node);
         facts.put("cluster_id_set", get(admin.describeCluster().clusterId()) != null);
+    }
+
+    /** {"indexes": the topic's partitions} once there are `count` (or at the deadline). */
+    private static Map<String, Object> partitions(Admin admin, String topic, int count) throws Exception {
+        return Clients.settled(() -> Map.of("indexes", get(admin.describeTopics(List.of(topic)).allTopicNames())
+                        .get(topic).partitions().stream().map(TopicPartitionInfo::partition).toList()),
+                found -> ((List<?>) found.get("indexes")).size() == count);
     }
 
     private static boolean waitGone(Admin admin, String topic) throws Exception {
@@ -141,6 +159,13 @@ final class AdminScenarios {
                 new AlterConfigOp(new ConfigEntry("no.such.config", "1"), OpType.SET))));
         facts.put("set_bad_value", errorOf(() -> alter(admin, topic,
                 new AlterConfigOp(new ConfigEntry("retention.ms", "soon"), OpType.SET))));
+        var mixed = admin.incrementalAlterConfigs(Map.of(topic, List.of(new AlterConfigOp(
+                        new ConfigEntry("segment.ms", "3600000"), OpType.SET)),
+                new ConfigResource(ConfigResource.Type.TOPIC, "cfg-none"), List.of(new AlterConfigOp(
+                        new ConfigEntry("segment.ms", "3600000"), OpType.SET)))).values();
+        Map<String, Object> perResource = new TreeMap<>();
+        mixed.forEach((resource, future) -> perResource.put(resource.name(), errorOf(() -> get(future))));
+        facts.put("two_resources", perResource);
         facts.put("set_missing_topic", errorOf(() -> alter(admin,
                 new ConfigResource(ConfigResource.Type.TOPIC, "cfg-none"),
                 new AlterConfigOp(new ConfigEntry("retention.ms", "1000"), OpType.SET))));
@@ -251,6 +276,11 @@ final class AdminScenarios {
         facts.put("live_described", List.of(live.groupState().name(), live.partitionAssignor(),
                                             live.type().name(), live.isSimpleConsumerGroup()));
         facts.put("live_members", members);
+        facts.put("live_operations", get(admin.describeConsumerGroups(List.of("grp-live"),
+                new DescribeConsumerGroupsOptions().includeAuthorizedOperations(true)).all())
+                .get("grp-live").authorizedOperations().stream().map(Enum::name).sorted().toList());
+        facts.put("listed_stable", groupStates(admin, new ListGroupsOptions()
+                .inGroupStates(Set.of(org.apache.kafka.common.GroupState.STABLE))).keySet());
         facts.put("live_offsets", offsets(admin, "grp-live"));
         facts.put("alter_live", errorOf(() -> get(admin.alterConsumerGroupOffsets("grp-live",
                 Map.of(p0, new OffsetAndMetadata(0))).all())));

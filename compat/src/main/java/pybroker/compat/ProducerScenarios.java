@@ -112,6 +112,13 @@ final class ProducerScenarios {
             transform(producer, consumer, input.subList(5, 10));
             facts.put("ongoing", describeTransaction(clients, "ctp-tx"));
             facts.put("ongoing_listed", listed(clients, "ctp-tx", TransactionState.ONGOING));
+            long producerId = get(clients.admin().describeTransactions(List.of("ctp-tx"))
+                    .description("ctp-tx")).producerId();
+            facts.put("listed_by_filters", List.of(
+                    listedWith(clients, new ListTransactionsOptions().filterProducerIds(List.of(producerId))),
+                    listedWith(clients, new ListTransactionsOptions().filterProducerIds(List.of(producerId + 1))),
+                    listedWith(clients, new ListTransactionsOptions().filterOnDuration(0)),
+                    listedWith(clients, new ListTransactionsOptions().filterOnDuration(3_600_000))));
             List<ProducerState> writers =
                     get(clients.admin().describeProducers(List.of(out)).partitionResult(out)).activeProducers();
             facts.put("ongoing_transaction_start_offsets",
@@ -162,6 +169,11 @@ final class ProducerScenarios {
         Collection<TransactionListing> listings = get(clients.admin().listTransactions(
                 new ListTransactionsOptions().filterStates(List.of(state))).all());
         return listings.stream().anyMatch(l -> l.transactionalId().equals(id) && l.state() == state);
+    }
+
+    private static boolean listedWith(Clients clients, ListTransactionsOptions options) throws Exception {
+        return get(clients.admin().listTransactions(options).all()).stream()
+                .anyMatch(l -> l.transactionalId().equals("ctp-tx"));
     }
 
     private static long readCommittedEnd(Clients clients, TopicPartition partition) {
@@ -228,6 +240,23 @@ final class ProducerScenarios {
                 facts.put("null_key", headed.key() == null);
                 facts.put("tombstone", java.util.Arrays.asList(records.get(101).key(), records.get(101).value()));
             }
+        }
+        try (KafkaConsumer<String, String> consumer = clients.consumer(props(
+                ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, "512",
+                ConsumerConfig.FETCH_MAX_BYTES_CONFIG, "512"))) {
+            // a batch larger than both limits still comes, one at a time
+            consumer.assign(List.of(partition));
+            consumer.seekToBeginning(List.of(partition));
+            facts.put("read_in_small_fetches", Clients.poll(consumer, 102).size());
+        }
+        try (KafkaProducer<String, String> producer = clients.producer(props(ProducerConfig.ACKS_CONFIG, "0",
+                ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false"))) {
+            facts.put("acks_0_offsets", Clients.send(producer, "fmt", 0, "fire", 5, -1));
+        }
+        try (KafkaConsumer<String, String> consumer = clients.consumer(new java.util.Properties())) {
+            consumer.assign(List.of(partition));
+            consumer.seek(partition, 102);
+            facts.put("acks_0_read", Clients.values(Clients.poll(consumer, 5)));
         }
         try (KafkaProducer<String, String> producer = clients.producer(props(
                 ProducerConfig.MAX_REQUEST_SIZE_CONFIG, String.valueOf(3 << 20)))) {

@@ -273,6 +273,29 @@ final class SecurityScenarios {
             consumer.commitSync(Map.of(partition, new OffsetAndMetadata(1)));
             facts.put("committed_with_group_acl", consumer.committed(java.util.Set.of(partition)).get(partition).offset());
         }
+        Properties transactional = new Properties();
+        transactional.putAll(alice);
+        transactional.put(org.apache.kafka.clients.producer.ProducerConfig.TRANSACTIONAL_ID_CONFIG, "acl-tx");
+        try (KafkaProducer<String, String> producer = clients.producer(transactional)) {
+            facts.put("transactional_without_acl", errorOf(producer::initTransactions));
+        }
+        get(admin.createAcls(List.of(binding(ResourceType.TRANSACTIONAL_ID, "acl-", PatternType.PREFIXED,
+                "User:alice", AclOperation.WRITE, AclPermissionType.ALLOW))).all());
+        try (KafkaProducer<String, String> producer = clients.producer(transactional)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>("acl-orders", 0, "k", "in-transaction")).get();
+            producer.sendOffsetsToTransaction(Map.of(partition, new OffsetAndMetadata(2)),
+                    new org.apache.kafka.clients.consumer.ConsumerGroupMetadata("acl-group"));
+            producer.commitTransaction();
+            facts.put("transactional_with_acl", "committed");
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>("acl-orders", 0, "k", "in-transaction")).get();
+            facts.put("offsets_for_unreadable_group", errorOf(() -> producer.sendOffsetsToTransaction(
+                    Map.of(partition, new OffsetAndMetadata(2)),
+                    new org.apache.kafka.clients.consumer.ConsumerGroupMetadata("other-group"))));
+            errorOf(producer::abortTransaction);
+        }
         try (Admin asAlice = clients.newAdmin(alice)) {
             facts.put("alice_describe_acls", errorOf(() -> get(asAlice.describeAcls(AclBindingFilter.ANY).values())));
             facts.put("alice_create_topic", errorOf(() -> get(asAlice.createTopics(
