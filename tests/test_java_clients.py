@@ -181,6 +181,8 @@ EXPECTED = {
         "read": 102, "compressed_values_match": True,
         "headers": [["trace", "abc"], ["empty", None]], "null_key": True,
         "tombstone": ["tombstone", None], "read_in_small_fetches": 102,
+        # one replica: Kafka's effective min.insync.replicas is min(2, 1)
+        "acks_all_one_replica_of_two": "none", "acks_1_one_replica_of_two": 1,
         "acks_0_offsets": [-1] * 5, "acks_0_read": [f"fire-{i}" for i in range(5)],
         "too_large": "RecordTooLargeException"},
     "consumer_group": {

@@ -55,7 +55,7 @@ class Produce(Api, api="Produce"):
                 ctx, Operation.WRITE, ResourceType.TOPIC, topic.name) \
                 else "topic_authorization_failed"
             pending.append([self._prepare(topic.name, data,
-                                          refusal or denied or self._refusal(ctx, body, data), acks)
+                                          refusal or denied or self._refusal(ctx, body, data))
                             for data in topic.partition_data])
         checks = [item for items in pending for item in items if item.check is not None]
         if _walk_at_once(checks):
@@ -122,7 +122,7 @@ class Produce(Api, api="Produce"):
             return "unsupported_compression_type"
         return None
 
-    def _prepare(self, topic: str, data, refusal: str | None, acks: int) -> "_Pending":
+    def _prepare(self, topic: str, data, refusal: str | None) -> "_Pending":
         """The partition and the check of its batch, or why it is refused."""
         if refusal is not None:
             return _Pending(data, None, None, refusal)
@@ -132,10 +132,6 @@ class Produce(Api, api="Produce"):
             return _Pending(data, None, None, "kafka_storage_error")
         if partition is None:
             return _Pending(data, None, None, "unknown_topic_or_partition")
-        if acks == -1 and partition.settings.min_insync_replicas > 1:  # one replica: this one
-            return _Pending(data, partition, None, "not_enough_replicas",
-                            f"min.insync.replicas is {partition.settings.min_insync_replicas}; "
-                            f"this broker is the only replica")
         if not data.records:
             return _Pending(data, partition, None, "invalid_record", "no record batch")
         try:

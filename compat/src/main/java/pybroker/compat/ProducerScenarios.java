@@ -258,6 +258,17 @@ final class ProducerScenarios {
             consumer.seek(partition, 102);
             facts.put("acks_0_read", Clients.values(Clients.poll(consumer, 5)));
         }
+        clients.createTopic("isr", 1, Map.of("min.insync.replicas", "2"));
+        try (KafkaProducer<String, String> producer = clients.producer(props(ProducerConfig.ACKS_CONFIG, "all",
+                ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "1500", ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "1000",
+                ProducerConfig.LINGER_MS_CONFIG, "0"))) {
+            facts.put("acks_all_one_replica_of_two", Clients.errorOf(() ->
+                    producer.send(new ProducerRecord<>("isr", 0, "k", "v")).get()));
+        }
+        try (KafkaProducer<String, String> producer = clients.producer(props(ProducerConfig.ACKS_CONFIG, "1",
+                ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false"))) {
+            facts.put("acks_1_one_replica_of_two", producer.send(new ProducerRecord<>("isr", 0, "k", "v")).get().offset());
+        }
         try (KafkaProducer<String, String> producer = clients.producer(props(
                 ProducerConfig.MAX_REQUEST_SIZE_CONFIG, String.valueOf(3 << 20)))) {
             facts.put("too_large", Clients.errorOf(() -> producer.send(
