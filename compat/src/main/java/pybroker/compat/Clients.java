@@ -49,53 +49,57 @@ final class Clients {
         return props;
     }
 
-    private Properties base(Properties extra) {
+    /** A client's settings: the address and timeouts, its kind's `defaults`, the run's
+     *  common settings, then the caller's `extra`. */
+    private Properties configured(Properties defaults, Properties extra) {
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
-        props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000");
+        props.putAll(defaults);
         props.putAll(common);
         props.putAll(extra);
         return props;
     }
 
+    private static final Properties ADMIN = props(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000");
+
+    private static final Properties PRODUCER = props(
+            ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName(),
+            ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName(),
+            ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000",
+            ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "20000",
+            ProducerConfig.LINGER_MS_CONFIG, "5");
+
+    private static final Properties CONSUMER = props(
+            ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
+            ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
+            ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000",
+            ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest",
+            ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false",
+            ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic",
+            ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000",
+            ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500",
+            // a seek waits for the fetch in flight: keep that wait short
+            ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "50");
+
     /** The run's shared Admin, with the common settings. */
     Admin admin() {
         if (admin == null) {
-            admin = Admin.create(base(new Properties()));
+            admin = newAdmin(new Properties());
         }
         return admin;
     }
 
     Admin newAdmin(Properties extra) {
-        return Admin.create(base(extra));
+        return Admin.create(configured(ADMIN, extra));
     }
 
     KafkaProducer<String, String> producer(Properties extra) {
-        Properties props = base(props(
-                ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName(),
-                ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName(),
-                ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000",
-                ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "20000",
-                ProducerConfig.LINGER_MS_CONFIG, "5"));
-        props.putAll(extra);
-        props.remove(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG);
-        return new KafkaProducer<>(props);
+        return new KafkaProducer<>(configured(PRODUCER, extra));
     }
 
     KafkaConsumer<String, String> consumer(Properties extra) {
-        Properties props = base(props(
-                ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
-                ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
-                ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest",
-                ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false",
-                ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic",
-                ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000",
-                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500",
-                // a seek waits for the fetch in flight: keep that wait short
-                ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "50"));
-        props.putAll(extra);
-        return new KafkaConsumer<>(props);
+        return new KafkaConsumer<>(configured(CONSUMER, extra));
     }
 
     void createTopic(String name, int partitions, Map<String, String> configs) throws Exception {
