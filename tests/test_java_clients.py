@@ -79,6 +79,13 @@ def check_transactions(found: dict) -> None:
     assert found == EXPECTED["transactions"]
 
 
+def check_admin_groups(found: dict) -> None:
+    """Kafka 4.4 adds DESCRIBE_CONFIGS and ALTER_CONFIGS to a group's operations (group
+    configs, which this broker has not)."""
+    assert {"DELETE", "DESCRIBE", "READ"} <= set(found.pop("live_operations"))
+    assert found == EXPECTED["admin_groups"]
+
+
 EXPECTED = {
     "transactions": {
         "consumed": 10,
@@ -255,12 +262,6 @@ EXPECTED = {
     "scram_login": {"login": "none", "wrong_password": "SaslAuthenticationException",
                     "after_delete": "SaslAuthenticationException"},
 }
-def check_admin_groups(found: dict) -> None:
-    """Kafka 4.4 adds DESCRIBE_CONFIGS and ALTER_CONFIGS to a group's operations (group
-    configs, which this broker has not)."""
-    assert {"DELETE", "DESCRIBE", "READ"} <= set(found.pop("live_operations"))
-    assert found == EXPECTED["admin_groups"]
-
 
 CHECKS = {"transactions": check_transactions, "admin_groups": check_admin_groups}
 
