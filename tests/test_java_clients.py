@@ -162,6 +162,7 @@ EXPECTED = {
     "admin_groups": {
         "listed_while_live": {"grp-empty": ["EMPTY", "CLASSIC", ""],
                               "grp-live": ["STABLE", "CLASSIC", "consumer"]},
+        "list_consumer_groups": ["grp-empty:EMPTY", "grp-live:STABLE"],
         "live_described": ["STABLE", "range", "CLASSIC", False],
         "live_members": [["live-client", 2, "host"]], "listed_stable": ["grp-live"],
         "live_offsets": {"grp-0": 5, "grp-1": 5},

@@ -267,6 +267,10 @@ final class AdminScenarios {
     /** What the admin sees of a group while its one member is in it. */
     private static void liveGroup(Admin admin, Map<String, Object> facts, TopicPartition p0) throws Exception {
         facts.put("listed_while_live", groupStates(admin, new ListGroupsOptions()));
+        @SuppressWarnings("deprecation")
+        var consumerGroups = get(admin.listConsumerGroups().all());
+        facts.put("list_consumer_groups", consumerGroups.stream().map(g -> g.groupId() + ":"
+                + g.groupState().map(Enum::name).orElse("?")).filter(g -> g.startsWith("grp-")).sorted().toList());
         ConsumerGroupDescription live = get(admin.describeConsumerGroups(List.of("grp-live")).all()).get("grp-live");
         List<Object> members = new ArrayList<>();
         for (MemberDescription member : live.members()) {
