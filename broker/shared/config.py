@@ -401,8 +401,9 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     compression_zstd_level: Annotated[int, _doc(
         "Default compression.zstd.level of topics.", ge=-131072, le=22)] = 3
     min_insync_replicas: Annotated[int, _doc(
-        "Default min.insync.replicas of topics; above 1, acks=all produce gets "
-        "NOT_ENOUGH_REPLICAS (this broker is a single replica).", ge=1)] = 1
+        "Default min.insync.replicas of topics; as Kafka, acks=all waits for "
+        "min(min.insync.replicas, replicas) in-sync replicas: here one, this broker.",
+        ge=1)] = 1
     log_retention_check_interval_ms: Annotated[int, _doc(
         "How often the parent looks for segments to delete.", ge=1)] = 300000
     log_flush_interval_messages: Annotated[int, _doc(

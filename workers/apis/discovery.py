@@ -89,6 +89,11 @@ class Metadata(Api, api="Metadata"):
         topics = body.topics
         if topics is None or (version == 0 and not topics):
             return None
+        if version >= 12:  # as Kafka: one topic id makes it a request by id, names ignored
+            ids = [topic.topic_id for topic in topics  # (the Java client sends "" beside ids)
+                   if topic.topic_id is not None and topic.topic_id != _ZERO_UUID]
+            if ids:
+                return tuple(dict.fromkeys(ids))
         requested = {}  # each topic once, in the order first asked (Kafka uses a set)
         for topic in topics:
             if topic.name is not None:

@@ -51,6 +51,9 @@ def opened(registry, topic: str, index: int):
         return UNAVAILABLE
 NEW = object()  # a full fetch that asks for a session
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
+EARLIEST_PENDING_UPLOAD = -6  # ListOffsets v11
+# Offsets in tiered storage, which this broker has not: Kafka without it answers -1 for them.
+TIERED = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
 LOOKUP_TURN_S = 0.002  # offsets by time looked up per loop turn (at least one)
 READ_COMMITTED = 1  # isolation_level: nothing past the last stable offset, aborts listed
 
@@ -479,9 +482,11 @@ class ListOffsets(Api, api="ListOffsets"):
         if partition is UNAVAILABLE or partition.offline:
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
         wanted = request.timestamp
-        if wanted in (LATEST, LATEST_TIERED):
+        if wanted == LATEST:
             return dict(answer, offset=partition.last_stable_offset if committed
                         else partition.high_watermark)
+        if wanted in TIERED:
+            return dict(answer, leader_epoch=-1)
         if wanted in (EARLIEST, EARLIEST_LOCAL):
             return dict(answer, offset=partition.log_start_offset)
         return None

@@ -68,7 +68,7 @@ class Produce(Api, api="Produce"):
                 ctx, Operation.WRITE, ResourceType.TOPIC, topic.name) \
                 else "topic_authorization_failed"
             pending.append([self._prepare(topic.name, data,
-                                          refusal or denied or self._refusal(ctx, body, data), acks,
+                                          refusal or denied or self._refusal(ctx, body, data),
                                           room)
                             for data in topic.partition_data])
         checks = [item for items in pending for item in items if item.check is not None]
@@ -136,8 +136,7 @@ class Produce(Api, api="Produce"):
             return "unsupported_compression_type"
         return None
 
-    def _prepare(self, topic: str, data, refusal: str | None, acks: int,
-                 room: FaultRoom) -> "_Pending":
+    def _prepare(self, topic: str, data, refusal: str | None, room: FaultRoom) -> "_Pending":
         """The partition and the check of its batch, or why it is refused."""
         if refusal is not None:
             return _Pending(topic, data, None, None, refusal)
@@ -147,10 +146,6 @@ class Produce(Api, api="Produce"):
             return _Pending(topic, data, None, None, "kafka_storage_error")
         if partition is None:
             return _Pending(topic, data, None, None, "unknown_topic_or_partition")
-        if acks == -1 and partition.settings.min_insync_replicas > 1:  # one replica: this one
-            return _Pending(topic, data, partition, None, "not_enough_replicas",
-                            f"min.insync.replicas is {partition.settings.min_insync_replicas}; "
-                            f"this broker is the only replica")
         if not data.records:
             return _Pending(topic, data, partition, None, "invalid_record", "no record batch")
         try:

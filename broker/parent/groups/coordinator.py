@@ -695,7 +695,10 @@ class GroupCoordinator:
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             group = self.groups.get(group_id)
-            if group is None:
+            if group is None and ctx.version >= 6:  # as Kafka from v6
+                found.append(dict(_described(group_id, E.group_id_not_found),
+                                  error_message=f"Group {group_id} not found."))
+            elif group is None:
                 found.append(_described(group_id, E.none, "Dead", operations))
             else:
                 found.append(_description(group, operations, budget))

@@ -111,7 +111,6 @@ class LogSettings:
     max_decompressed_bytes: int = 32 << 20  # pybroker.max.decompressed.batch.bytes
     max_producers: int = 100_000  # pybroker.max.producers.per.partition
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime: stamped at append
-    min_insync_replicas: int = 1  # above 1, acks=all produce gets NOT_ENOUGH_REPLICAS
     compacted: bool = False  # cleanup.policy has compact: every record needs a key
     segment_ms: int = 604_800_000  # segment.ms: a segment this old rolls at the next append
     compression: TopicCodec | None = None  # compression.type, None for producer (as produced)

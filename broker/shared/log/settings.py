@@ -20,7 +20,6 @@ def log_settings(config: BrokerConfig) -> LogSettings:
                        max_producers=props.pybroker_max_producers_per_partition,
                        max_decompressed_bytes=props.pybroker_max_decompressed_batch_bytes,
                        log_append_time=props.log_message_timestamp_type == "LogAppendTime",
-                       min_insync_replicas=props.min_insync_replicas,
                        compacted="compact" in (item.strip() for item in
                                                props.log_cleanup_policy.split(",")),
                        compression=topic_codec(props, {}))

@@ -10,8 +10,8 @@ synonyms do.
 
 What each key does here: retention.ms / retention.bytes (the parent's retention), segment.bytes
 and segment.ms (roll, at the next append), max.message.bytes, message.timestamp.type (LogAppendTime stamps batches at append),
-message.timestamp.before/after.max.ms, min.insync.replicas (above 1, acks=all produce gets
-NOT_ENOUGH_REPLICAS), cleanup.policy (a compact-only topic is left alone by retention; a
+message.timestamp.before/after.max.ms, min.insync.replicas (accepted; with one replica
+Kafka's effective minimum, min(min.insync.replicas, replicas), is 1), cleanup.policy (a compact-only topic is left alone by retention; a
 compacted topic refuses records without a key, INVALID_RECORD, as Kafka).
 min.compaction.lag.ms and delete.retention.ms steer the log cleaner
 (broker.shared.log.compaction), which takes a partition only once its dirty share reaches
@@ -256,8 +256,6 @@ def topic_settings(base, props, own: dict[str, str]):
         changes["segment_ms"] = int(own["segment.ms"])
     if "max.message.bytes" in own:
         changes["max_message_bytes"] = int(own["max.message.bytes"])
-    if "min.insync.replicas" in own:
-        changes["min_insync_replicas"] = int(own["min.insync.replicas"])
     if "flush.messages" in own:
         changes["flush_interval_messages"] = int(own["flush.messages"])
     if "index.interval.bytes" in own:
