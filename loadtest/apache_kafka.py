@@ -132,6 +132,7 @@ class ApacheKafka:
         self.directory = tempfile.mkdtemp(prefix="apache-kafka-")
         self.port = free_port()
         self.controller_port = free_port()
+        self.cluster_id = uuid.uuid4().hex[:22]  # one id, so a start after kill() finds its data
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
 
@@ -156,9 +157,9 @@ class ApacheKafka:
         with open(config, "w") as out:
             out.write(server_properties(self.directory, self.port, self.controller_port,
                                         self.overrides))
-        cluster_id = uuid.uuid4().hex[:22]
         subprocess.run(java_command(TOOLS["kafka-storage"],
-                                    ["format", "-t", cluster_id, "-c", config, "--ignore-formatted"]),
+                                    ["format", "-t", self.cluster_id, "-c", config,
+                                     "--ignore-formatted"]),
                        check=True, capture_output=True, timeout=120)
         jvm = [f"-Xms{self.heap}", f"-Xmx{self.heap}", *SERVER_JVM[2:]]
         self.started_at = time.monotonic()
@@ -201,7 +202,7 @@ class ApacheKafka:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def kill(self) -> None:
-        """SIGKILL, the data directory kept (a restart reads it)."""
+        """SIGKILL, the data directory kept (start() again reads it)."""
         self.proc.kill()
         self.proc.wait(10)
 

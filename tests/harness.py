@@ -112,6 +112,19 @@ class BrokerProcess:
             self.proc.wait()
             raise
 
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL to the parent and every worker at once: no clean shutdown, the data dir
+        kept for a restart on it."""
+        for pid in [self.proc.pid, *self.worker_pids.values()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout)
+        for pid in self.worker_pids.values():
+            wait_until(lambda: not os.path.exists(f"/proc/{pid}"), timeout=timeout,
+                       message=f"worker pid {pid} outlived SIGKILL")
+
     @property
     def pid(self) -> int:
         return self.proc.pid
