@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -79,6 +80,11 @@ class WordCountApp:
     def thread_errors(self) -> list[str]:
         return [line for line in self.lines if line.startswith("THREAD-ERROR")]
 
+    def check_alive(self) -> None:
+        """Fails at once when a stream thread died or the JVM exited."""
+        assert not self.thread_errors and self.proc.poll() is None, \
+            f"WordCount failed (exit {self.proc.poll()}):\n{self.tail()}"
+
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM: KafkaStreams.close() in its shutdown hook, then exit."""
         if self.proc.poll() is None:
@@ -119,6 +125,7 @@ class CommittedCounts:
         """Read until `until()` holds; fail with the application's log if it does not."""
         deadline = time.monotonic() + timeout
         while not until():
+            app.check_alive()
             assert time.monotonic() < deadline, \
                 f"output after {timeout} s: {self.latest()}\n{app.tail()}"
             message = self.consumer.poll(0.2)
@@ -183,17 +190,26 @@ class OurBroker:
     """This broker on a data directory and a port of its own: killed with SIGKILL (parent and
     workers) and restarted on both, so the application's bootstrap address stays valid."""
 
+    PROBLEM = re.compile(r" (ERROR|CRITICAL) |Traceback")
+
     def __init__(self, data_dir: str):
         self.data_dir = data_dir
         self.process = BrokerProcess(workers=2, data_dir=data_dir, overrides=OVERRIDES).start()
         self.port = self.process.port
+        self.earlier_lines: list[str] = []
 
     @property
     def bootstrap(self) -> str:
         return self.process.bootstrap
 
+    def problems(self) -> list[str]:
+        """Lines of every run of the broker that say something went wrong inside it."""
+        return [line for line in self.earlier_lines + self.process.lines
+                if self.PROBLEM.search(line)]
+
     def kill(self) -> None:
         self.process.kill()
+        self.earlier_lines += self.process.lines
 
     def restart(self) -> None:
         listener = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}"}
@@ -216,6 +232,9 @@ class TheirBroker:
 
     def restart(self) -> None:
         self.kafka.start()
+
+    def problems(self) -> list[str]:
+        return []  # its log is its own business
 
     def stop(self) -> None:
         self.kafka.stop()
@@ -248,6 +267,30 @@ def internal_topics(bootstrap: str) -> dict[str, dict[str, str]]:
     return found
 
 
+def group_members(bootstrap: str) -> set[str]:
+    """The member ids of the application's consumer group."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (future,) = admin.describe_consumer_groups([APP_ID]).values()
+    return {member.member_id for member in future.result(10).members}
+
+
+def committed_and_end_offsets(bootstrap: str, group: str, topic: str) -> tuple[list, list]:
+    """The offsets `group` committed on each partition of `topic`, and its end offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed"})
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        committed = [tp.offset for tp in consumer.committed(partitions, timeout=10)]
+        ends = [consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions]
+        return committed, ends
+    finally:
+        consumer.close()
+
+
 def purged_up_to(bootstrap: str, topic: str) -> list[int]:
     """Each partition's log start offset (DeleteRecords moved it past what was consumed)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -275,7 +318,7 @@ def run_word_count(broker, directory: str, lines: list[str], kills: list[tuple[f
         counts = CommittedCounts(broker.bootstrap)
         feed = InputFeed(broker.bootstrap, lines, counts, ahead)
         feed.start()
-        counted = 0
+        counted, members = 0, None
         for fraction, victim in kills:  # each once the application counted more since the last
             counts.read(lambda: feed.produced >= fraction * len(lines) and
                         counts.counted > counted, timeout=90, app=app)
@@ -283,6 +326,8 @@ def run_word_count(broker, directory: str, lines: list[str], kills: list[tuple[f
             counted = counts.counted
             print(f"kill -9 {victim}: {feed.produced} lines fed, "  # shown if the test fails
                   f"{counted} of {total} words counted")
+            # A restart of the broker alone keeps the group's members (their tasks and state).
+            members = group_members(broker.bootstrap) if victim == "broker" else None
             if victim in ("app", "both"):
                 app.kill()
             if victim in ("broker", "both"):
@@ -294,6 +339,7 @@ def run_word_count(broker, directory: str, lines: list[str], kills: list[tuple[f
         feed.join(30)
         assert feed.failures == [] and feed.unflushed == 0
         assert app.thread_errors == [], app.tail()
+        assert members is None or group_members(broker.bootstrap) == members
         for word, values in counts.values.items():  # no increment committed twice
             assert all(a < b for a, b in zip(values, values[1:])), (word, values)
             assert values[-1] == expected[word]
@@ -305,6 +351,9 @@ def run_word_count(broker, directory: str, lines: list[str], kills: list[tuple[f
         wait_until(lambda: all(purged_up_to(broker.bootstrap, REPARTITION)), timeout=20,
                    message="the repartition topic was never purged (DeleteRecords)")
         assert app.stop() == 0 and "CLOSED" in app.lines, app.tail()
+        committed, ends = committed_and_end_offsets(broker.bootstrap, APP_ID, INPUT)
+        assert committed == ends  # every line consumed, its offset committed in a transaction
+        assert broker.problems() == []
     finally:
         if counts is not None:
             counts.close()

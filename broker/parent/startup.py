@@ -177,6 +177,7 @@ class ParentServices:
 
     def start(self, sockets: list[socket.socket]) -> None:
         """Every worker is ready: accept, expose /metrics, maintain the log, tick events."""
+        self.groups.start()
         self.ledger.start(sockets)
         self.transactions.start()
         self._start_metrics()

@@ -27,8 +27,9 @@ import sun.misc.Signal;
  *  defaults below (settings suited to one broker that a test kills and restarts).
  *
  *  <p>Prints {@code STATE <old> -> <new>} at each state change (so {@code STATE ... ->
- *  RUNNING} once it processes), {@code THREAD-ERROR <exception>} when a stream thread dies
- *  (it is replaced), and {@code CLOSED} once SIGTERM closed it cleanly (exit status 0). */
+ *  RUNNING} once it processes), {@code THREAD-ERROR <exception>} when an exception Streams
+ *  does not handle itself ends a stream thread (the client then shuts down: {@code -> ERROR}),
+ *  and {@code CLOSED} once SIGTERM closed it cleanly (exit status 0). */
 public final class WordCount {
     static final String STORE = "counts";
     static final String REGROUP = "words";
@@ -49,7 +50,7 @@ public final class WordCount {
                 System.out.println("STATE " + previous + " -> " + next));
         streams.setUncaughtExceptionHandler(exception -> {
             System.out.println("THREAD-ERROR " + exception);
-            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.REPLACE_THREAD;
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
         CountDownLatch terminated = new CountDownLatch(1);
         Signal.handle(new Signal("TERM"), signal -> terminated.countDown());
