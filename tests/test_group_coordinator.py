@@ -46,6 +46,7 @@ class Harness:
     def restart(self):
         self.coordinator.close()
         self.coordinator = self._coordinator()
+        self.coordinator.start()  # the broker serves: restored sessions start
 
     def send(self, api_key: int, version: int, values: dict, client_id: str = "test"):
         """The decoded answer, or a Future of it."""
@@ -352,6 +353,20 @@ def test_a_stable_group_is_stable_again_after_a_restart(harness):
     harness.settle(0.8)  # the follower does not rejoin within the rebalance timeout
     again = harness.wait(rejoin)
     assert (again.generation_id, [m.member_id for m in again.members]) == (3, [leader])
+
+
+def test_restored_sessions_start_when_the_broker_serves(harness):
+    """Workers may take seconds to start after a restart: no session ends before."""
+    member, join = harness.join_member(session=0.3)
+    harness.wait(join)
+    harness.wait(harness.sync(member, 1, [(member, b"a")]))
+    harness.coordinator.close()
+    harness.coordinator = harness._coordinator()  # restored, not serving yet
+    harness.settle(0.7)
+    assert harness.heartbeat(member, 1) == E_NONE
+    harness.coordinator.start()
+    harness.settle(0.7)  # serving, and no heartbeat for longer than the session
+    assert harness.heartbeat(member, 1) == UNKNOWN_MEMBER
 
 
 def test_a_replaced_static_member_stays_fenced_and_an_empty_group_stays_empty(harness):

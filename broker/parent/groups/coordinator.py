@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import struct
 import time
@@ -94,9 +95,10 @@ class GroupCoordinator:
         self._next_retention = time.monotonic() + props.offsets_retention_check_interval_ms / 1000
 
     def _restore_members(self) -> None:
-        """Every saved group Stable again, its members' sessions starting now; a group that
-        no longer fits the bounds on members is left for its members to join again."""
-        now = time.monotonic()
+        """Every saved group Stable again, its members' sessions waiting for `start` (workers
+        may take seconds to start, and no client can heartbeat before); a group that no
+        longer fits the bounds on members is left for its members to join again."""
+        restored = 0
         for saved in self.membership.saved.values():
             count = len(saved.members)
             if count > self.props.group_max_size or \
@@ -104,17 +106,16 @@ class GroupCoordinator:
                 log.warning("group %s: %d saved members exceed the bounds; they join again",
                             saved.group, count)
                 continue
-            group = stable_group(saved, now)
+            group = stable_group(saved, math.inf)
             group.subscribed = _subscribed_topics(group)
             self.groups[saved.group] = group
             self._member_count += count
-        if self.membership.saved:
-            log.info("groups restored: %d stable, %d members", len(self.membership.saved),
-                     self._member_count)
+            restored += 1
+        if restored:
+            log.info("groups restored: %d stable, %d members", restored, self._member_count)
 
     def start(self) -> None:
-        """The broker serves from now on: every member's session counts from here, since no
-        client could reach it before (workers may take seconds to start)."""
+        """The broker serves from now on: every member's session counts from here."""
         now = time.monotonic()
         for group in self.groups.values():
             for member in group.members.values():

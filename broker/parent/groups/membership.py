@@ -9,11 +9,12 @@ becomes empty (it is forgotten).  The latest record of a group wins.  The file i
 with the live records once it is more than twice their size (and past REWRITE_MIN_BYTES).
 
 At start-up the coordinator takes each saved group back as Stable with its generation, leader
-and assignments, every member's session counted from then, as Kafka's coordinator reschedules
-every member's heartbeat when it loads a group: a client that comes back within its session
-timeout goes on with its generation (its heartbeats and commits are accepted: a Kafka Streams
-application with exactly-once keeps its tasks and their state instead of wiping and restoring
-them); one that does not is removed by session expiry and the group rebalances.
+and assignments, every member's session counted from when the broker serves (its workers
+ready), as Kafka's coordinator reschedules every member's heartbeat when it loads a group: a
+client that comes back within its session timeout goes on with its generation (its heartbeats
+and commits are accepted: a Kafka Streams application with exactly-once keeps its tasks and
+their state instead of wiping and restoring them); one that does not is removed by session
+expiry and the group rebalances.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def saved_form(group: Group) -> SavedGroup:
 
 
 def stable_group(saved: SavedGroup, now: float) -> Group:
-    """The group a record describes, Stable, each member's session starting at `now`."""
+    """The group a record describes, Stable, each member's session starting at `now`
+    (monotonic seconds; infinity: not yet)."""
     group = Group(saved.group, state=GroupState.STABLE, generation=saved.generation,
                   protocol_type=saved.protocol_type, protocol=saved.protocol,
                   leader=saved.leader)
@@ -85,21 +87,23 @@ class MembershipStore:
                                fsync_every_write)
         self.saved: dict[str, SavedGroup] = {}
         self._sizes: dict[str, int] = {}  # bytes of each live record
-        self._encoder = msgspec.json.Encoder()
+        self._live_bytes = 0  # their sum
+        encoder = msgspec.json.Encoder()
         for record in self.file.replay():
-            self._apply(record)
+            self._apply(record, len(encoder.encode(record)) + 1)
+        self._file_bytes = os.path.getsize(self.file.path)
 
     @property
     def path(self) -> str:
         return self.file.path
 
-    def _apply(self, record: SavedGroup) -> None:
+    def _apply(self, record: SavedGroup, size: int) -> None:
+        self._live_bytes -= self._sizes.pop(record.group, 0)
+        self.saved.pop(record.group, None)
         if record.members:
             self.saved[record.group] = record
-            self._sizes[record.group] = len(self._encoder.encode(record)) + 1
-        else:
-            self.saved.pop(record.group, None)
-            self._sizes.pop(record.group, None)
+            self._sizes[record.group] = size
+            self._live_bytes += size
 
     def save(self, group: Group) -> None:
         """The group's current generation, before its members hear of it; a write that
@@ -112,21 +116,23 @@ class MembershipStore:
 
     def _write(self, record: SavedGroup) -> None:
         try:
-            self.file.append([record])
+            size = self.file.append([record])
         except OSError as error:
             log.error("saving the members of group %s failed: %s", record.group, error)
             return
-        self._apply(record)
-        self._maybe_rewrite()
+        self._file_bytes += size
+        self._apply(record, size)
+        if self._file_bytes > max(REWRITE_MIN_BYTES, 2 * self._live_bytes):
+            self._rewrite()
 
-    def _maybe_rewrite(self) -> None:
-        live = sum(self._sizes.values())
+    def _rewrite(self) -> None:
+        """The live records only; a failed rewrite leaves the file as it was."""
         try:
-            if os.path.getsize(self.file.path) <= max(REWRITE_MIN_BYTES, 2 * live):
-                return
             self.file.rewrite(list(self.saved.values()))
         except OSError as error:
             log.error("rewriting %s failed: %s", self.file.path, error)
+            return
+        self._file_bytes = self._live_bytes
 
     def close(self) -> None:
         self.file.close()

@@ -74,8 +74,10 @@ public final class WordCount {
         return builder;
     }
 
-    /** Exactly-once v2 on one broker: one replica, commits every 100 ms, and timeouts short
-     *  enough that a member and its transaction come back within seconds of a restart. */
+    /** Exactly-once v2 on one broker: one replica, commits every 100 ms, sessions short
+     *  enough that a restarted instance replaces its dead self within seconds, and a
+     *  transaction timeout long enough that a slow restart of the broker (seconds on a loaded
+     *  machine) does not abort the open transaction (it would fence the producer). */
     static Properties settings(String bootstrap, String applicationId, String stateDir) {
         Properties props = new Properties();
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -89,7 +91,7 @@ public final class WordCount {
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 500);
-        props.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 10000);
+        props.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 60000);
         props.put(StreamsConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, 500);
         props.put(StreamsConfig.RETRY_BACKOFF_MS_CONFIG, 100);
         return props;
