@@ -122,7 +122,7 @@ class BrokerProcess:
                 pass
         self.proc.wait(timeout)
         for pid in self.worker_pids.values():
-            wait_until(lambda: not os.path.exists(f"/proc/{pid}"), timeout=timeout,
+            wait_until(lambda: not _alive(pid), timeout=timeout,
                        message=f"worker pid {pid} outlived SIGKILL")
 
     @property
@@ -213,6 +213,15 @@ class BrokerProcess:
             if found == wanted:
                 return float(value)
         return 0.0
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
 
 
 def memory(pid: int) -> dict[str, int]:
