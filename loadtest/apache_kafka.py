@@ -132,8 +132,10 @@ class ApacheKafka:
         self.directory = tempfile.mkdtemp(prefix="apache-kafka-")
         self.port = free_port()
         self.controller_port = free_port()
+        self.cluster_id = uuid.uuid4().hex[:22]  # one id, so a start after kill() finds its data
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
+        self._log_start = 0
 
     @property
     def bootstrap(self) -> str:
@@ -156,11 +158,12 @@ class ApacheKafka:
         with open(config, "w") as out:
             out.write(server_properties(self.directory, self.port, self.controller_port,
                                         self.overrides))
-        cluster_id = uuid.uuid4().hex[:22]
         subprocess.run(java_command(TOOLS["kafka-storage"],
-                                    ["format", "-t", cluster_id, "-c", config, "--ignore-formatted"]),
+                                    ["format", "-t", self.cluster_id, "-c", config,
+                                     "--ignore-formatted"]),
                        check=True, capture_output=True, timeout=120)
         jvm = [f"-Xms{self.heap}", f"-Xmx{self.heap}", *SERVER_JVM[2:]]
+        self._log_start = self._log_size()  # a start after kill() appends to the same log
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(java_command("kafka.Kafka", [config], jvm, self.directory),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -175,11 +178,25 @@ class ApacheKafka:
                 raise RuntimeError(f"Apache Kafka exited {self.proc.returncode}:\n"
                                    f"{self.proc.stderr.read().decode()[-4000:]}"
                                    f"{self._log_tail()}")
-            if "Kafka Server started" in self._log_tail(200_000):
+            if "Kafka Server started" in self._log_since(self._log_start):
                 return
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"Apache Kafka did not start in {timeout:.0f} s:\n{self._log_tail()}")
+
+    def _log_size(self) -> int:
+        try:
+            return os.path.getsize(self.log_path)
+        except FileNotFoundError:
+            return 0
+
+    def _log_since(self, position: int) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(position)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def _log_tail(self, size: int = 4000) -> str:
         try:
@@ -201,7 +218,7 @@ class ApacheKafka:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def kill(self) -> None:
-        """SIGKILL, the data directory kept (a restart reads it)."""
+        """SIGKILL, the data directory kept (start() again reads it)."""
         self.proc.kill()
         self.proc.wait(10)
 

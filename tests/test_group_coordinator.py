@@ -46,6 +46,7 @@ class Harness:
     def restart(self):
         self.coordinator.close()
         self.coordinator = self._coordinator()
+        self.coordinator.start()  # the broker serves: restored sessions start
 
     def send(self, api_key: int, version: int, values: dict, client_id: str = "test"):
         """The decoded answer, or a Future of it."""
@@ -237,7 +238,9 @@ def test_offset_commits_are_checked_durable_and_expire(harness, monkeypatch):
     harness.restart()  # a new coordinator reads them back from the file
     assert harness.committed() == {("t", 0): 8, ("t", 1): 7}
     assert harness.committed("other") == {}
-    # Retention counts from when the group became empty (now: it has no members after restart).
+    harness.send(13, 3, {"group_id": "g", "members": [{"member_id": member,
+                                                        "group_instance_id": None}]})
+    # Retention counts from when the group became empty (now: its member left).
     later = coordinator_module._now_ms() + 10080 * 60000 + 1000
     monkeypatch.setattr(coordinator_module, "_now_ms", lambda: later)
     assert harness.coordinator.expire_offsets() == 2
@@ -330,6 +333,73 @@ def test_shutdown_answers_every_waiting_join_and_sync(harness):
     assert not join_second.done()
     harness.coordinator.abort_waiting()
     assert harness.wait(join_second).error_code == 16  # NOT_COORDINATOR: look again
+
+
+def test_a_stable_group_is_stable_again_after_a_restart(harness):
+    """As Kafka loads its groups: members go on with their generation and assignment, and
+    each session starts over; a member that stays away is dropped by the next rebalance."""
+    leader, follower = two_member_generation(harness, rebalance=0.5)
+    harness.wait(harness.sync(leader, 2, [(leader, b"a"), (follower, b"b")]))
+    harness.restart()
+    assert harness.heartbeat(leader, 2) == harness.heartbeat(follower, 2) == E_NONE
+    assert harness.wait(harness.sync(follower, 2)).assignment == b"b"
+    assert codes(harness.commit({("t", 0): 4}, 2, follower)) == [E_NONE]
+    (described,) = harness.send(15, 5, {"groups": ["g"],
+                                        "include_authorized_operations": False}).groups
+    assert described.group_state == "Stable" and described.protocol_data == "range"
+    assert {m.member_id: m.member_assignment for m in described.members} == \
+        {leader: b"a", follower: b"b"}
+    rejoin = harness.join(member_id=leader, session=0.3, rebalance=0.5)
+    harness.settle(0.8)  # the follower does not rejoin within the rebalance timeout
+    again = harness.wait(rejoin)
+    assert (again.generation_id, [m.member_id for m in again.members]) == (3, [leader])
+
+
+def test_restored_sessions_start_when_the_broker_serves(harness):
+    """Workers may take seconds to start after a restart: no session ends before."""
+    member, join = harness.join_member(session=0.3)
+    harness.wait(join)
+    harness.wait(harness.sync(member, 1, [(member, b"a")]))
+    harness.coordinator.close()
+    harness.coordinator = harness._coordinator()  # restored, not serving yet
+    harness.settle(0.7)
+    assert harness.heartbeat(member, 1) == E_NONE
+    harness.coordinator.start()
+    harness.settle(0.7)  # serving, and no heartbeat for longer than the session
+    assert harness.heartbeat(member, 1) == UNKNOWN_MEMBER
+
+
+def test_a_replaced_static_member_stays_fenced_and_an_empty_group_stays_empty(harness):
+    joined = harness.wait(harness.join(instance="host-1"))
+    harness.wait(harness.sync(joined.member_id, 1, [(joined.member_id, b"mine")]))
+    again = harness.wait(harness.join(instance="host-1"))  # the client restarted
+    harness.restart()
+    assert harness.send(12, 4, {"group_id": "g", "generation_id": 1,
+                                "member_id": joined.member_id,
+                                "group_instance_id": "host-1"}).error_code == FENCED
+    assert harness.wait(harness.sync(again.member_id, 1)).assignment == b"mine"
+    harness.send(13, 4, {"group_id": "g", "members": [{"member_id": again.member_id,
+                                                        "group_instance_id": "host-1"}]})
+    harness.restart()
+    listed = harness.send(16, 4, {"states_filter": []})
+    assert [(g.group_id, g.group_state) for g in listed.groups] == []
+    assert harness.heartbeat(again.member_id, 1) == UNKNOWN_MEMBER
+
+
+def test_the_membership_file_is_rewritten_with_the_live_groups(harness, monkeypatch):
+    from broker.parent.groups import membership
+
+    monkeypatch.setattr(membership, "REWRITE_MIN_BYTES", 0)
+    member, join = harness.join_member()
+    harness.wait(join)
+    for generation in range(1, 30):  # a rebalance each time: a record each time
+        harness.wait(harness.sync(member, generation, [(member, b"x" * 100)]))
+        harness.wait(harness.join(member_id=member, protocols=(("range", b"%d" % generation),)))
+    store = harness.coordinator.membership
+    with open(store.path, "rb") as saved:
+        assert len(saved.readlines()) <= 2
+    harness.restart()
+    assert harness.heartbeat(member, 29) == E_NONE
 
 
 def test_groups_with_offsets_are_listed_after_a_restart(harness):

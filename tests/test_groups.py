@@ -176,10 +176,57 @@ def committed(address, group: str, topic: str, throttles: list | None = None) ->
     return {p.partition_index: p.committed_offset for p in response.groups[0].topics[0].partitions}
 
 
+class RawMember:
+    """A group member on the wire: JoinGroup (MEMBER_ID_REQUIRED, then the join) and the
+    leader's SyncGroup; then heartbeats and descriptions of its group."""
+
+    def __init__(self, address, group: str, session: float = 30.0):
+        self.address, self.group, self.session = address, group, session
+        self.member_id, self.generation = "", -1
+
+    def _ask(self, api_key: int, version: int, values: dict):
+        from tests.test_group_coordinator import request
+        from tests.wire import decode_response
+
+        with KafkaSocket(self.address, timeout=15) as client:
+            client.send(frame(request(api_key, version, values)))
+            return decode_response(api_key, version, client.receive())[1]
+
+    def join_and_sync(self, assignment: bytes) -> None:
+        import datetime
+
+        for _ in range(2):  # the second join carries the member id the first one got
+            answer = self._ask(11, 5, {
+                "group_id": self.group, "member_id": self.member_id, "group_instance_id": None,
+                "session_timeout": datetime.timedelta(seconds=self.session),
+                "rebalance_timeout": datetime.timedelta(seconds=10), "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b"\x00\x01"}]})
+            self.member_id = answer.member_id
+        assert answer.error_code == 0 and answer.leader == self.member_id
+        self.generation = answer.generation_id
+        synced = self._ask(14, 3, {"group_id": self.group, "generation_id": self.generation,
+                                   "member_id": self.member_id, "group_instance_id": None,
+                                   "assignments": [{"member_id": self.member_id,
+                                                    "assignment": assignment}]})
+        assert synced.error_code == 0 and synced.assignment == assignment
+
+    def heartbeat(self) -> int:
+        return self._ask(12, 3, {"group_id": self.group, "generation_id": self.generation,
+                                 "member_id": self.member_id,
+                                 "group_instance_id": None}).error_code
+
+    def described(self) -> tuple[str, list[tuple[str, bytes]]]:
+        (group,) = self._ask(15, 5, {"groups": [self.group],
+                                     "include_authorized_operations": False}).groups
+        return group.group_state, [(m.member_id, m.member_assignment) for m in group.members]
+
+
 def test_killed_worker_or_broker_loses_no_committed_offset(tmp_path):
     with BrokerProcess(workers=2, overrides=GROUPS, data_dir=str(tmp_path)) as broker:
         topic, group = "ledger", "auditors"
         create_topic(broker.bootstrap, topic, PARTITIONS)
+        survivor = RawMember(broker.listeners["PLAINTEXT"], "survivors")
+        survivor.join_and_sync(b"its assignment")
         produce(broker.bootstrap, topic, [f"x{n}" for n in range(120)])
         seen: list = []
         members = [Member("kafka-python", broker.bootstrap, topic, group, seen)
@@ -211,6 +258,11 @@ def test_killed_worker_or_broker_loses_no_committed_offset(tmp_path):
     with BrokerProcess(workers=2, overrides=GROUPS, data_dir=str(tmp_path)) as restarted:
         assert committed(restarted.listeners["PLAINTEXT"], group, topic) == \
             {p: 30 for p in range(PARTITIONS)}
+        # A member of a stable group goes on with its generation and assignment, as Kafka
+        # loads its groups: no rebalance (which makes Kafka Streams wipe its state).
+        survivor.address = restarted.listeners["PLAINTEXT"]
+        assert survivor.heartbeat() == 0
+        assert survivor.described() == ("Stable", [(survivor.member_id, b"its assignment")])
 
 
 @pytest.fixture(scope="module")

@@ -53,13 +53,14 @@ class RecordFile:
         except FileNotFoundError:
             pass
 
-    def append(self, records: list) -> None:
-        """Persist `records` (raises OSError if the write fails: the caller applies nothing,
-        and the file is cut back to where it was, so no torn line is left for the next
-        write to be glued to)."""
+    def append(self, records: list) -> int:
+        """Persist `records`, returning the bytes written (raises OSError if the write
+        fails: the caller applies nothing, and the file is cut back to where it was, so no
+        torn line is left for the next write to be glued to)."""
         if not records:
-            return
+            return 0
         data = memoryview(b"".join(self._encoder.encode(record) + b"\n" for record in records))
+        written = len(data)
         start = os.fstat(self._fd).st_size
         try:
             while data:  # a full disk may take part of it without raising
@@ -70,6 +71,7 @@ class RecordFile:
             os.ftruncate(self._fd, start)
             raise
         self.lines += len(records)
+        return written
 
     def rewrite(self, records: Iterable) -> None:
         """Replace the file by `records` (the live state), atomically."""

@@ -176,7 +176,9 @@ class ParentServices:
         self.router = AdminRouter(self.admin, self.groups, self.transactions, self.dynamic)
 
     def start(self, sockets: list[socket.socket]) -> None:
-        """Every worker is ready: accept, expose /metrics, maintain the log, tick events."""
+        """Every worker is ready: restored group sessions start; accept, expose /metrics,
+        maintain the log, tick events."""
+        self.groups.start()
         self.ledger.start(sockets)
         self.transactions.start()
         self._start_metrics()

@@ -4,8 +4,9 @@ Workers forward the group APIs' raw frames to the parent (IPC AdminRequest, like
 requests); `GroupCoordinator.handle` answers with bytes, or with a Future of bytes when the
 answer must wait for a rebalance (JoinGroup, SyncGroup).  The worker keeps that connection
 muted meanwhile, so its event loop never blocks.  Committed offsets are durable
-(broker.parent.groups.offsets); membership is not: after a restart members rejoin
-(UNKNOWN_MEMBER_ID).
+(broker.parent.groups.offsets), and so is each group's last stable generation
+(broker.parent.groups.membership): after a restart a group is Stable again with its members,
+whose sessions start over, as Kafka's coordinator loads its groups.
 
 Rebalance (eager, as Kafka's GroupCoordinator): a join, a leave or an expired session moves
 the group to PreparingRebalance; it completes once every member has rejoined and no member id
@@ -40,11 +41,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import os
 import struct
 import time
 import uuid
 
 from broker.parent.forwarded import ResponseBudget, budget_of, decode_forwarded
+from broker.parent.groups.membership import MembershipStore, stable_group
 from broker.parent.groups.offsets import OffsetStore, Record
 from broker.parent.groups.state import Group, GroupState, Member
 from broker.shared.access import Access
@@ -62,7 +66,8 @@ E = errors.ErrorCode
 
 class GroupCoordinator:
     def __init__(self, loop: asyncio.AbstractEventLoop, props, offsets: OffsetStore,
-                 partitions_of, access: Access | None = None):
+                 partitions_of, access: Access | None = None,
+                 membership: MembershipStore | None = None):
         self.loop = loop
         self.access = access or Access(False)
         self.props = props
@@ -84,8 +89,38 @@ class GroupCoordinator:
         for group_id, committed in offsets.groups.items():  # known again after a restart
             newest = max((entry.committed_ms for entry in committed.values()), default=0)
             self.groups[group_id] = Group(group_id, empty_since_ms=newest)
+        self.membership = membership or MembershipStore(
+            os.path.dirname(offsets.path), fsync_every_write=offsets.file.fsync)
+        self._restore_members()
         self._ticker = loop.call_later(CHECK_EVERY, self._tick)
         self._next_retention = time.monotonic() + props.offsets_retention_check_interval_ms / 1000
+
+    def _restore_members(self) -> None:
+        """Every saved group Stable again, its members' sessions waiting for `start` (workers
+        may take seconds to start, and no client can heartbeat before); a group that no
+        longer fits the bounds on members is left for its members to join again."""
+        restored = 0
+        for saved in self.membership.saved.values():
+            count = len(saved.members)
+            if count > self.props.group_max_size or \
+                    self._members_total() + count > self.props.pybroker_group_max_members:
+                log.warning("group %s: %d saved members exceed the bounds; they join again",
+                            saved.group, count)
+                continue
+            group = stable_group(saved, math.inf)
+            group.subscribed = _subscribed_topics(group)
+            self.groups[saved.group] = group
+            self._member_count += count
+            restored += 1
+        if restored:
+            log.info("groups restored: %d stable, %d members", restored, self._member_count)
+
+    def start(self) -> None:
+        """The broker serves from now on: every member's session counts from here."""
+        now = time.monotonic()
+        for group in self.groups.values():
+            for member in group.members.values():
+                member.keep_alive(now)
 
     def abort_waiting(self) -> None:
         """Shutting down: every JoinGroup and SyncGroup still waiting is answered
@@ -104,6 +139,7 @@ class GroupCoordinator:
             if group.timer is not None:
                 group.timer.cancel()
         self.offsets.close()
+        self.membership.close()
 
     def handle(self, request: bytes, listener: int, peer: str, user: str = "ANONYMOUS"):
         ctx, body = decode_forwarded(request, listener, peer, user)
@@ -245,6 +281,7 @@ class GroupCoordinator:
         if group.leader is not None and group.leader not in group.members:
             group.leader = member_id
         old.keep_alive(time.monotonic())
+        self.membership.save(group)  # after a restart the old member id stays fenced
         return answer(E.none, **self._join_values(group, old))
 
     def _join_values(self, group: Group, member: Member) -> dict:
@@ -311,6 +348,7 @@ class GroupCoordinator:
             group.protocol = group.leader = None
             group.subscribed = frozenset()
             group.empty_since_ms = _now_ms()
+            self.membership.forget(group.group_id)
             return
         group.protocol = group.select_protocol()
         # Read from the members' metadata once a generation (Kafka's initNextGeneration), not
@@ -433,6 +471,8 @@ class GroupCoordinator:
                 group.timer = None
             for other in group.members.values():
                 other.assignment = given.get(other.member_id, b"")
+            self.membership.save(group)  # before any member hears of its assignment
+            for other in group.members.values():
                 if other.sync is not None:
                     other.sync({"assignment": other.assignment})
                     other.sync = None
