@@ -114,8 +114,8 @@ def metadata() -> None:
             frame = write_frames(tmp)["metadata"]
             result = {}
             stacks, cpu = sampled(broker.pids, 5, lambda: result.update(
-                run_rr(broker.address[1], broker.pids, frame, "100x1", 5, "req")))
-        result = {key: result[key] for key in ("rate", "p99_us") if key in result}
+                run_rr(broker.address[1], broker.pids, frame, "100x1", 5, "kafka")))
+        result = {key: result[key] for key in ("rps", "p99_us", "errors") if key in result}
         report(broker, stacks, cpu, f"Metadata at 100 x 1: {result}")
     finally:
         broker.stop()
