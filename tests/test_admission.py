@@ -173,10 +173,10 @@ def test_lowering_max_connections_evicts_at_once_and_persists(tmp_path):
         assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
                              reason="evicted") == 7
         assert describe_broker_config(broker.bootstrap, ["max.connections"]) == \
-            {"max.connections": ("4", 1)}  # DYNAMIC_BROKER_CONFIG
+            {"max.connections": ("4", 2)}  # DYNAMIC_BROKER_CONFIG
     with BrokerProcess(workers=2, data_dir=str(tmp_path)) as restarted:
         assert describe_broker_config(restarted.bootstrap, ["max.connections"]) == \
-            {"max.connections": ("4", 1)}
+            {"max.connections": ("4", 2)}
         address = restarted.listeners["PLAINTEXT"]
         wait_until(lambda: active(restarted) == 0)
         kept = served_probes(address, 4)
@@ -215,9 +215,9 @@ def test_incremental_alter_configs_validation_and_listener_keys():
         described = describe_broker_config(f"127.0.0.1:{broker.listeners['INTERNAL'][1]}",
                                            ["max.connections", "listener.name.client.max.connections",
                                             "max.connections.per.ip.overrides"])
-        assert described == {"max.connections": ("50", 2),
-                             "listener.name.client.max.connections": ("2", 1),
-                             "max.connections.per.ip.overrides": ("127.0.0.5:1", 1)}
+        assert described == {"max.connections": ("50", 3),  # DYNAMIC_DEFAULT_BROKER_CONFIG
+                             "listener.name.client.max.connections": ("2", 2),
+                             "max.connections.per.ip.overrides": ("127.0.0.5:1", 2)}
         held[0].close()
 
 

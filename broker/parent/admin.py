@@ -35,7 +35,7 @@ import logging
 import time
 
 from broker.parent.acls import AclService, AclStore
-from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem,
+from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, DYNAMIC_DEFAULT_BROKER_CONFIG, IP_RATE_KEY, ConfigProblem,
                                    DynamicConfig, alter_client_quota, ip_entity_key)
 from broker.parent.forwarded import ResponseTooLarge, budget_of, decode_forwarded
 from broker.parent.scram import ScramStore
@@ -170,40 +170,47 @@ class AdminService:
                     self.dynamic.config.props, self.topics.configs(name), keys,
                     getattr(body, "include_synonyms", False), documentation)
             else:
-                known = self._describable()
+                known = self._describable(cluster_default=name == "")
                 if keys is not None:
                     declared = set(known)
                     known = [key for key in keys if key in declared]
-                entry["configs"] = [self._describe(key, name == "", documentation)
+                synonyms = getattr(body, "include_synonyms", False)
+                entry["configs"] = [self._describe(key, name == "", synonyms, documentation)
                                     for key in known]
             budget.charge(sum(map(_config_bytes, entry["configs"])), len(entry["configs"]))
             results.append(dict(entry, error_code=errors.NONE, error_message=None))
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
-    def _describable(self) -> list[str]:
+    def _describable(self, cluster_default: bool = False) -> list[str]:
         """The broker resource's keys: every declared one, each listener's connection
-        limits, and whatever else a dynamic layer holds (a listener's key store)."""
+        limits, and whatever else a dynamic layer holds (a listener's key store); of the
+        cluster default (resource name ""), only what its layer holds, as Kafka."""
+        stored = self.dynamic.stored
+        if cluster_default:
+            return list(stored.cluster_default)
         keys = [field.encode_name for field in declared_keys()]
         for listener in self.dynamic.config.listeners:
             for suffix in ("max.connections", "max.connection.creation.rate"):
                 keys.append(self.dynamic.listener_key(listener.name, suffix))
-        stored = self.dynamic.stored
         return list(dict.fromkeys([*keys, *stored.broker, *stored.cluster_default]))
 
-    def _describe(self, key: str, cluster_default: bool, documentation: bool) -> dict:
+    def _describe(self, key: str, cluster_default: bool, synonyms: bool,
+                  documentation: bool) -> dict:
+        """One key's entry: its value from the highest layer holding it, and with
+        `synonyms` every layer's value, highest first (Kafka's order)."""
         if cluster_default:
-            value = self.dynamic.stored.cluster_default.get(key)
-            source = 2 if value is not None else 5
+            layers = [(self.dynamic.stored.cluster_default[key], DYNAMIC_DEFAULT_BROKER_CONFIG)]
         else:
-            value, source = self.dynamic.value(key)
+            layers = self.dynamic.layers(key)
+        value, source = layers[0] if layers else (None, topic_config.DEFAULT_CONFIG)
         dynamic = key in BROKER_KEYS or key.startswith("listener.name.")
         spec = BROKER_KEYS.get(key)
         secret = _secret(key)
-        if secret:
-            value = None
-        return {"name": key, "value": value, "read_only": not dynamic, "config_source": source,
-                "is_sensitive": secret, "synonyms": [], "config_type":
-                CONFIG_TYPES.get(spec.kind if spec else "string", 2),
+        chain = [{"name": key, "value": None if secret else layer_value, "source": layer_source}
+                 for layer_value, layer_source in layers] if synonyms else []
+        return {"name": key, "value": None if secret else value, "read_only": not dynamic,
+                "config_source": source, "is_sensitive": secret, "synonyms": chain,
+                "config_type": CONFIG_TYPES.get(spec.kind if spec else "string", 2),
                 "documentation": (spec.doc if spec else None) if documentation else None}
 
     def _alter_configs(self, ctx: RequestContext, body, who: str,
@@ -340,7 +347,8 @@ class AdminService:
         if not item.name:
             return "unacceptable_credential", "Username must not be empty"
         if named[item.name] > 1:
-            return "duplicate_resource", "Cannot have more than one alteration per user"
+            return "duplicate_resource", ("A user credential cannot be altered twice in the "
+                                          "same request")  # Kafka's words
         mechanism = SCRAM_TYPES.get(item.mechanism)
         if mechanism is None:
             return "unsupported_sasl_mechanism", f"unknown SCRAM mechanism {item.mechanism}"

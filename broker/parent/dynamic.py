@@ -19,6 +19,7 @@ import msgspec
 from broker.parent.admission import SHADOW_FAMILIES, Limits
 from broker.shared.config import LISTENER_KEYS, BrokerConfig, ServerProperties
 from broker.shared.constants import INT_MAX
+from broker.shared.log.topic_config import DEFAULT_CONFIG, STATIC_BROKER_CONFIG
 from broker.shared.overrides import (override_hosts, parse_ip_overrides, parse_user_overrides,
                                      syntax_only)
 from broker.shared.tls import TlsConfigError, TlsSettings, server_context
@@ -35,6 +36,9 @@ class ConfigProblem(ValueError):
         super().__init__(message)
         self.code = code
 
+
+# Kafka's config sources of the BROKER resource (DescribeConfigsResponse.ConfigSource).
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
 
 CONTROL_PLANE_MAX_CONNECTIONS = 100  # unless listener.name.<cp>.max.connections says otherwise
 
@@ -116,26 +120,32 @@ class DynamicConfig:
 
     def value(self, key: str) -> tuple[str | None, int]:
         """(value, Kafka config source) of a broker key across the layers."""
-        if key in self.stored.broker:
-            return self.stored.broker[key], 1  # DYNAMIC_BROKER_CONFIG
-        if key in self.stored.cluster_default:
-            return self.stored.cluster_default[key], 2  # DYNAMIC_DEFAULT_BROKER_CONFIG
-        static = self._static(key)
-        if static is not None:
-            return static
-        return None, 5  # DEFAULT_CONFIG
+        layers = self.layers(key)
+        return layers[0] if layers else (None, DEFAULT_CONFIG)
 
-    def _static(self, key: str) -> tuple[str, int] | None:
+    def layers(self, key: str) -> list[tuple[str, int]]:
+        """(value, source) of each layer that holds `key`, highest first: what Kafka lists
+        as the key's synonyms."""
+        found = []
+        if key in self.stored.broker:
+            found.append((self.stored.broker[key], DYNAMIC_BROKER_CONFIG))
+        if key in self.stored.cluster_default:
+            found.append((self.stored.cluster_default[key], DYNAMIC_DEFAULT_BROKER_CONFIG))
+        return found + self._static(key)
+
+    def _static(self, key: str) -> list[tuple[str, int]]:
         for listener, values in self.config.listener_props.items():
             for suffix, number in values.items():
                 if self.listener_key(listener, suffix) == key:
-                    return str(number), 4  # STATIC_BROKER_CONFIG
+                    return [(str(number), STATIC_BROKER_CONFIG)]
         field_name = key.replace(".", "_")
-        if hasattr(self.config.props, field_name):
-            value = getattr(self.config.props, field_name)
-            source = 4 if value != _DEFAULTS.get(field_name) else 5  # STATIC or DEFAULT
-            return _as_text(value), source
-        return None
+        if not hasattr(self.config.props, field_name):
+            return []
+        value, default = getattr(self.config.props, field_name), _DEFAULTS.get(field_name)
+        if value == default:
+            return [(_as_text(value), DEFAULT_CONFIG)]
+        found = [(_as_text(value), STATIC_BROKER_CONFIG)]
+        return found if default is None else found + [(_as_text(default), DEFAULT_CONFIG)]
 
     def listener_tls(self, broker: dict[str, str] | None = None,
                      cluster_default: dict[str, str] | None = None) -> dict[str, TlsSettings]:

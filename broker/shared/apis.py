@@ -50,7 +50,7 @@ APIS: tuple[ApiSpec, ...] = (
     ApiSpec(12, "Heartbeat", (0, 4), _G),
     ApiSpec(13, "LeaveGroup", (0, 5), _G),
     ApiSpec(14, "SyncGroup", (0, 5), _G),
-    ApiSpec(15, "DescribeGroups", (0, 5), _G),
+    ApiSpec(15, "DescribeGroups", (0, 6), _G),
     ApiSpec(16, "ListGroups", (0, 5), _G),
     ApiSpec(17, "SaslHandshake", (0, 1), _W, control_plane=True),
     ApiSpec(18, "ApiVersions", (0, 4), _W, control_plane=True),

@@ -479,9 +479,11 @@ class ListOffsets(Api, api="ListOffsets"):
         if partition is UNAVAILABLE or partition.offline:
             return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
         wanted = request.timestamp
-        if wanted in (LATEST, LATEST_TIERED):
+        if wanted == LATEST:
             return dict(answer, offset=partition.last_stable_offset if committed
                         else partition.high_watermark)
+        if wanted == LATEST_TIERED:  # Kafka without tiered storage: no offset, no epoch
+            return dict(answer, leader_epoch=-1)
         if wanted in (EARLIEST, EARLIEST_LOCAL):
             return dict(answer, offset=partition.log_start_offset)
         return None

@@ -691,7 +691,10 @@ class GroupCoordinator:
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             group = self.groups.get(group_id)
-            if group is None:
+            if group is None and ctx.version >= 6:  # KIP-1043: said, not a Dead group
+                found.append(dict(_described(group_id, E.group_id_not_found, "Dead", operations),
+                                  error_message=f"Group {group_id} not found."))
+            elif group is None:
                 found.append(_described(group_id, E.none, "Dead", operations))
             else:
                 found.append(_description(group, operations, budget))
