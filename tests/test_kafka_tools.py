@@ -26,7 +26,7 @@ import pytest
 
 from loadtest import apache_kafka
 from tests.harness import BrokerProcess, wait_until
-from tests.test_parent_amplification import ask
+from tests.test_parent_amplification import ask, stable_group
 from tests.wire import KafkaSocket, alter_raw
 
 pytestmark = [
@@ -397,3 +397,13 @@ def test_refusals_in_kafkas_words_and_a_missing_group_is_not_found(broker):
                                             "include_authorized_operations": False})[1].groups[0]
             assert (group.error_code, group.group_state) == (code, "Dead")
         assert group.error_message == "Group no-such-group not found."
+
+
+def test_a_members_host_is_described_in_javas_form(broker):
+    """kafka-consumer-groups printed a member's HOST as 127.0.0.1 where Kafka prints
+    /127.0.0.1 (Java's InetAddress.toString(), which Kafka's DescribeGroups answers)."""
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:
+        member = stable_group(sock, "regress-host", b"m")
+        described = ask(sock, 15, 5, {"groups": ["regress-host"],
+                                      "include_authorized_operations": False})[1].groups[0]
+    assert [(m.member_id, m.client_host) for m in described.members] == [(member, "/127.0.0.1")]

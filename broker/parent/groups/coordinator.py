@@ -38,6 +38,7 @@ committed offsets, the list of groups) is charged to the answer's ResponseBudget
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import struct
 import time
@@ -167,7 +168,8 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         changed = member is None or member.protocols != protocols
         if member is None:
-            member = Member(member_id, instance, client_id, host, session, rebalance, protocols)
+            member = Member(member_id, instance, client_id, java_host(host), session, rebalance,
+                            protocols)
             group.add(member)
             self._member_count += 1
         elif changed:
@@ -816,6 +818,20 @@ def _wanted_groups(groups) -> dict[str, dict | None]:
         for name, partitions in topics.items():
             known.setdefault(name, {}).update(partitions)
     return wanted
+
+
+def java_host(ip: str) -> str:
+    """A member's address as Kafka describes it: Java's InetAddress.toString() of an address
+    not looked up, "/10.0.0.1" (IPv6 in Java's form: every group, in hex without leading
+    zeros, "/0:0:0:0:0:0:0:1")."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:  # not an address (an in-process caller): as it is
+        return ip
+    if address.version == 4:
+        return f"/{address}"
+    groups = ":".join(f"{group:x}" for group in struct.unpack(">8H", address.packed))
+    return f"/{groups}%{address.scope_id}" if address.scope_id else f"/{groups}"
 
 
 def _described(group_id: str, code, state: str = "", operations: int = NO_OPERATIONS) -> dict:
