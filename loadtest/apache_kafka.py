@@ -138,6 +138,15 @@ def tool(name: str, *args: str, timeout: float = 120.0, check: bool = True,
     return result
 
 
+def tool_process(name: str, *args: str, **popen) -> subprocess.Popen:
+    """Starts one of Kafka's tools in the background (a verifiable consumer, a console
+    consumer), mapping the class-data archive when there is one; `popen` goes to Popen."""
+    archive = tool_archive()
+    sharing = [f"-XX:SharedArchiveFile={archive}"] if os.path.exists(archive) else []
+    return subprocess.Popen(java_command(TOOLS.get(name, name), list(args), TOOL_JVM + sharing),
+                            **popen)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

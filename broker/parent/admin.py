@@ -35,8 +35,9 @@ import logging
 import time
 
 from broker.parent.acls import AclService, AclStore
-from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, DYNAMIC_DEFAULT_BROKER_CONFIG, IP_RATE_KEY, ConfigProblem,
-                                   DynamicConfig, alter_client_quota, ip_entity_key)
+from broker.parent.dynamic import (BROKER_KEYS, DEFAULT_ENTITY, DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                   IP_RATE_KEY, ConfigProblem, DynamicConfig, alter_client_quota,
+                                   ip_entity_key)
 from broker.parent.forwarded import ResponseTooLarge, budget_of, decode_forwarded
 from broker.parent.scram import ScramStore
 from broker.parent.worker_process import WorkerProcess
