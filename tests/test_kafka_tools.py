@@ -300,7 +300,7 @@ def end_offsets(acked) -> dict[int, int]:
 # --- what the tools found, held by Python clients and raw requests -------------------------------
 
 DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 2, 3, 4, 5  # Kafka's config sources
-GROUP_ID_NOT_FOUND, INVALID_PARTITIONS, DUPLICATE_RESOURCE = 69, 37, 92
+GROUP_ID_NOT_FOUND, INVALID_PARTITIONS, DUPLICATE_RESOURCE, POLICY_VIOLATION = 69, 37, 92, 44
 
 
 def describe_broker(sock, name: str, keys) -> dict[str, tuple]:
@@ -369,6 +369,30 @@ def test_offsets_by_time_begin_at_the_log_start_offset_and_latest_tiered_is_none
                 {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -5}]}]})[1]
     part = answer.topics[0].partitions[0]
     assert (part.error_code, part.offset, part.timestamp, part.leader_epoch) == (0, -1, -1, -1)
+
+
+def test_records_of_a_compacted_topic_cannot_be_deleted(broker):
+    """kafka-delete-records moved the log start of a compacted topic; Kafka refuses it with
+    POLICY_VIOLATION unless cleanup.policy has delete."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import NewTopic, OffsetSpec
+
+    client = admin(broker)
+    futures = client.create_topics([
+        NewTopic("regress-compacted", 1, 1, config={"cleanup.policy": "compact"}),
+        NewTopic("regress-both", 1, 1, config={"cleanup.policy": "compact,delete"})])
+    for future in futures.values():
+        future.result(timeout=20)
+    produce(broker, "regress-compacted", 3, 1)
+    produce(broker, "regress-both", 3, 1)
+    refused = client.delete_records([TopicPartition("regress-compacted", 0, 1)])
+    with pytest.raises(KafkaException) as error:
+        next(iter(refused.values())).result(timeout=20)
+    assert error.value.args[0].code() == POLICY_VIOLATION
+    start = client.list_offsets({TopicPartition("regress-compacted", 0): OffsetSpec.earliest()})
+    assert next(iter(start.values())).result(timeout=20).offset == 0  # kept
+    allowed = client.delete_records([TopicPartition("regress-both", 0, 1)])
+    assert next(iter(allowed.values())).result(timeout=20).low_watermark == 1
 
 
 def test_refusals_in_kafkas_words_and_a_missing_group_is_not_found(broker):
