@@ -922,18 +922,26 @@ def advertised_versions() -> dict[int, tuple[int, int]]:
 
 
 @pytest.mark.long
-def test_verifiable_consumers_in_a_group_read_every_record_once_across_a_rebalance(broker):
-    """Kafka's system tests' check with two verifiable consumers: one reads while the
-    verifiable producer writes, a second joins (a rebalance mid-stream), and together they
-    read every acknowledged record exactly once, committing as they go."""
-    topic, group, count = "long-verifiable", "long-verifiable-group", 3000
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_verifiable_consumers_in_a_group_read_every_record_once_across_a_rebalance(broker,
+                                                                                    static):
+    """Kafka's system tests' check with two verifiable consumers (the eager range assignor,
+    members dynamic or static, KIP-345): one reads while the verifiable producer writes, a
+    second joins (a rebalance mid-stream), and together they read every acknowledged record
+    exactly once, committing as they go."""
+    kind = "static" if static else "dynamic"
+    topic, group, count = f"long-verifiable-{kind}", f"long-verifiable-{kind}", 3000
     create_topics(broker, 4, topic)
-    member = ("--topic", topic, "--group-id", group, "--verbose")
-    with Background(broker, "kafka-verifiable-consumer", *member) as first:
+
+    def member(number: int) -> tuple[str, ...]:
+        instance = ("--group-instance-id", f"{group}-{number}") if static else ()
+        return ("--topic", topic, "--group-id", group, "--verbose", *instance)
+
+    with Background(broker, "kafka-verifiable-consumer", *member(1)) as first:
         producing = ThreadPoolExecutor(1)
         acked = producing.submit(verifiable_produce, broker, topic, count, "300")
         wait_until(lambda: consumed(first) > 0, timeout=60, message="the first reads")
-        with Background(broker, "kafka-verifiable-consumer", *member) as second:
+        with Background(broker, "kafka-verifiable-consumer", *member(2)) as second:
             acked = acked.result(timeout=120)
             producing.shutdown()
             ends = end_offsets(acked)
