@@ -693,7 +693,7 @@ class GroupCoordinator:
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             group = self.groups.get(group_id)
-            if group is None and ctx.version >= 6:  # KIP-1043: said, not a Dead group
+            if group is None and ctx.version >= 6:  # KIP-1043; before v6, a Dead group
                 found.append(dict(_described(group_id, E.group_id_not_found, "Dead", operations),
                                   error_message=f"Group {group_id} not found."))
             elif group is None:
