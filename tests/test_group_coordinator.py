@@ -165,7 +165,7 @@ def test_a_second_member_rebalances_and_only_the_leader_assigns(harness):
     assert (group.group_state, group.protocol_data, len(group.members)) == \
         ("Stable", "range", 2)
     assert {m.client_id for m in group.members} == {"test", "other"}
-    assert {m.client_host for m in group.members} == {"10.1.2.3"}
+    assert {m.client_host for m in group.members} == {"/10.1.2.3"}  # Java's InetAddress form
     assert missing.group_state == "Dead"
 
 

@@ -372,12 +372,13 @@ def test_metadata_by_topic_id_ignores_the_empty_names_the_java_client_sends(brok
 
 def test_describe_groups_v6_answers_an_unknown_group_with_group_id_not_found(broker):
     """Kafka's DescribeGroups v6 (what the 4.x Admin sends): GROUP_ID_NOT_FOUND and a
-    message; up to v5 a "Dead" group without error, as before."""
+    message, the state "Dead" (what Apache Kafka 4.4 answers); up to v5 a "Dead" group
+    without error."""
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:
         values = {"groups": ["no-such-group"], "include_authorized_operations": False}
         (v6,) = ask(sock, 15, 6, values)[1].groups
         assert (v6.error_code, v6.error_message, v6.group_state) == (
-            GROUP_ID_NOT_FOUND, "Group no-such-group not found.", "")
+            GROUP_ID_NOT_FOUND, "Group no-such-group not found.", "Dead")
         (v5,) = ask(sock, 15, 5, values)[1].groups
         assert (v5.error_code, v5.group_state) == (0, "Dead")
 

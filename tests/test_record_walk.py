@@ -140,9 +140,12 @@ def test_timestamp_deltas_at_the_ends_of_64_bits_meet_the_same_verdict(deltas, k
 
 @settings(max_examples=60, deadline=None)
 @given(stamps=st.lists(st.integers(0, 50), min_size=1, max_size=40), repeat=st.integers(1, 300),
-       wanted=st.integers(-1, 52), codec=st.sampled_from([0, 1, 4]))
-def test_a_timestamp_lookup_finds_what_the_full_listing_finds(stamps, repeat, wanted, codec):
-    """Across the lookup's slices of FIND_SLICE records, compressed or not."""
+       wanted=st.integers(-1, 52), codec=st.sampled_from([0, 1, 4]),
+       start=st.one_of(st.just(0), st.integers(0, 9000)))
+def test_a_timestamp_lookup_finds_what_the_full_listing_finds(stamps, repeat, wanted, codec,
+                                                              start):
+    """Across the lookup's slices of FIND_SLICE records, compressed or not, from a log start
+    offset inside the batch or not."""
     stamps = (stamps * repeat)[:9000]
     body = b"".join(record(index, stamp) for index, stamp in enumerate(stamps))
     batch = batch_of(body, len(stamps), 1000)
@@ -150,8 +153,9 @@ def test_a_timestamp_lookup_finds_what_the_full_listing_finds(stamps, repeat, wa
         batch = compressed(batch, codec)
     listing = records.record_timestamps(batch)
     assert listing == [(index, 1000 + stamp) for index, stamp in enumerate(stamps)]
-    expected = next((item for item in listing if item[1] >= 1000 + wanted), None)
-    assert records.first_record_from(batch, 1000 + wanted) == expected
+    expected = next((item for item in listing if item[1] >= 1000 + wanted and item[0] >= start),
+                    None)
+    assert records.first_record_from(batch, 1000 + wanted, from_offset=start) == expected
 
 
 def test_a_stored_timestamp_past_64_bits_is_read_as_java_reads_it():
@@ -162,3 +166,14 @@ def test_a_stored_timestamp_past_64_bits_is_read_as_java_reads_it():
     assert records.first_record_from(batch, -5) == (0, 2**63 - 1)
     wrapped_up = batch_of(record(0, 0) + record(1, -2), 2, -(2**63))
     assert records.first_record_from(wrapped_up, 2**62) == (1, 2**63 - 2)
+
+
+def test_a_log_append_time_batch_answers_its_first_record_at_or_past_the_log_start():
+    """Every record of it carries the batch's max timestamp: the answer is the first record
+    at or past `from_offset`, none when the search starts past the batch."""
+    batch = batch_of(b"".join(record(index, 0) for index in range(3)), 3, 100, 500,
+                     records.LOG_APPEND_TIME)
+    assert records.first_record_from(batch, 400) == (0, 500)
+    assert records.first_record_from(batch, 400, from_offset=2) == (2, 500)
+    assert records.first_record_from(batch, 400, from_offset=3) is None
+    assert records.first_record_from(batch, 501) is None

@@ -353,7 +353,8 @@ class AdminService:
         if not item.name:
             return "unacceptable_credential", "Username must not be empty"
         if named[item.name] > 1:
-            return "duplicate_resource", "Cannot have more than one alteration per user"
+            return "duplicate_resource", ("A user credential cannot be altered twice in the "
+                                          "same request")  # Kafka's words
         mechanism = SCRAM_TYPES.get(item.mechanism)
         if mechanism is None:
             return "unsupported_sasl_mechanism", f"unknown SCRAM mechanism {item.mechanism}"

@@ -4,7 +4,7 @@ log itself.
 DeleteRecords moves a partition's log start offset (broker.shared.log.partition
 `delete_records`): Fetch below it answers OFFSET_OUT_OF_RANGE and ListOffsets earliest
 answers it, in every worker at once (it is a word of the partition's shared state).  It needs
-DELETE on the topic.  DescribeLogDirs answers each log dir's partitions with their sizes, as
+DELETE on the topic, and a cleanup.policy with delete (else POLICY_VIOLATION, as Kafka).  DescribeLogDirs answers each log dir's partitions with their sizes, as
 `kafka-log-dirs` shows them; it needs DESCRIBE on the cluster.
 
 A partition named twice in one request is served once, as Kafka's handlers do (a map of
@@ -21,6 +21,7 @@ import os
 import shutil
 
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.shared.log import topic_config
 from broker.shared.protocol import errors
 from workers import producers_response
 from workers.apis.slices import in_slices
@@ -71,6 +72,8 @@ class DeleteRecords(Api, api="DeleteRecords"):
                 return -1, "unknown_topic_or_partition"
             if partition.offline:
                 return -1, "kafka_storage_error"
+            if not topic_config.deletes(registry.props, registry.configs(name)):
+                return -1, "policy_violation"  # a compacted topic keeps its records (Kafka)
             return partition.delete_records(offset)
         except OSError as error:  # e.g. out of descriptors, a failed fsync: this partition pays
             log.error("deleting records of %s-%d failed: %s", name, index, error)

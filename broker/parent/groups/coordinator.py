@@ -40,6 +40,7 @@ committed offsets, the list of groups) is charged to the answer's ResponseBudget
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import math
 import os
@@ -204,7 +205,8 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         changed = member is None or member.protocols != protocols
         if member is None:
-            member = Member(member_id, instance, client_id, host, session, rebalance, protocols)
+            member = Member(member_id, instance, client_id, java_host(host), session, rebalance,
+                            protocols)
             group.add(member)
             self._member_count += 1
         elif changed:
@@ -735,8 +737,8 @@ class GroupCoordinator:
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             group = self.groups.get(group_id)
-            if group is None and ctx.version >= 6:  # as Kafka from v6
-                found.append(dict(_described(group_id, E.group_id_not_found),
+            if group is None and ctx.version >= 6:  # KIP-1043; before v6, a Dead group
+                found.append(dict(_described(group_id, E.group_id_not_found, "Dead", operations),
                                   error_message=f"Group {group_id} not found."))
             elif group is None:
                 found.append(_described(group_id, E.none, "Dead", operations))
@@ -860,6 +862,20 @@ def _wanted_groups(groups) -> dict[str, dict | None]:
         for name, partitions in topics.items():
             known.setdefault(name, {}).update(partitions)
     return wanted
+
+
+def java_host(ip: str) -> str:
+    """A member's address as Kafka describes it: Java's InetAddress.toString() of an address
+    not looked up, "/10.0.0.1" (IPv6 in Java's form: every group, in hex without leading
+    zeros, "/0:0:0:0:0:0:0:1")."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:  # not an address (an in-process caller): as it is
+        return ip
+    if address.version == 4:
+        return f"/{address}"
+    groups = ":".join(f"{group:x}" for group in struct.unpack(">8H", address.packed))
+    return f"/{groups}%{address.scope_id}" if address.scope_id else f"/{groups}"
 
 
 def _described(group_id: str, code, state: str = "", operations: int = NO_OPERATIONS) -> dict:

@@ -703,28 +703,48 @@ class Partition:
         return regions, high
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record stamped at or after `timestamp`.
+        """(offset, timestamp) of the first record at or past the log start offset stamped
+        at or after `timestamp`.
 
         The time index leads to the one region of one segment where the answer lies (see
         segment.py); inside the batch the records are read one by one (a compressed batch
-        decompressed, bounded by pybroker.max.decompressed.batch.bytes), as Kafka does.
+        decompressed, bounded by pybroker.max.decompressed.batch.bytes), as Kafka does.  In
+        the segment the log starts in (after DeleteRecords), the search starts at the log
+        start's batch and may go on to the segment's end, as Kafka's does.
         """
-        high = self.state[W_HIGH_WATERMARK]
+        high, first = self.state[W_HIGH_WATERMARK], self.state[W_LOG_START]
         self._refresh_segments()
         for base in self._bases:
             region = self._region(base, timestamp)
             if region is None:
                 continue
             segment, start, end = region
+            if first > base:
+                start, end = self._from_log_start(segment, base, start, first)
             for position, batch in segment.batches_from(start, end):
                 if batch.base_offset >= high:
                     return None
-                if batch.max_timestamp < timestamp:
+                if batch.max_timestamp < timestamp or batch.last_offset < first:
                     continue
                 found = records.first_record_from(segment.read(position, batch.size),
-                                                  timestamp, self.settings.max_decompressed_bytes)
-                return found or (batch.base_offset, batch.max_timestamp)
+                                                  timestamp, self.settings.max_decompressed_bytes,
+                                                  first)
+                if found is not None:
+                    return found
+                if batch.base_offset >= first:  # records that do not parse: the batch's own
+                    return batch.base_offset, batch.max_timestamp
         return None
+
+    def _from_log_start(self, segment: Segment, base: int, start: int,
+                        first: int) -> tuple[int, int]:
+        """(start, end) of a timestamp search in a segment the log start offset `first` is
+        past the base of: from the later of `start` and the batch holding `first`, to the
+        segment's end (records at or past `first` stamped late enough may lie beyond the
+        region the time index names)."""
+        active = base == self.state[W_ACTIVE_BASE]
+        end = self.state[W_ACTIVE_SIZE] if active else segment.size()
+        found = segment.find_position(first, end, self.state[W_INDEX_ENTRIES] if active else None)
+        return (end, end) if found is None else (max(start, found[0]), end)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3,

@@ -733,18 +733,26 @@ def record_timestamps(batch, max_decompressed: int = 32 << 20) -> list[tuple[int
     return [stored.record(delta, stamp) for delta, stamp in stamps]
 
 
-def first_record_from(batch, timestamp: int,
-                      max_decompressed: int = 32 << 20) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record of a stored batch stamped at or after
-    `timestamp`; None if there is none, or its records do not parse (read as
-    record_timestamps reads them).  The C walk finds the slice of FIND_SLICE records where the
-    first such record lies; only that slice is read record by record, and nothing is kept."""
+def first_record_from(batch, timestamp: int, max_decompressed: int = 32 << 20,
+                      from_offset: int = 0) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of a stored batch at or past `from_offset`
+    stamped at or after `timestamp`; None if there is none, or its records do not parse
+    (read as record_timestamps reads them).  The C walk finds the slice of FIND_SLICE records
+    where the first such record lies; only that slice is read record by record, and nothing
+    is kept."""
     try:
         stored = _StoredRecords(batch, max_decompressed)
         header = stored.header
         if header.attributes & LOG_APPEND_TIME:
-            walk_records(stored.body, stored.position, stored.end, header.record_count)
-            return stored.record(0, 0) if header.max_timestamp >= timestamp else None
+            later = from_offset > header.base_offset  # the records' offsets are needed
+            deltas: list[tuple[int, int]] | None = [] if later else None
+            walk_records(stored.body, stored.position, stored.end, header.record_count, deltas)
+            if header.max_timestamp < timestamp:
+                return None
+            if not later:
+                return stored.record(0, 0)
+            return next((stored.record(delta, 0) for delta, _ in deltas
+                         if header.base_offset + delta >= from_offset), None)
         walk = RecordWalk(stored.body, stored.position, stored.end, header.record_count)
         while walk.index < walk.count:
             first, position = walk.index, walk.position
@@ -757,7 +765,7 @@ def first_record_from(batch, timestamp: int,
                 _walk(stored.body, position, stored.end, first, walk.index, INT64_MAX,
                       INT64_MIN, stamps)
                 found = next((item for item in (stored.record(*each) for each in stamps)
-                              if item[1] >= timestamp), None)
+                              if item[1] >= timestamp and item[0] >= from_offset), None)
                 if found is not None:
                     return found
     except BatchError:

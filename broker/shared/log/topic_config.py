@@ -283,12 +283,19 @@ def topic_codec(props, own: dict[str, str]) -> compression.TopicCodec | None:
         codec: int(values[key]) for key, codec in LEVEL_KEYS.items()})
 
 
+def deletes(props, own: dict[str, str]) -> bool:
+    """Whether the topic's cleanup.policy has delete: retention applies, and DeleteRecords may
+    move its log start (Kafka refuses it otherwise, POLICY_VIOLATION)."""
+    policy = own.get("cleanup.policy", broker_default(props, "cleanup.policy"))
+    return "delete" in (item.strip() for item in policy.split(","))
+
+
 def retention(props, own: dict[str, str]) -> tuple[int, int] | None:
     """(retention.bytes, retention.ms) of a topic, or None if retention leaves it alone
     (cleanup.policy without delete)."""
-    values = effective(props, own)
-    if "delete" not in values["cleanup.policy"].split(","):
+    if not deletes(props, own):
         return None
+    values = effective(props, own)
     return int(values["retention.bytes"]), int(values["retention.ms"])
 
 

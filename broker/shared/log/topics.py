@@ -307,11 +307,11 @@ class TopicRegistry:
         topic = self.get(name)
         if topic is None:
             return "unknown_topic_or_partition", f"The topic '{name}' does not exist."
-        if count < topic.partitions:
-            return "invalid_partitions", (f"Topic currently has {topic.partitions} partitions, "
-                                          f"which is higher than the requested {count}.")
+        if count < topic.partitions:  # Kafka's words (kafka-topics prints them)
+            return "invalid_partitions", (f"The topic {name} currently has {topic.partitions} "
+                                          f"partition(s); {count} would not be an increase.")
         if count == topic.partitions:
-            return "invalid_partitions", f"Topic already has {count} partitions."
+            return "invalid_partitions", f"Topic already has {count} partition(s)."
         if count > max_partitions:
             return "invalid_partitions", (f"{count} partitions is more than "
                                           f"pybroker.max.partitions.per.topic {max_partitions}.")
