@@ -91,22 +91,15 @@ class Router:
     def __init__(self, apis: list[Api], quotas=None):
         self.apis = {api.key: api for api in apis}
         self.quotas = quotas  # workers.throttling.ClientQuotas, for request_percentage
-        # Each (key, version)'s readers are loaded at its first request: loading kio's schemas
-        # of every version served took about a second of CPU at each worker's start, for the
-        # few versions a client uses.
         self._routes = {}
+        for api in apis:
+            low, high = api.versions
+            for version in range(low, high + 1):
+                header_reader, body_reader = request_readers(api.key, version)
+                memo = BoundedCache(_MEMO_BYTES, _MEMO_KEY_BYTES) if api.pure else None
+                self._routes[api.key << 16 | version] = (header_reader, body_reader, api, memo,
+                                                         version)
         self._api_versions_range = self.apis[18].versions if 18 in self.apis else (0, 0)
-
-    def _route(self, route_key: int):
-        """The route of a (key, version) served but not asked for before; None if not served."""
-        api_key, version = route_key >> 16, route_key & 0xFFFF
-        api = self.apis.get(api_key)
-        if api is None or not api.versions[0] <= version <= api.versions[1]:
-            return None
-        header_reader, body_reader = request_readers(api_key, version)
-        memo = BoundedCache(_MEMO_BYTES, _MEMO_KEY_BYTES) if api.pure else None
-        route = self._routes[route_key] = (header_reader, body_reader, api, memo, version)
-        return route
 
     def served(self) -> dict[int, tuple[int, int]]:
         return {key: api.versions for key, api in self.apis.items()}
@@ -116,8 +109,7 @@ class Router:
         the connection's principal name (SASL or a client certificate); `host`: its IP."""
         if len(request) < 8:
             raise InvalidRequest("frame_too_small", f"request of {len(request)} bytes has no header")
-        route_key = _ROUTE_KEY.unpack_from(request, 0)[0]
-        route = self._routes.get(route_key) or self._route(route_key)
+        route = self._routes.get(_ROUTE_KEY.unpack_from(request, 0)[0])
         if route is None:
             api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
             return self._unroutable(request, api_key, api_version)
