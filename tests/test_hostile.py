@@ -371,10 +371,10 @@ def create_topics(broker, name: str, partitions: int, timeout: float = 60) -> tu
 
 
 def delete_topics(broker, names: list[str]) -> list[int]:
-    """DeleteTopics: each topic's error code.  A test that created thousands of partitions
-    deletes them after: the module broker's clean shutdown fsyncs every partition it still
-    has (8,000 of them took 8 to 25 s here), while deleted ones are removed in the
-    background as the next tests run."""
+    """DeleteTopics, then wait until the parent removed their directories: each topic's error
+    code.  A test that created thousands of partitions deletes them after: the module broker's
+    clean shutdown fsyncs every partition it still has (8,000 of them took 8 to 25 s here),
+    removing them is quicker, and over before the next test starts."""
     from kafka.protocol.admin.topics import DeleteTopicsRequest
 
     request = DeleteTopicsRequest[4](topic_names=names, timeout_ms=30000)
@@ -382,6 +382,10 @@ def delete_topics(broker, names: list[str]) -> list[int]:
     with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=30) as client:
         client.send(frame(bytes(request.encode(header=True))))
         _, response = decode_response(20, 4, client.receive())
+    logs = os.path.join(broker.data_dir, "logs")
+    wait_until(lambda: not any(entry.startswith(tuple(f"{name}-" for name in names))
+                               for entry in os.listdir(logs)),
+               timeout=60, message="the deleted partitions' directories removed")
     return [int(item.error_code) for item in response.responses]
 
 
