@@ -16,6 +16,7 @@ import sys
 from broker.shared.config import (ConfigError, describe_keys, load_config, parse_overrides,
                                   read_properties_file)
 from broker.shared.constants import LOG_FORMAT
+from broker.shared.lean_imports import without_test_strategies
 
 EXIT_STARTUP, EXIT_CONFIG = 1, 2
 
@@ -84,4 +85,5 @@ def _run(config, log_level: str, reload) -> int:
 
 
 if __name__ == "__main__":
+    without_test_strategies()
     sys.exit(main())

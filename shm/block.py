@@ -77,6 +77,11 @@ def duration_bucket(nanoseconds: int) -> int:
     return bisect.bisect_left(DURATION_BOUNDS_NS, nanoseconds)
 
 
+def _zeros(count: int) -> memoryview:
+    """`count` zero words, to clear a run of cells in one slice assignment."""
+    return memoryview(bytes(8 * count)).cast("q")
+
+
 # name -> dimensions, in layout order.
 WORKER_COUNTERS = (
     ("connections_registered", ("listener",)),
@@ -384,15 +389,20 @@ class SharedBlock:
         return sum(self.words[self.slot_base(slot) + offset] for slot in range(self.slots + 1))
 
     def archive_slot_counters(self, slot: int) -> None:
-        """Parent, after a worker died: add its counters to the archive, then free the slot."""
+        """Parent, after a worker died: add its counters to the archive, then free the slot.
+
+        Counter by counter: most of a slot's words are gauges (the quota sensors' windows,
+        about 800,000 words at the default sizes), zeroed in one slice assignment; a word at a
+        time they cost the parent 0.15 s of CPU at each worker's exit."""
         base, archive = self.slot_base(slot), self.slot_base(self.archive_slot)
-        gauges = {word for name in WORKER_GAUGES for word in self._cells_of(name)}
-        maxima = {word for name in WORKER_MAXIMA for word in self._cells_of(name)}
         words = self.words
-        for word in range(SLOT_FIELDS, self.worker_table.words):
-            if word in maxima:
-                words[archive + word] = max(words[archive + word], words[base + word])
-            elif word not in gauges:
-                words[archive + word] += words[base + word]
-            words[base + word] = 0
-        self.words[base + 2] = STATE_FREE
+        for name, _dims in WORKER_COUNTERS:
+            cells = self._cells_of(name)
+            if name in WORKER_MAXIMA:
+                for word in cells:
+                    words[archive + word] = max(words[archive + word], words[base + word])
+            elif name not in WORKER_GAUGES:
+                for word in cells:
+                    words[archive + word] += words[base + word]
+            words[base + cells.start:base + cells.stop] = _zeros(len(cells))
+        words[base + 2] = STATE_FREE

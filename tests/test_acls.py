@@ -160,7 +160,10 @@ def acl_broker(**extra) -> dict[str, str]:
                 "inter.broker.listener.name": "SASL_PLAINTEXT",
                 "sasl.enabled.mechanisms": "PLAIN",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-                "authorizer.class.name": STANDARD, "super.users": "User:admin"}
+                "authorizer.class.name": STANDARD, "super.users": "User:admin",
+                # A group forms without Kafka's 3 s wait for more members: who may join is
+                # under test here, not when.
+                "group.initial.rebalance.delay.ms": "0"}
     settings.update(extra)
     return settings
 

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.system  # every test here uses a broker
 
 @pytest.fixture(scope="module")
 def broker():
-    with BrokerProcess(workers=2) as running:
+    # A group forms without Kafka's 3 s wait for more members: the admin APIs are under test.
+    with BrokerProcess(workers=2, overrides={"group.initial.rebalance.delay.ms": "0"}) as running:
         yield running
 
 

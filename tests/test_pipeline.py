@@ -18,9 +18,31 @@ pytestmark = pytest.mark.system  # every test here runs Spark (a JVM)
 T0 = 1_790_000_000  # an epoch second
 
 
+# The tests' JVMs compile with C1 only and collect with the serial collector: each job here is
+# small, and C2's compiler threads and a parallel collector took a third of Spark's CPU on two
+# cores (this file without the cluster test: 167 -> 115 s of CPU).  No answer depends on them.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def submit_args(executors: bool = False) -> str:
+    """PYSPARK_SUBMIT_ARGS giving the driver's JVM (and the executors') TEST_JVM_OPTIONS."""
+    given = f"--driver-java-options '{TEST_JVM_OPTIONS}'"
+    if executors:
+        given += f" --conf 'spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}'"
+    return given + " pyspark-shell"
+
+
 @pytest.fixture(scope="session")
 def spark():
-    session = spark_session()
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args()  # read as the driver's JVM starts
+    try:
+        session = spark_session()
+    finally:
+        if before is None:
+            del os.environ["PYSPARK_SUBMIT_ARGS"]
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = before
     yield session
     session.stop()
 
@@ -333,7 +355,8 @@ class SparkDaemon:
 
         home = os.path.dirname(pyspark.__file__)
         self.env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1",
-                        PYSPARK_PYTHON=sys.executable)
+                        PYSPARK_PYTHON=sys.executable, SPARK_DAEMON_JAVA_OPTS=TEST_JVM_OPTIONS,
+                        PYSPARK_SUBMIT_ARGS=submit_args(executors=True))
         self.proc = subprocess.Popen([os.path.join(home, "bin", "spark-class"), *args],
                                      env=self.env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
@@ -369,7 +392,6 @@ def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
     directory = write(tmp_path / "events", [
         accepted(0), *[rejected(1, ip="10.6.6.6") for _ in range(12)],
         requests(1, "a", 3, {5: 3}), b"garbage"])
-    local = run([directory], str(tmp_path / "local"), spark=spark)
     port = free_port()
     master = SparkDaemon("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                          "--port", str(port), "--webui-port", str(free_port()))
@@ -377,6 +399,8 @@ def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
                          "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
                          "--webui-port", str(free_port()))
     try:
+        # The local run, while the master and the worker start.
+        local = run([directory], str(tmp_path / "local"), spark=spark)
         wait_until(lambda: worker.said("Successfully registered with master"), timeout=60)
         # The local run's tables are the baseline: the cluster's figures are the same.
         done = subprocess.run(

@@ -31,12 +31,14 @@ def test_kafka_python_idempotent_producer_and_assigned_consumer(broker):
     producer.flush(30)
     assert [f.get(10).offset for f in futures] == list(range(COUNT))
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=3000)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
     partition = TopicPartition(topic, 0)
     consumer.assign([partition])
     consumer.seek_to_beginning(partition)
-    messages = list(consumer)
+    messages, deadline = [], time.monotonic() + 20
+    while len(messages) < COUNT and time.monotonic() < deadline:  # not 3 s idle after the last
+        messages += consumer.poll(timeout_ms=500).get(partition, [])
+    assert consumer.end_offsets([partition]) == {partition: COUNT}  # nothing more to read
     consumer.close()
     assert [m.offset for m in messages] == list(range(COUNT))
     assert [(m.key, m.value, m.headers) for m in messages] == expected(topic)

@@ -39,6 +39,14 @@ def pki(tmp_path_factory):
     return {"ca": str(directory / "ca.pem"), "server": str(directory / "server.pem")}
 
 
+@pytest.fixture(scope="module")
+def broker(pki):
+    """One broker with sasl_broker's settings for the tests that need no others: each has its
+    own users and topics, and reads its counts as differences."""
+    with BrokerProcess(workers=2, overrides=sasl_broker(pki)) as started:
+        yield started
+
+
 def sasl_broker(pki, **extra) -> dict[str, str]:
     """PLAINTEXT for the admin client, SASL_PLAINTEXT and SASL_SSL for the tests."""
     settings = {
@@ -48,6 +56,9 @@ def sasl_broker(pki, **extra) -> dict[str, str]:
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         "ssl.keystore.location": pki["server"],
+        # A group's first member joins at once (Kafka waits 3 s for more): these tests are
+        # about who may connect, not about the join delay.
+        "group.initial.rebalance.delay.ms": "0",
     }
     settings.update(extra)
     return settings
@@ -94,15 +105,24 @@ def produce_and_consume(config: dict, topic: str, count: int = 100) -> set[bytes
 
 
 def refused(config: dict) -> bool:
-    """True when the client cannot get Metadata: its authentication is refused."""
+    """True when the client cannot get Metadata within 4 s: its authentication is refused.
+    librdkafka reports the refusal through its error callback at once; without waiting on it,
+    each refusal took the whole 4 s."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(dict(config, **{"socket.timeout.ms": 3000}))
-    try:
-        admin.list_topics(timeout=4)
-    except Exception:  # noqa: BLE001 - KafkaException: the transport failed
-        return True
-    return False
+    errors = []
+    admin = AdminClient(dict(config, **{"socket.timeout.ms": 3000, "error_cb": errors.append}))
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=0.25)
+            return False
+        except KafkaException:  # no answer yet, or the transport failed
+            admin.poll(0.05)  # serves the error callback
+        if any(error.code() == KafkaError._AUTHENTICATION for error in errors):
+            return True
+    return True
 
 
 # --- unit --------------------------------------------------------------------------------------
@@ -134,95 +154,97 @@ def test_bad_sasl_settings_name_the_key(tmp_path, extra, message):
 # --- real brokers, real clients ------------------------------------------------------------
 
 @pytest.mark.system
-def test_scram_users_created_through_the_admin_api_then_deleted(pki):
+def test_scram_users_created_through_the_admin_api_then_deleted(broker):
     from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
 
-    with BrokerProcess(workers=2, overrides=sasl_broker(pki)) as broker:
-        add_scram_user(broker.bootstrap, "bob", "bob-secret", "SCRAM-SHA-256")
-        bob = client_config(broker, "SASL_PLAINTEXT", "SCRAM-SHA-256", "bob", "bob-secret")
-        assert produce_and_consume(bob, "scram256") == {f"scram256-{i}".encode()
-                                                        for i in range(100)}
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        described = admin.describe_user_scram_credentials(["bob"])["bob"].result(timeout=20)
-        assert [(info.mechanism, info.iterations)
-                for info in described.scram_credential_infos] == \
-            [(ScramMechanism.SCRAM_SHA_256, 4096)]
-        assert refused(dict(bob, **{"sasl.password": "wrong"}))
-        for future in admin.alter_user_scram_credentials([UserScramCredentialDeletion(
-                "bob", ScramMechanism.SCRAM_SHA_256)]).values():
-            future.result(timeout=20)
-        assert refused(bob)  # deleted: refused from then on, in every worker
-        assert broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
-                             mechanism="SCRAM-SHA-256", result="success") >= 1
-        assert broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
-                             mechanism="SCRAM-SHA-256", result="failure") >= 2
-        path = os.path.join(broker.data_dir, "logs", ".pybroker-scram.json")
-        assert "bob-secret" not in open(path).read()  # salted, never the password
-        assert os.stat(path).st_mode & 0o077 == 0  # the broker's user only
+    def authentications(result: str) -> float:
+        return broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
+                             mechanism="SCRAM-SHA-256", result=result)
+
+    before = {result: authentications(result) for result in ("success", "failure")}
+    add_scram_user(broker.bootstrap, "bob", "bob-secret", "SCRAM-SHA-256")
+    bob = client_config(broker, "SASL_PLAINTEXT", "SCRAM-SHA-256", "bob", "bob-secret")
+    assert produce_and_consume(bob, "scram256") == {f"scram256-{i}".encode()
+                                                    for i in range(100)}
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_user_scram_credentials(["bob"])["bob"].result(timeout=20)
+    assert [(info.mechanism, info.iterations)
+            for info in described.scram_credential_infos] == \
+        [(ScramMechanism.SCRAM_SHA_256, 4096)]
+    assert refused(dict(bob, **{"sasl.password": "wrong"}))
+    for future in admin.alter_user_scram_credentials([UserScramCredentialDeletion(
+            "bob", ScramMechanism.SCRAM_SHA_256)]).values():
+        future.result(timeout=20)
+    assert refused(bob)  # deleted: refused from then on, in every worker
+    assert authentications("success") - before["success"] >= 1
+    assert authentications("failure") - before["failure"] >= 2
+    path = os.path.join(broker.data_dir, "logs", ".pybroker-scram.json")
+    assert "bob-secret" not in open(path).read()  # salted, never the password
+    assert os.stat(path).st_mode & 0o077 == 0  # the broker's user only
 
 
 @pytest.mark.system
-def test_confluent_kafka_over_sasl_ssl_with_plain_and_scram_sha_512(pki):
-    with BrokerProcess(workers=1, overrides=sasl_broker(pki)) as broker:
-        alice = client_config(broker, "SASL_SSL", "PLAIN", "alice", "alice-secret", pki)
-        assert len(produce_and_consume(alice, "plain-ssl", 50)) == 50
-        add_scram_user(broker.bootstrap, "carol", "carol-secret", "SCRAM-SHA-512")
-        carol = client_config(broker, "SASL_SSL", "SCRAM-SHA-512", "carol", "carol-secret",
-                              pki)
-        assert len(produce_and_consume(carol, "scram-ssl", 50)) == 50
+def test_confluent_kafka_over_sasl_ssl_with_plain_and_scram_sha_512(broker, pki):
+    alice = client_config(broker, "SASL_SSL", "PLAIN", "alice", "alice-secret", pki)
+    assert len(produce_and_consume(alice, "plain-ssl", 50)) == 50
+    add_scram_user(broker.bootstrap, "carol", "carol-secret", "SCRAM-SHA-512")
+    carol = client_config(broker, "SASL_SSL", "SCRAM-SHA-512", "carol", "carol-secret",
+                          pki)
+    assert len(produce_and_consume(carol, "scram-ssl", 50)) == 50
 
 
 @pytest.mark.system
-def test_kafka_python_and_aiokafka_over_sasl_ssl_with_scram(pki):
+def test_kafka_python_and_aiokafka_over_sasl_ssl_with_scram(broker, pki):
     import ssl
 
     from kafka import KafkaConsumer, KafkaProducer
 
-    with BrokerProcess(workers=2, overrides=sasl_broker(pki)) as broker:
-        add_scram_user(broker.bootstrap, "dave", "dave-secret", "SCRAM-SHA-512")
-        host, port = broker.listeners["SASL_SSL"]
-        common = dict(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_SSL",
-                      sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="dave",
-                      sasl_plain_password="dave-secret", ssl_cafile=pki["ca"])
-        producer = KafkaProducer(**common)
-        for index in range(20):
-            producer.send("kp", f"kp-{index}".encode())
-        producer.flush(30)
-        producer.close()
-        consumer = KafkaConsumer("kp", auto_offset_reset="earliest", consumer_timeout_ms=10000,
-                                 **common)
-        assert {message.value for message in consumer} == {f"kp-{i}".encode()
-                                                           for i in range(20)}
-        consumer.close()
+    add_scram_user(broker.bootstrap, "dave", "dave-secret", "SCRAM-SHA-512")
+    host, port = broker.listeners["SASL_SSL"]
+    common = dict(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_SSL",
+                  sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="dave",
+                  sasl_plain_password="dave-secret", ssl_cafile=pki["ca"])
+    producer = KafkaProducer(**common)
+    for index in range(20):
+        producer.send("kp", f"kp-{index}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer("kp", auto_offset_reset="earliest", **common)
+    seen, deadline = set(), time.monotonic() + 10
+    while len(seen) < 20 and time.monotonic() < deadline:  # not 10 s idle after the last
+        seen |= {message.value for messages in consumer.poll(timeout_ms=500).values()
+                 for message in messages}
+    assert seen == {f"kp-{i}".encode() for i in range(20)}
+    consumer.close()
 
-        async def with_aiokafka():
-            from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    async def with_aiokafka():
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-            context = ssl.create_default_context(cafile=pki["ca"])
-            options = dict(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_SSL",
-                           sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="dave",
-                           sasl_plain_password="dave-secret", ssl_context=context)
-            producer = AIOKafkaProducer(**options)
-            await producer.start()
-            try:
-                for index in range(20):
-                    await producer.send_and_wait("aio", f"aio-{index}".encode())
-            finally:
-                await producer.stop()
-            consumer = AIOKafkaConsumer("aio", auto_offset_reset="earliest", **options)
-            await consumer.start()
-            seen = set()
-            try:
-                deadline = time.monotonic() + 20
-                while len(seen) < 20 and time.monotonic() < deadline:
-                    batch = await consumer.getmany(timeout_ms=500)
-                    seen |= {message.value for messages in batch.values()
-                             for message in messages}
-            finally:
-                await consumer.stop()
-            return seen
+        context = ssl.create_default_context(cafile=pki["ca"])
+        options = dict(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_SSL",
+                       sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="dave",
+                       sasl_plain_password="dave-secret", ssl_context=context)
+        producer = AIOKafkaProducer(**options)
+        await producer.start()
+        try:
+            for index in range(20):
+                await producer.send_and_wait("aio", f"aio-{index}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("aio", auto_offset_reset="earliest", **options)
+        await consumer.start()
+        seen = set()
+        try:
+            deadline = time.monotonic() + 20
+            while len(seen) < 20 and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                seen |= {message.value for messages in batch.values()
+                         for message in messages}
+        finally:
+            await consumer.stop()
+        return seen
 
-        assert asyncio.run(with_aiokafka()) == {f"aio-{i}".encode() for i in range(20)}
+    assert asyncio.run(with_aiokafka()) == {f"aio-{i}".encode() for i in range(20)}
 
 
 def _string(text: str) -> bytes:
@@ -276,25 +298,25 @@ def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
 
 
 @pytest.mark.system
-def test_a_request_before_authentication_closes_the_connection(pki):
-    with BrokerProcess(workers=1, overrides=sasl_broker(pki)) as broker:
-        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
-            sock.send(metadata_request(12))
-            assert peer_closed(sock.sock, wait=5)
-        wait_until(lambda: broker.metric("broker_invalid_requests_total",
-                                         reason="not_authenticated") == 1)
-        with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:  # big before auth: no
-            sock.send(raw_request(36, 1, 3, struct.pack(">i", 600_000) + b"x" * 600_000))
-            assert peer_closed(sock.sock, wait=5)
-        broker.wait_for_line(r"larger than sasl.server.max.receive.size \(not authenticated "
-                             r"yet\) 524288")
-        with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:  # no SASL here: Kafka's answer
-            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
-            assert struct.unpack_from(">h", sock.receive(), 4)[0] == ILLEGAL_SASL_STATE
-        with socket.create_connection(broker.listeners["SASL_PLAINTEXT"], timeout=5) as raw:
-            raw.sendall(raw_request(17, 1, 2, _string("GSSAPI")))  # not enabled: the list
-            data = raw.recv(65536)
-            assert struct.unpack_from(">h", data, 8)[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+def test_a_request_before_authentication_closes_the_connection(broker):
+    before = broker.metric("broker_invalid_requests_total", reason="not_authenticated")
+    with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
+        sock.send(metadata_request(12))
+        assert peer_closed(sock.sock, wait=5)
+    wait_until(lambda: broker.metric("broker_invalid_requests_total",
+                                     reason="not_authenticated") == before + 1)
+    with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:  # big before auth: no
+        sock.send(raw_request(36, 1, 3, struct.pack(">i", 600_000) + b"x" * 600_000))
+        assert peer_closed(sock.sock, wait=5)
+    broker.wait_for_line(r"larger than sasl.server.max.receive.size \(not authenticated "
+                         r"yet\) 524288")
+    with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:  # no SASL here: Kafka's answer
+        sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+        assert struct.unpack_from(">h", sock.receive(), 4)[0] == ILLEGAL_SASL_STATE
+    with socket.create_connection(broker.listeners["SASL_PLAINTEXT"], timeout=5) as raw:
+        raw.sendall(raw_request(17, 1, 2, _string("GSSAPI")))  # not enabled: the list
+        data = raw.recv(65536)
+        assert struct.unpack_from(">h", data, 8)[0] == 33  # UNSUPPORTED_SASL_MECHANISM
 
 
 @pytest.mark.system
@@ -312,10 +334,14 @@ def test_a_user_quota_throttles_only_that_user(pki):
         for user, password, mechanism in (("alice", "alice-secret", "PLAIN"),
                                           ("bob", "bob-secret", "SCRAM-SHA-256")):
             config = client_config(broker, "SASL_PLAINTEXT", mechanism, user, password)
-            producer = Producer(dict(config, **{"client.id": "same-client", "linger.ms": 0}))
+            throttled = []
+            producer = Producer(dict(config, **{"client.id": "same-client", "linger.ms": 0,
+                                                "throttle_cb": throttled.append}))
             for _ in range(20):  # 200 KB each: ten times alice's rate
                 producer.produce("quota", value=b"x" * 10_000)
                 producer.flush(30)
+                if user == "alice" and throttled:
+                    break  # told to wait: the rest would only be waited out
             producer.flush(30)
         events_dir = os.path.join(broker.data_dir, "pybroker-events")
 
@@ -372,15 +398,24 @@ def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
     with BrokerProcess(workers=1, overrides=overrides) as broker:
         alice = client_config(broker, "SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret")
         producer = Producer(dict(alice, **{"linger.ms": 0}))
-        errors, started = [], time.monotonic()
-        while time.monotonic() - started < 7:
+
+        def successes() -> float:
+            return broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
+                                 mechanism="PLAIN", result="success")
+
+        # Producing until the sessions were renewed (at most 7 s), then once more after.
+        errors, started, renewed, checked = [], time.monotonic(), False, 0.0
+        while time.monotonic() - started < 7 and not renewed:
             producer.produce("reauth", value=b"x",
                              on_delivery=lambda error, _m: errors.append(error) if error else 0)
             producer.flush(10)
+            if time.monotonic() - checked > 0.25:
+                renewed, checked = successes() >= 4, time.monotonic()
+        producer.produce("reauth", value=b"x",
+                         on_delivery=lambda error, _m: errors.append(error) if error else 0)
+        producer.flush(10)
         assert errors == []
-        successes = broker.metric("broker_authentication_total", listener="SASL_PLAINTEXT",
-                                  mechanism="PLAIN", result="success")
-        assert successes >= 4  # the first of each connection, then again every 2 s
+        assert successes() >= 4  # the first of each connection, then again every 2 s
         assert broker.metric("broker_connections_closed_total", listener="SASL_PLAINTEXT",
                              reason="session_expired") == 0
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:

@@ -9,7 +9,7 @@ import pytest
 from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BUCKETS, HEADER_BYTES, INVALID_REASONS,
                        LAYOUT_VERSION, MAGIC, MUTE_REASONS, QUOTA_ENTITIES, QUOTA_TYPES,
                        QUOTA_WINDOWS, SASL_MECHANISMS, STATE_FREE, STATE_SERVING, WORKER_COUNTERS,
-                       SharedBlock, duration_bucket)
+                       WORKER_GAUGES, WORKER_MAXIMA, SharedBlock, duration_bucket)
 
 
 @pytest.fixture
@@ -91,3 +91,27 @@ def test_gauges_of_a_dead_worker_are_dropped_not_archived(block):
     block.archive_slot_counters(0)
     assert block.worker_total("delayed_fetches") == 0
     assert block.worker_total("requests", 0, 1) == 9
+
+
+def test_archiving_sums_totals_keeps_maxima_drops_gauges_in_every_cell(block):
+    """Every cell of the dead worker's slot, first and last of each counter: a running total
+    is added to the archive, a maximum keeps the greater, a gauge is dropped; all are zeroed."""
+    base, archive = block.slot_base(0), block.slot_base(block.archive_slot)
+    expected = {}
+    for number, (name, _dims) in enumerate(WORKER_COUNTERS):
+        cells = block._cells_of(name)
+        for word in {cells.start, cells.stop - 1}:
+            block.words[base + word] = 1000 + number
+            block.words[archive + word] = 2000 if name in WORKER_MAXIMA else 7
+            if name in WORKER_MAXIMA:
+                expected[word] = 2000
+            elif name in WORKER_GAUGES:
+                expected[word] = 7
+            else:
+                expected[word] = 1007 + number
+    block.words[block.worker_cell(0, "quota_origin_ns", 1, 5)] = 3000  # above the archive's
+    block.archive_slot_counters(0)
+    assert block.words[block.worker_cell(block.archive_slot, "quota_origin_ns", 1, 5)] == 3000
+    assert {word: block.words[archive + word] for word in expected} == expected
+    assert not any(block.words[base + 4:base + block.worker_table.words])
+    assert block.slot_state(0) == STATE_FREE

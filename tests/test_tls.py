@@ -148,7 +148,9 @@ def test_confluent_kafka_and_kafka_python_produce_and_consume_over_ssl(pki):
     from confluent_kafka import Consumer, Producer
     from kafka import KafkaProducer
 
-    with BrokerProcess(workers=2, overrides=tls_settings(pki)) as broker:
+    # The group forms without Kafka's 3 s wait for more members: TLS is under test, not it.
+    overrides = tls_settings(pki, **{"group.initial.rebalance.delay.ms": "0"})
+    with BrokerProcess(workers=2, overrides=overrides) as broker:
         host, port = broker.listeners["SSL"]
         common = {"bootstrap.servers": f"{host}:{port}", "security.protocol": "SSL",
                   "ssl.ca.location": pki["paths"]["ca"]}

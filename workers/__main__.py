@@ -17,6 +17,7 @@ import sys
 
 from broker.shared.constants import LOG_FORMAT, WORKER_BOOT_ERROR
 from broker.shared.gc_tuning import tune_after_start
+from broker.shared.lean_imports import without_test_strategies
 
 PR_SET_PDEATHSIG = 1
 
@@ -76,4 +77,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_test_strategies()
     sys.exit(main())

@@ -2,7 +2,8 @@
 
 Each target (tests/fuzz/targets.py) runs in a process of its own for N seconds (default 60),
 coverage-guided over the broker's own modules, starting from seeds derived from the captured
-requests of real clients (corpus/requests, see capture.py).  A crash, an abort or a broken
+requests of real clients (corpus/requests, see capture.py).  The processes are forked from one
+that instrumented the modules once (seconds of CPU each time otherwise).  A crash, an abort or a broken
 invariant stops that target, leaves the input that did it under `fuzz-findings/` and makes
 the run exit 1.  The last line per target gives executions and coverage.
 
@@ -12,18 +13,25 @@ the run exit 1.  The last line per target gives executions and coverage.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CAPTURED = os.path.join(HERE, "corpus", "requests")
 _DONE = re.compile(r"#(\d+)\s+DONE\s+cov: (\d+) ft: (\d+)")
 _STATUS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+)")
+DEADLINE_SLACK = 120  # seconds a run may take beyond its fuzzing time before it is killed
 
 
 def captured() -> list[bytes]:
@@ -170,13 +178,12 @@ def _batches(frame: bytes) -> list[bytes]:
             if part.records]
 
 
-def run_one(target: str, args: list[str]) -> None:
-    """In the fuzzing process: instrument the broker's modules, then hand over to atheris."""
+def instrument() -> None:
+    """Import, under atheris' instrumentation, every broker module a target can reach (modules
+    imported later would run uninstrumented and give the fuzzer no coverage to follow)."""
     import atheris
 
     with atheris.instrument_imports(include=["broker", "workers", "shm", "proxyprotocol"]):
-        # Everything a target can reach, imported under instrumentation (modules imported
-        # later would run uninstrumented and give the fuzzer no coverage to follow).
         import broker.parent.admin  # noqa: F401
         import broker.parent.groups.coordinator  # noqa: F401
         import broker.parent.http_head  # noqa: F401
@@ -197,40 +204,113 @@ def run_one(target: str, args: list[str]) -> None:
         import workers.connection  # noqa: F401
         import workers.authenticator  # noqa: F401
         import workers.handlers  # noqa: F401
-    from tests.fuzz.targets import TARGETS
 
-    atheris.Setup([sys.argv[0], *args], TARGETS[target])
-    atheris.Fuzz()
+
+@dataclass
+class Run:
+    """One target's fuzzing run: its libFuzzer options, where its output goes, its exit."""
+
+    target: str
+    seeds: int
+    options: list[str]
+    output: str
+    seconds: int
+    returncode: int | None = None
+
+
+def serve_forks(plan: str, jobs: int) -> None:
+    """In the fuzzing process: instrument once (seconds of CPU), then fork one child per run of
+    the plan, `jobs` at a time, each a target of its own under libFuzzer; its exit status
+    goes back into the plan.  A child past its deadline is killed (a hang is a finding)."""
+    with open(plan, encoding="utf-8") as handle:
+        runs = [Run(**fields) for fields in json.load(handle)]
+    instrument()
+    waiting, running = list(runs), {}
+    while waiting or running:
+        while waiting and len(running) < max(1, jobs):
+            run = waiting.pop(0)
+            running[_fork(run)] = (run, time.monotonic() + run.seconds + DEADLINE_SLACK)
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid:
+            running.pop(pid)[0].returncode = os.waitstatus_to_exitcode(status)
+            continue
+        for child, (run, deadline) in running.items():
+            if time.monotonic() > deadline:
+                os.kill(child, signal.SIGKILL)
+        time.sleep(0.05)
+    with open(plan, "w", encoding="utf-8") as handle:
+        json.dump([asdict(run) for run in runs], handle)
+
+
+def _fork(run: Run) -> int:
+    """Start one run in a forked child, its stdout and stderr into its output file."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 70
+    try:
+        import atheris
+
+        from tests.fuzz.targets import TARGETS
+
+        output = os.open(run.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        atheris.Setup([sys.argv[0], *run.options], TARGETS[run.target])
+        atheris.Fuzz()  # libFuzzer exits the process when the time is up
+    except SystemExit as finding:  # atheris, after printing an exception a target raised
+        code = finding.code if isinstance(finding.code, int) else 1
+    except BaseException:  # noqa: BLE001 - told in the run's output, then a failed exit
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # C's exit, never back into the parent's loop: libFuzzer's exit hook writes the input
+    # that raised under fuzz-findings/, as when the target's process was started on its own.
+    ctypes.CDLL(None).exit(code)
+    os._exit(code)
 
 
 def run_all(targets: list[str], seconds: int, jobs: int = 1) -> int:
-    """Each target for `seconds` in a process of its own, `jobs` at a time; reports in order."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        outcomes = list(pool.map(lambda target: _run_target(target, seconds), targets))
-    failed = 0
-    for line, output in outcomes:
-        print(line, flush=True)
-        if output is not None:
-            failed += 1
-            print(output[-4000:], file=sys.stderr)
+    """Each target for `seconds` in a process of its own, `jobs` at a time (all forked from
+    one that instrumented the broker's modules); reports in order."""
+    findings = os.path.join(ROOT, "fuzz-findings")
+    os.makedirs(findings, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as work:
+        runs = []
+        for target in targets:
+            seeds = os.path.join(work, target)
+            count = write_seeds(target, seeds)
+            runs.append(Run(target, count, [
+                f"-max_total_time={seconds}", "-rss_limit_mb=4096", "-timeout=20",
+                f"-artifact_prefix={findings}/{target}-", "-max_len=200000", seeds],
+                os.path.join(work, f"{target}.out"), seconds))
+        plan = os.path.join(work, "plan.json")
+        with open(plan, "w", encoding="utf-8") as handle:
+            json.dump([asdict(run) for run in runs], handle)
+        rounds = -(-len(runs) // max(1, jobs))
+        served = subprocess.run([sys.executable, "-m", "tests.fuzz", "--forks", plan,
+                                 "--jobs", str(jobs)], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120 + rounds * (seconds + DEADLINE_SLACK))
+        with open(plan, encoding="utf-8") as handle:
+            runs = [Run(**fields) for fields in json.load(handle)]
+        failed = 0
+        for run in runs:
+            line, output = _report(run, served)
+            print(line, flush=True)
+            if output is not None:
+                failed += 1
+                print(output[-4000:], file=sys.stderr)
     return 1 if failed else 0
 
 
-def _run_target(target: str, seconds: int) -> tuple[str, str | None]:
+def _report(run: Run, served: subprocess.CompletedProcess) -> tuple[str, str | None]:
     """(its report line, its output if it failed)."""
-    findings = os.path.join(ROOT, "fuzz-findings")
-    with tempfile.TemporaryDirectory(prefix=f"fuzz-{target}-") as work:
-        seeds = os.path.join(work, "corpus")
-        count = write_seeds(target, seeds)
-        os.makedirs(findings, exist_ok=True)
-        argv = [sys.executable, "-m", "tests.fuzz", "--one", target, "--",
-                f"-max_total_time={seconds}", "-rss_limit_mb=4096", "-timeout=20",
-                f"-artifact_prefix={findings}/{target}-", "-max_len=200000", seeds]
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
-                              timeout=seconds + 120)
-    output = done.stderr + done.stdout
+    output = ""
+    if os.path.exists(run.output):
+        with open(run.output, encoding="utf-8", errors="replace") as handle:
+            output = handle.read()
     last = _DONE.search(output) or (_STATUS.findall(output) or [None])[-1]
     if isinstance(last, re.Match):
         execs, cov, features = last.groups()
@@ -238,10 +318,12 @@ def _run_target(target: str, seconds: int) -> tuple[str, str | None]:
         execs, cov, features = last
     else:
         execs = cov = features = "?"
-    status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
-    line = (f"fuzz {target}: {status}; {execs} executions in {seconds}s from {count} "
-            f"seeds; coverage {cov} edges, {features} features")
-    return line, None if done.returncode == 0 else output
+    if run.returncode is None:  # the forking process itself failed
+        output += served.stderr[-3000:]
+    status = "ok" if run.returncode == 0 else f"FAILED (exit {run.returncode})"
+    line = (f"fuzz {run.target}: {status}; {execs} executions in {run.seconds}s from "
+            f"{run.seeds} seeds; coverage {cov} edges, {features} features")
+    return line, None if run.returncode == 0 else output
 
 
 def main() -> int:
@@ -250,11 +332,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz")
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--jobs", type=int, default=1, help="targets run at once")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--forks", help=argparse.SUPPRESS)  # the plan of serve_forks
     parser.add_argument("targets", nargs="*", help=f"some of {', '.join(TARGETS)} (all)")
     args, rest = parser.parse_known_args()
-    if args.one:  # libFuzzer's own options follow "--"
-        run_one(args.one, sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else [])
+    if args.forks:
+        serve_forks(args.forks, args.jobs)
         return 0
     unknown = set(args.targets) - set(TARGETS)
     if unknown or rest:
