@@ -177,3 +177,14 @@ def test_a_log_append_time_batch_answers_its_first_record_at_or_past_the_log_sta
     assert records.first_record_from(batch, 400, from_offset=2) == (2, 500)
     assert records.first_record_from(batch, 400, from_offset=3) is None
     assert records.first_record_from(batch, 501) is None
+
+
+def test_a_lookup_without_a_start_answers_whatever_the_base_offset_says():
+    """Without `from_offset` any record qualifies, as record_timestamps lists it: a header
+    whose base offset is negative (bytes no broker stores, but the fuzz target reads) still
+    answers its first record stamped at or after the time."""
+    import struct
+
+    batch = bytearray(make_batch(count=3, timestamps=[100, 200, 300]))
+    struct.pack_into(">q", batch, 0, -(2**32))  # base offset
+    assert records.first_record_from(bytes(batch), 150) == (-(2**32) + 1, 200)

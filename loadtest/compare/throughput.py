@@ -9,6 +9,9 @@ confluent-kafka (loadtest/kafka_load.py), on one broker start per side.
   consume  the records of the 1 KiB acks=1 Java run read back from the start, by
            kafka-consumer-perf-test (its fetch time: the group join left out) and by
            confluent-kafka (assigned partitions): MB/s and the broker's CPU per MB.
+  recompress  confluent-kafka's uncompressed 1 KiB records (acks=1, as in produce) to a topic
+           whose compression.type is zstd, so the broker compresses every batch again at
+           append: MB/s and the broker's CPU per MB.
   latency  kafka-producer-perf-test at LATENCY_RATE records/s of 1 KiB (well below either
            broker's saturation), acks=all, linger 0: p50, p99 and p99.9 of the steady state
            after a warm-up of LATENCY_WARMUP_SECONDS.
@@ -23,7 +26,7 @@ from loadtest.bench.log import measured
 from loadtest.compare import java_perf
 from loadtest.compare.rows import Reading, Row, attempt, join, measure_both
 
-PARTS = ("produce", "consume", "latency")
+PARTS = ("produce", "consume", "recompress", "latency")
 SIZES = (1024, 16384)
 ACKS = {"acks=1": {"acks": "1", "enable.idempotence": "false"},
         "acks=all idempotent": {"acks": "all", "enable.idempotence": "true"}}
@@ -37,6 +40,7 @@ MIN_BYTES, MAX_BYTES = 5e6, 2e9
 LATENCY_RATE = 1000
 LATENCY_WARMUP_SECONDS = 3
 MB = 1e6
+RECOMPRESS = "produce 1 KiB acks=1 uncompressed to a compression.type=zstd topic, confluent-kafka"
 
 
 def _kib(size: int) -> str:
@@ -60,6 +64,9 @@ def _rows(parts) -> list[Row]:
         for client in CLIENTS:
             rows += [Row(f"consume 1 KiB, {client}", "MB/s", "higher"),
                      Row(f"consume 1 KiB, {client}: broker CPU", "CPU ms/MB", "lower")]
+    if "recompress" in parts:
+        rows += [Row(RECOMPRESS, "MB/s", "higher", "values of one repeated byte, as in produce"),
+                 Row(f"{RECOMPRESS}: broker CPU", "CPU ms/MB", "lower")]
     if "latency" in parts:
         rows += [Row(f"produce latency {label}, 1 KiB at {LATENCY_RATE}/s, acks=all", "ms",
                      "lower", "kafka-producer-perf-test, whole milliseconds")
@@ -118,6 +125,9 @@ def _measure(broker, parts, seconds: float) -> dict[str, Reading]:
                 broker, topic(), seconds, size, acks))
     if "consume" in parts:
         readings.update(_consume(broker, consumed, int(volume / 1024)))
+    if "recompress" in parts:
+        attempt(readings, [RECOMPRESS, f"{RECOMPRESS}: broker CPU"], lambda: _confluent_produce(
+            broker, _zstd_topic(broker), seconds, 1024, "acks=1", RECOMPRESS))
     if "latency" in parts:
         attempt(readings, [row.name for row in _rows(["latency"])],
                 lambda: _latency(broker, topic(), seconds))
@@ -132,16 +142,25 @@ def _java_produce_figures(broker, topic: str, records: int, size: int,
                     run["records"] / run["rate"], run["server_cpu"], note)
 
 
+def _zstd_topic(broker) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("zstd-topic", PARTITIONS, 1, config={
+        "compression.type": "zstd"})])["zstd-topic"].result(timeout=30)
+    return "zstd-topic"
+
+
 def _confluent_produce(broker, topic: str, seconds: float, size: int,
-                       acks: str) -> dict[str, Reading]:
+                       acks: str, name: str | None = None) -> dict[str, Reading]:
     settings = dict(ACKS[acks])  # librdkafka takes a boolean here
     settings["enable.idempotence"] = settings["enable.idempotence"] == "true"
     run = measured(broker, "produce", broker.bootstrap, topic, seconds, size, json.dumps(settings))
     note = f"client CPU {run['client_cpu'] / run['seconds']:.2f} s/s"
     if run["failed"]:
         note += f", {run['failed']} failed"
-    return _figures(_produce_name(size, acks, "confluent-kafka"), run["bytes"], run["seconds"],
-                    run["server_cpu"], note)
+    return _figures(name or _produce_name(size, acks, "confluent-kafka"), run["bytes"],
+                    run["seconds"], run["server_cpu"], note)
 
 
 def _consume(broker, topic: str, records: int) -> dict[str, Reading]:

@@ -734,9 +734,9 @@ def record_timestamps(batch, max_decompressed: int = 32 << 20) -> list[tuple[int
 
 
 def first_record_from(batch, timestamp: int, max_decompressed: int = 32 << 20,
-                      from_offset: int = 0) -> tuple[int, int] | None:
+                      from_offset: int = INT64_MIN) -> tuple[int, int] | None:
     """(offset, timestamp) of the first record of a stored batch at or past `from_offset`
-    stamped at or after `timestamp`; None if there is none, or its records do not parse
+    (any offset by default, whatever the header's base) stamped at or after `timestamp`; None if there is none, or its records do not parse
     (read as record_timestamps reads them).  The C walk finds the slice of FIND_SLICE records
     where the first such record lies; only that slice is read record by record, and nothing
     is kept."""
