@@ -78,13 +78,15 @@ class Authenticator:
         self._failed = False
         self.user: str | None = None
 
-    def handle(self, request, listener: int):
+    def handle(self, request, listener: int, *_connection):
+        """Answer a request of the connection (whose user and address it knows itself)."""
         if self.user is not None and not self._reauthenticating:  # authenticated
             # KIP-368: only a SaslHandshake begins a re-authentication, and at most one a
             # second; any other SASL request goes to the router, which refuses it.
             if not (self.reauth_ms and len(request) >= 8
                     and api_key_of(request) == _SASL_HANDSHAKE and self._may_reauthenticate()):
-                return self._router_handle(request, listener, self.user, self.conn.ip)
+                return self._router_handle(request, listener, self.user, self.conn.ip,
+                                           self.conn)
             self._begin_reauthentication()
         if self._failed:
             return None  # closing after the delay: nothing more is answered
@@ -95,7 +97,7 @@ class Authenticator:
         api_key = api_key_of(request)
         if api_key == _API_VERSIONS:
             return self._router_handle(request, listener, self.user or "ANONYMOUS",
-                                           self.conn.ip)
+                                       self.conn.ip, self.conn)
         if api_key == _SASL_HANDSHAKE:
             return self._handshake(*self._decode(request, listener))
         if api_key == _SASL_AUTHENTICATE:

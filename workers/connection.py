@@ -19,7 +19,6 @@ workers.backpressure (the request queue, the memory pool's waiters) through the 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import mmap
 import struct
@@ -27,16 +26,16 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from broker.shared.acl import canonical_host
-from broker.shared.apis import api_key_of
+from broker.shared.apis import QUEUED_WHILE_FORWARDED, api_key_of
 from broker.shared.pool import QueueFull
 from broker.shared.tls import ANONYMOUS, CertificateRefused
+from workers.answer import Throttled
 from workers.fetch_response import FileResponse
 from workers.file_sender import FileSender
 from workers.frame_maps import FrameMaps, new_mapping
-from workers.handlers import ForwardRequest, InvalidRequest, Router
+from workers.handlers import InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           response_sent, transition, unmute)
-from workers.throttling import Throttled
 
 if TYPE_CHECKING:
     from workers.authenticator import Authenticator
@@ -77,9 +76,6 @@ _TLS_HANDSHAKE_RECORD = 0x1603
 _SIZE = struct.Struct(">i")
 _CLIENT_ID_LENGTH = struct.Struct(">h")  # request header v1+: after key, version, correlation
 _RESPONSE_PENDING = MuteState.RESPONSE_PENDING
-# Forwarded APIs whose answer waits at the parent by design (a rebalance): like a long poll,
-# they wait in a purgatory and do not count against queued.max.requests.
-WAITING_APIS = frozenset({11, 14})  # JoinGroup, SyncGroup
 _NOT_MUTED = MuteState.NOT_MUTED
 
 
@@ -103,7 +99,7 @@ class ConnectionHost(Protocol):
 
     # Looked up once per connection.
     scratch: memoryview  # where reads land: one buffer for all the worker's connections
-    router: Router  # its `handle(request, listener index)` answers a request
+    router: Router  # its `handle(request, listener index, user, ip, connection)` answers
     max_request_bytes: int  # socket.request.max.bytes
     large_frame_bytes: int  # an incomplete frame above this gets a buffer of its own
     frame_maps: FrameMaps | None  # mappings for the largest frames, reused
@@ -127,9 +123,6 @@ class ConnectionHost(Protocol):
 
     def invalid_request(self, reason: str) -> None: ...
 
-    def forward_admin(self, request, listener: int, peer: str,
-                      user: str = "ANONYMOUS") -> asyncio.Future: ...
-
     def principal_of(self, listener: int, transport) -> str: ...
 
     def authenticator(self, conn: Connection) -> Authenticator | None: ...
@@ -148,7 +141,9 @@ class Connection(asyncio.BufferedProtocol):
         # Looked up once: these are used for every read and every request.
         self._scratch = host.scratch
         self.ip = canonical_host(peer.rpartition(":")[0] or peer)  # peer is "ip:port"
-        self._handle = functools.partial(host.router.handle, host=self.ip)
+        # (request, listener, user, ip, connection) -> the answer: the router, or the SASL
+        # exchange until the client authenticated
+        self._handle = host.router.handle
         self._max_bytes = host.max_request_bytes
         self._large_bytes = host.large_frame_bytes
         self._queue = host.queue
@@ -175,7 +170,7 @@ class Connection(asyncio.BufferedProtocol):
         self._waiting = None
         self._waiting_since = 0.0
         self._sender: FileSender | None = None  # a zero-copy answer being sent
-        self._zero_copy = False  # file regions may go to the socket as they are (plaintext)
+        self.files = False  # file regions may go to the socket as they are (plaintext)
         self._queue_wait = False  # waiting in the host's queue for room
         # For the event log: bytes both ways, and the client id of the first request.
         self.opened_at = self.last_active
@@ -200,7 +195,7 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         self.fd = sock.fileno() if sock is not None else -1
         # TLS must encrypt every byte in Python: file regions are read into memory there.
-        self._zero_copy = self.fd >= 0 and transport.get_extra_info("ssl_object") is None
+        self.files = self.fd >= 0 and transport.get_extra_info("ssl_object") is None
         try:
             self.principal = self.host.principal_of(self.listener_index, transport)
         except CertificateRefused as refusal:  # as Kafka: a certificate naming no one is closed
@@ -211,8 +206,6 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self.principal != ANONYMOUS:  # a client certificate: quotas know the user
             self.user = self.principal.partition(":")[2]
-            self._handle = functools.partial(self.host.router.handle, user=self.user,
-                                             host=self.ip)
         authenticator = self.host.authenticator(self)
         if authenticator is not None:  # a SASL listener: requests go there until authenticated
             self.authenticating(authenticator.handle, self.host.sasl_max_receive_bytes)
@@ -305,8 +298,8 @@ class Connection(asyncio.BufferedProtocol):
         out: list[bytes] = []
         offset, end = 0, len(data)
         handled: list[int] = []
-        max_bytes, handle, listener, queue = (self._max_bytes, self._handle, self.listener_index,
-                                              self._queue)
+        max_bytes, handle, listener, queue, user, ip = (
+            self._max_bytes, self._handle, self.listener_index, self._queue, self.user, self.ip)
         received, sent, key_of = RECEIVED, SENT, api_key_of
         try:
             while True:
@@ -337,7 +330,7 @@ class Connection(asyncio.BufferedProtocol):
                 if state is None:
                     raise IllegalMuteTransition(f"request received in state {self.state.name}")
                 self.state = state
-                response = handle(request, listener)
+                response = handle(request, listener, user, ip, self)
                 api_key = key_of(request)
                 if type(response) is bytes:
                     out.append(response)
@@ -364,19 +357,16 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _park_or_throttle(self, response, api_key: int, out: list[bytes]) -> bool:
-        """An answer that is not plain bytes: a request to forward, a Future (a long poll) or
-        a Throttled answer.  Either the connection parks until the answer is ready (True), or
-        the throttled answer joins `out` and the channel stays muted for the throttle."""
-        if type(response) is ForwardRequest:  # the parent answers: wait for it, muted
-            response = self.host.forward_admin(response.frame, self.listener_index, self.peer,
-                                               self.user)
-            # Queued for the parent, unless it waits there by design (a rebalance).
-            self._park(response, api_key, queued=api_key not in WAITING_APIS)
-            return True
+        """An answer that is not plain bytes: file regions, a Future (a long poll, a request
+        the parent serves) or a Throttled answer.  Either the connection parks until the
+        answer is ready (True), or the answer joins `out` (a throttled one: the channel stays
+        muted for the throttle)."""
         if type(response) is FileResponse:
             return self._send_file(response, api_key, out)
         if type(response) is not Throttled:
-            self._park(response, api_key, queued=False)  # a long poll waits in purgatory
+            # A request waiting for the parent is queued there, unless it waits by design (a
+            # rebalance); a long poll waits in purgatory.
+            self._park(response, api_key, queued=api_key in QUEUED_WHILE_FORWARDED)
             return True
         self.throttle_ms += response.ms
         if response.delay:  # an old version: the broker holds the response back itself
@@ -395,9 +385,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _send_file(self, response: FileResponse, api_key: int, out: list[bytes]) -> bool:
         """A zero-copy answer: the answers before it are written, then it is sent by a
-        FileSender while the connection stays muted (True); on TLS it is read into `out`."""
-        if not self._zero_copy or self.closing:
-            out.append(response.materialize())
+        FileSender while the connection stays muted (True)."""
+        if self.closing:
+            response.close()
             return False
         self._flush(out, [])
         out.clear()
@@ -560,7 +550,8 @@ class Connection(asyncio.BufferedProtocol):
         self._max_bytes = min(self._max_bytes, max_bytes)
 
     def authenticated(self, principal: str, handle) -> None:
-        """SASL authentication succeeded: the principal, and the router from now on."""
+        """SASL authentication succeeded: the principal, and what answers from now on (the
+        router, or the authenticator watching for a re-authentication)."""
         self.principal = principal
         self.user = principal.partition(":")[2]
         self._handle = handle

@@ -2,60 +2,28 @@
 
 The quota values come from the parent (IPC `Quotas`) and the static defaults; the sensors are
 broker-wide token buckets (broker.shared.client_quotas.QuotaSensors over the shared block).
-Produce charges the request's size, as Kafka, after the append; Fetch first checks whether the
-client already owes quota time (a throttled fetch is answered empty, without reading data that
-would be thrown away), then charges what it returns.  Every throttle is capped by `pybroker.quota.max.throttle.ms`;
-client ids in `pybroker.quota.exempt.client.ids` are never throttled.
+What is charged comes with the handler's answer (workers.answer): Produce the request's size,
+as Kafka, after the append; Fetch the bytes it returns (a client that already `owes` quota
+time is answered empty, without reading data that would be thrown away); every request its
+handling time.  The router (workers.handlers) asks what the request `earned` and applies it.
+Every throttle is capped by `pybroker.quota.max.throttle.ms`; client ids in
+`pybroker.quota.exempt.client.ids` are never throttled.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 import time
-from dataclasses import dataclass
 
 from broker.shared.client_quotas import (FETCH, PRODUCE, QUOTA_KEYS, REQUEST,
                                          QuotaSensors, resolve)
 from broker.shared.config import ServerProperties
-from broker.shared.protocol.codec import response_header_is_flexible
-from workers.fetch_response import FileResponse
 
 log = logging.getLogger("workers.throttling")
 
-# First response version where the client itself backs off (KIP-219); older ones are delayed.
-CLIENT_SIDE_THROTTLE = {0: 6, 1: 8, 3: 6, 18: 2, 10: 2, 12: 2, 13: 2, 14: 2, 11: 3, 2: 3,
-                        19: 3, 8: 4, 9: 4, 22: 1, 15: 2, 16: 2, 42: 1, 32: 2}
-# First response version whose body starts with throttle_time_ms, for the answers the parent
-# builds (config, quota and group APIs): the worker writes the throttle in there.
-THROTTLE_FIELD_SINCE = {8: 3, 9: 3, 11: 2, 12: 1, 13: 1, 14: 1, 15: 1, 16: 1, 42: 0, 32: 0,
-                        44: 0, 48: 0, 49: 0}
-_THROTTLE = struct.Struct(">i")
 LOG_EVERY_SECONDS = 1.0
 # Sensors count whole numbers: request time is counted in millionths of a percent-second.
 UNITS = {PRODUCE: 1, FETCH: 1, REQUEST: 1_000_000}
-
-
-@dataclass(frozen=True)
-class Throttled:
-    """A response (or None for acks=0) that earned a throttle of `ms` milliseconds."""
-
-    frame: bytes | None
-    ms: int
-    delay: bool  # an old version: the broker delays the response itself
-
-
-def throttle_applies_client_side(api_key: int, version: int) -> bool:
-    return version >= CLIENT_SIDE_THROTTLE.get(api_key, 0)
-
-
-def with_throttle(frame: bytes, api_key: int, version: int, ms: int) -> bytes:
-    """A size-prefixed answer with its throttle_time_ms set (unchanged if it has none)."""
-    since = THROTTLE_FIELD_SINCE.get(api_key)
-    if since is None or version < since:
-        return frame
-    at = 8 + response_header_is_flexible(api_key, version)  # size, correlation, [tags]
-    return frame[:at] + _THROTTLE.pack(ms) + frame[at + 4:]
 
 
 class ClientQuotas:
@@ -124,27 +92,25 @@ class ClientQuotas:
         return self._throttle(quota, self.sensors.charge(quota, entity, amount, limit), user,
                               client_id)
 
-    def current(self, quota: int, user: str, client_id: str | None) -> float:
-        """The throttle the client has already earned, recording nothing."""
-        found = self._quota(quota, user, client_id)
-        if found is None:
-            return 0.0
-        return self._throttle(quota, self.sensors.owed(quota, found[1]), user, client_id)
+    def earned(self, user: str, client_id: str | None, busy: float,
+               quota: int | None = None, amount: int = 0) -> float:
+        """The throttle (seconds) a request earns: its handling time (`busy` seconds) charged
+        to request_percentage (percent of one worker's time) and, for Produce and Fetch, its
+        bytes to their quota; the longer of the two, as Kafka throttles."""
+        seconds = 0.0
+        if busy > 0:
+            seconds = self.record(REQUEST, user, client_id, busy * 100 * UNITS[REQUEST])
+        if quota is not None:
+            seconds = max(seconds, self.record(quota, user, client_id, amount))
+        return seconds
 
-    def timed(self, handle, ctx, body):
-        """Run a handler and charge its time to the request_percentage quota (percent of one
-        worker's time).  A violation mutes the channel like any throttle; the throttle time is
-        written into Produce and Fetch answers, the other answers keep 0 (see ARCHITECTURE)."""
-        started = time.perf_counter()
-        response = handle(ctx, body)
-        busy = (time.perf_counter() - started) * 100 * UNITS[REQUEST]
-        seconds = self.record(REQUEST, ctx.user, ctx.header.client_id, busy)
-        if seconds > 0 and type(response) is FileResponse:  # a throttled answer goes as bytes
-            response = response.materialize()
-        if seconds <= 0 or type(response) is not bytes:
-            return response  # already throttled for bytes, parked, or no answer
-        return Throttled(response, max(1, int(seconds * 1000)),
-                         delay=not throttle_applies_client_side(ctx.api_key, ctx.version))
+    def owes(self, quota: int, user: str, client_id: str | None) -> bool:
+        """Whether the client already owes quota time (a fetch then reads nothing); always
+        False in shadow mode, where nothing is throttled."""
+        if self.shadow:
+            return False
+        found = self._quota(quota, user, client_id)
+        return found is not None and self.sensors.owed(quota, found[1]) > 0
 
     def _throttle(self, quota: int, owed: float, user: str, client_id: str | None) -> float:
         """The throttle of a client owing `owed` seconds of quota: capped, counted, logged,
@@ -173,4 +139,4 @@ class ClientQuotas:
                      QUOTA_KEYS[quota], seconds * 1000, user)
 
 
-__all__ = ["ClientQuotas", "FETCH", "PRODUCE", "Throttled", "throttle_applies_client_side"]
+__all__ = ["ClientQuotas", "FETCH", "PRODUCE"]

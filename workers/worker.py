@@ -25,39 +25,38 @@ import logging
 import os
 import select
 import time
+from typing import Callable
 
 import msgspec
 
 from broker.shared import ipc
 from broker.shared.access import Access
-from broker.shared.apis import API_NAMES, REFUSED_ON_DATA_LISTENERS, api_key_of, api_version_of
-from broker.shared.client_quotas import REQUEST, QuotaSensors
+from broker.shared.apis import API_NAMES
+from broker.shared.client_quotas import QuotaSensors
 from broker.shared.config import BrokerConfig
 from broker.shared.events import EventLog, SecondTicker
 from broker.shared.log.settings import log_settings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.pool import SharedPool, wake_address
 from broker.shared.protocol import guard
-from broker.shared.protocol.refusal import refuse_change
-from broker.shared.sasl import ScramCredential
-from broker.shared.tls import (ANONYMOUS, PrincipalRules, TlsConfigError, certificate_principal,
-                               server_context)
+from broker.shared.tls import TlsConfigError, server_context
 from shm.block import STATE_DRAINING, STATE_SERVING, SharedBlock
 from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
-from workers.connection import MAPPED_FRAME_BYTES, Connection, PooledConnection, client_id_of
+from workers.connection import MAPPED_FRAME_BYTES, Connection, PooledConnection
 from workers.connection_list import top_connections
 from workers.events import WorkerEvents
 from workers.fetch_response import REGION_BUDGET
 from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
-from workers.handlers import BrokerView, InvalidRequest, Router
+from workers.forwarding import Forwarder
+from workers.handlers import BrokerView, Router
 from workers.intake import Intake
+from workers.principals import Principals
 from workers.stats import WorkerStats
-from workers.throttling import (UNITS, ClientQuotas, Throttled, throttle_applies_client_side,
-                                with_throttle)
+from workers.throttling import ClientQuotas
 
 log = logging.getLogger("workers.worker")
 
@@ -101,7 +100,11 @@ class Worker:
             self.services.quotas = ClientQuotas(props, sensors, self.stats, self.events)
         guard.limits.max_entries = props.pybroker_request_max_entries
         self.services.sessions = self._fetch_sessions(config, block, boot.slot)
-        self.router = Router(build_apis(self.services, self.control_plane), self.services.quotas)
+        self.forwarder = Forwarder(channel, config.may_alter)
+        self.router = Router(build_apis(self.services, self.control_plane), self.services.quotas,
+                             self.forwarder.forward)
+        self.principals = Principals(config, channel, self.control_plane, self.router.handle,
+                                     self.stats, self.events)
         self.max_request_bytes = props.socket_request_max_bytes
         self.memory: MemoryWaiters | None = None
         if props.queued_max_request_bytes > 0:
@@ -112,24 +115,10 @@ class Worker:
         self.large_frame_bytes = LARGE_FRAME_BYTES
         keep = props.pybroker_request_buffer_keep_bytes
         self.frame_maps = FrameMaps(MAPPED_FRAME_BYTES, keep) if keep > 0 else None
-        self._sasl = [config.listener_sasl.get(item.name) for item in config.listeners]
-        self._scram: dict[str, dict[str, ScramCredential]] = {}  # from the parent
-        self._failed_auth_delay = props.connection_failed_authentication_delay_ms / 1000
         self.sasl_max_receive_bytes = props.sasl_server_max_receive_size
-        self._reauth_ms = props.connections_max_reauth_ms
-        # SSL listeners only: on SASL_SSL, as in Kafka, SASL names the principal.
-        self._principal_rules = [
-            None if (settings := config.listener_tls.get(item.name)) is None
-            or item.protocol != "SSL"
-            else PrincipalRules(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
-            for item in config.listeners]
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
         self.connections: set[Connection] = set()
         self.by_id: dict[int, Connection] = {}
-        self._admin_ids = 0
-        # id -> (future, api key, version, client id, user) of requests the parent serves
-        self._admin_waiting: dict[int, tuple] = {}
-        self._claims: dict[int, asyncio.Future] = {}  # conn id -> the parent's UserVerdict
         self._idle_seconds = props.connections_max_idle_ms / 1000
         self.receive_timeout = props.pybroker_request_receive_timeout_ms / 1000
         self.max_unsent_bytes = props.pybroker_connection_max_unsent_bytes
@@ -140,6 +129,7 @@ class Worker:
         # Set by serve(), which runs before anything else can happen: they need the loop.
         self.loop: asyncio.AbstractEventLoop
         self.intake: Intake
+        self._orders: dict[type, Callable[[object], None]] = {}
         self._stopped: asyncio.Future
         self._ticker: SecondTicker | None = None
 
@@ -169,8 +159,10 @@ class Worker:
     async def serve(self) -> None:
         self.loop = loop = asyncio.get_running_loop()
         self._stopped = loop.create_future()
-        self.services.waits = FetchWaits(loop, self.stats.delayed_fetches)
+        self.services.waits = waits = FetchWaits(loop, self.stats.delayed_fetches)
+        self.services.appended = waits.appended
         self.intake = self._intake(loop)
+        self._orders = self._parent_orders()
         self.channel.attach(loop)
         self.channel.on_broken = self._parent_gone
         loop.add_reader(self.channel.fileno(), self._on_channel)
@@ -219,80 +211,19 @@ class Worker:
         self.intake.use_tls(contexts)
         log.info("worker %s: new certificates for %s", self.name, ", ".join(sorted(listener_tls)))
 
-    def authenticator(self, conn: Connection) -> Authenticator | None:
-        """On a SASL listener, what serves the connection until it authenticated."""
-        settings = self._sasl[conn.listener_index]
-        if settings is None:
-            return None
-        return Authenticator(conn, settings, self._scram_credential, self.router.handle,
-                             self._authentication_result, self._failed_auth_delay,
-                             self._reauth_ms, claim=self.claim_user)
-
-    def _scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
-        return self._scram.get(mechanism, {}).get(user)
-
-    def _authentication_result(self, authenticator: Authenticator, mechanism: str,
-                               user: str | None, result: str) -> None:
-        """result: success, failure, or the per-user limit that refused the user."""
-        conn = authenticator.conn
-        self.stats.authentication(conn.listener_index, mechanism,
-                                  result if result in ("success", "failure") else "refused")
-        if result == "success" and authenticator.reauth_ms:  # it watches for re-authentication
-            conn.authenticated(f"User:{user}", authenticator.handle)
-            conn.session_expires = time.monotonic() + authenticator.reauth_ms / 1000
-            return
-        if result == "success":
-            conn.authenticated(f"User:{user}", functools.partial(self.router.handle, user=user,
-                                                                 host=conn.ip))
-            return
-        if result != "failure":
-            self.user_refused(conn, user, result)
-            return
-        log.info("connection %s from %s: %s authentication failed for user %r; closing in "
-                 "%d ms", conn.conn_id, conn.peer, mechanism, user,
-                 self._failed_auth_delay * 1000)
-        if self.events is not None:
-            self.events.authentication_failed(conn, mechanism, user)
-
-    def claim_user(self, conn: Connection, user: str) -> asyncio.Future:
-        """Ask the parent whether `conn`, authenticated as `user`, may stay: the per-user
-        limits are counted there, across all workers.  A Future of the ipc.UserVerdict."""
-        future = self.loop.create_future()
-        if self.control_plane:  # outside the data plane's limits, as for per-IP ones
-            future.set_result(ipc.UserVerdict(conn_id=conn.conn_id))
-            return future
-        self._claims[conn.conn_id] = future
-        try:
-            self.channel.send(ipc.UserClaim(conn_id=conn.conn_id, user=user))
-        except OSError as error:
-            self._claims.pop(conn.conn_id, None)
-            if not future.done():  # _parent_gone may have failed it already
-                future.set_exception(error)
-        return future
-
-    def _user_verdict(self, verdict: ipc.UserVerdict) -> None:
-        future = self._claims.pop(verdict.conn_id, None)
-        if future is not None and not future.done():
-            future.set_result(verdict)
-
-    def user_refused(self, conn: Connection, user: str, reason: str) -> None:
-        """The parent refused an authenticated connection for its user's limits (`reason`
-        per_user_limit or per_user_rate): close it after the failed-authentication delay."""
-        log.info("connection %s from %s: user %r is over its %s; closing in %d ms",
-                 conn.conn_id, conn.peer, user,
-                 "connection limit" if reason == "per_user_limit" else "connection creation rate",
-                 self._failed_auth_delay * 1000)
-        conn.close_later(self._failed_auth_delay, reason)
+    # Who a connection is (ConnectionHost): the worker's Principals answer.
 
     def principal_of(self, listener: int, transport) -> str:
-        """The connection's principal: on an SSL listener with a verified client certificate,
-        its subject through ssl.principal.mapping.rules (CertificateRefused when it names no
-        one); else User:ANONYMOUS."""
-        rules = self._principal_rules[listener]
-        if rules is None or not transport.get_extra_info("peercert"):
-            return ANONYMOUS
-        return certificate_principal(
-            rules, transport.get_extra_info("ssl_object").getpeercert(binary_form=True))
+        return self.principals.principal_of(listener, transport)
+
+    def authenticator(self, conn: Connection) -> Authenticator | None:
+        return self.principals.authenticator(conn)
+
+    def claim_user(self, conn: Connection, user: str) -> asyncio.Future:
+        return self.principals.claim_user(conn, user)
+
+    def user_refused(self, conn: Connection, user: str, reason: str) -> None:
+        self.principals.user_refused(conn, user, reason)
 
     @staticmethod
     def _event_log(boot: ipc.Boot) -> WorkerEvents | None:
@@ -406,33 +337,36 @@ class Worker:
             except (EOFError, OSError, ValueError, msgspec.DecodeError) as error:
                 self._parent_gone(error)
                 return
-            if isinstance(message, ipc.Handoff):
+            if type(message) is ipc.Handoff:  # the one message that carries descriptors
                 self.intake.accept(message, fds)
-            elif isinstance(message, ipc.Close):
-                self._close_ids(message.conn_ids, message.reason)
-            elif isinstance(message, ipc.EvictQuery):
-                self._answer_evict_query(message)
-            elif isinstance(message, ipc.ConnectionsQuery):
-                self._reply(top_connections(self.connections, message))
-            elif isinstance(message, ipc.AdminResponse):
-                self._admin_answered(message)
-            elif isinstance(message, ipc.UserVerdict):
-                self._user_verdict(message)
-            elif isinstance(message, ipc.Quotas):
-                if self.services.quotas is not None:
-                    self.services.quotas.update(message.entries, message.shadow)
-            elif isinstance(message, ipc.Credentials):
-                self._scram = message.scram
-            elif isinstance(message, ipc.Acls):
-                self.access.update(message.acls)
-            elif isinstance(message, ipc.Tls):
-                self._new_certificates(message.listener_tls)
-            elif isinstance(message, ipc.Shutdown):
-                self.begin_shutdown(message.deadline_ms / 1000)
+                continue
+            order = self._orders.get(type(message))
+            if order is not None:
+                order(message)
             else:
                 log.error("worker %s: unexpected message %r", self.name, message)
-                for fd in fds:
-                    os.close(fd)
+            for fd in fds:  # only a Handoff brings descriptors
+                os.close(fd)
+
+    def _parent_orders(self) -> dict:
+        """What the worker does with each kind of message from the parent (but Handoff)."""
+        return {
+            ipc.Close: lambda message: self._close_ids(message.conn_ids, message.reason),
+            ipc.EvictQuery: self._answer_evict_query,
+            ipc.ConnectionsQuery: lambda query: self._reply(top_connections(self.connections,
+                                                                            query)),
+            ipc.AdminResponse: self.forwarder.answered,
+            ipc.UserVerdict: self.principals.verdict,
+            ipc.Quotas: self._quotas_changed,
+            ipc.Credentials: lambda message: setattr(self.principals, "scram", message.scram),
+            ipc.Acls: lambda message: self.access.update(message.acls),
+            ipc.Tls: lambda message: self._new_certificates(message.listener_tls),
+            ipc.Shutdown: lambda message: self.begin_shutdown(message.deadline_ms / 1000),
+        }
+
+    def _quotas_changed(self, message: ipc.Quotas) -> None:
+        if self.services.quotas is not None:  # the control plane is exempt from client quotas
+            self.services.quotas.update(message.entries, message.shadow)
 
     def _parent_gone(self, error: BaseException) -> None:
         """The channel to the parent broke: nothing can be forwarded or acknowledged any
@@ -443,12 +377,9 @@ class Worker:
                     error or "closed")
         self.loop.remove_reader(self.channel.fileno())
         self.channel.close()
-        waiting = [future for future, *_ in self._admin_waiting.values()]
-        for future in waiting + list(self._claims.values()):  # no client may wait forever
-            if not future.done():
-                future.set_exception(ConnectionError("the parent is gone"))
-        self._admin_waiting.clear()
-        self._claims.clear()
+        gone = ConnectionError("the parent is gone")
+        self.forwarder.fail_all(gone)  # no client may wait forever
+        self.principals.fail_claims(gone)
         self.begin_shutdown(1.0)
 
     # --- called by connections (ConnectionHost) -------------------------------------------
@@ -477,57 +408,6 @@ class Worker:
 
     def invalid_request(self, reason: str) -> None:
         self.stats.invalid(reason)
-
-    def forward_admin(self, request, listener: int, peer: str,
-                      user: str = "ANONYMOUS") -> asyncio.Future:
-        """Send a config, quota or group request to the parent, which owns them."""
-        future = self.loop.create_future()
-        api_key = api_key_of(request)
-        if api_key in REFUSED_ON_DATA_LISTENERS and not self.boot.config.may_alter(listener):
-            future.set_result(refuse_change(request, listener))  # no trip to the parent
-            return future
-        if not self.channel.has_room(len(request)):
-            # Queued, it could fill the channel past what breaks it, which would take every
-            # client of this worker: the one request is refused instead.
-            future.set_exception(InvalidRequest("forward_backlog", (
-                f"{API_NAMES.get(api_key, api_key)}: {len(request)} bytes to forward, "
-                f"{self.channel.pending()} wait for the parent already")))
-            return future
-        self._admin_ids += 1
-        self._admin_waiting[self._admin_ids] = (future, api_key, api_version_of(request),
-                                                client_id_of(request), user)
-        try:
-            self.channel.send(ipc.AdminRequest(
-                request_id=self._admin_ids, listener=listener, peer=peer, frame=bytes(request),
-                user=user))
-        except OSError as error:
-            self._admin_waiting.pop(self._admin_ids, None)
-            if not future.done():  # _parent_gone may have failed it already
-                future.set_exception(error)
-        return future
-
-    def _admin_answered(self, message: ipc.AdminResponse) -> None:
-        waiting = self._admin_waiting.pop(message.request_id, None)
-        if waiting is None or waiting[0].done():
-            return
-        future, api_key, version, client_id, user = waiting
-        if message.frame is None:
-            future.set_exception(InvalidRequest(message.refused, message.detail)
-                                 if message.refused else
-                                 RuntimeError("the parent refused the request"))
-            return
-        quotas = self.services.quotas
-        seconds = 0.0
-        if quotas is not None and quotas.active():  # the parent's time, as if spent here
-            seconds = quotas.record(REQUEST, user, client_id,
-                                    message.busy_ns / 1e9 * 100 * UNITS[REQUEST])
-        if seconds <= 0:
-            future.set_result(message.frame)
-            return
-        # A client over its request quota: group and config answers are throttled too.
-        ms = max(1, int(seconds * 1000))
-        future.set_result(Throttled(with_throttle(message.frame, api_key, version, ms), ms,
-                                    delay=not throttle_applies_client_side(api_key, version)))
 
     # --- orders from the parent -----------------------------------------------------------
 

@@ -15,6 +15,7 @@ import logging
 import socket
 import threading
 import time
+from typing import Callable
 
 import msgspec
 
@@ -115,6 +116,7 @@ class ParentServices:
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.router: AdminRouter | None = None
+        self._served: dict[type, Callable[[WorkerProcess, object], None]] = {}
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
         self._ticker: EventTicker | None = None
         self._metrics_server = None
@@ -174,6 +176,12 @@ class ParentServices:
         self.transactions.recover()  # a Prepare state a crash left: its markers, now
         self.admin.topics = topics  # topic configs: DescribeConfigs and (Incremental)AlterConfigs
         self.router = AdminRouter(self.admin, self.groups, self.transactions, self.dynamic)
+        # What serves each kind of message a worker sends (Ready is the supervisor's).
+        self._served = {ipc.Progress: self.ledger.progress,
+                        ipc.EvictCandidates: self.ledger.evict_candidates,
+                        ipc.AdminRequest: self.router.serve,
+                        ipc.UserClaim: self.ledger.claim_user,
+                        ipc.ConnectionsList: self.listing.answered}
 
     def start(self, sockets: list[socket.socket]) -> None:
         """Every worker is ready: restored group sessions start; accept, expose /metrics,
@@ -233,18 +241,10 @@ class ParentServices:
 
     def on_message(self, worker: WorkerProcess, message) -> bool:
         """Serve one message from a worker; False if it is not one of the services'."""
-        if isinstance(message, ipc.Progress):
-            self.ledger.progress(worker, message)
-        elif isinstance(message, ipc.EvictCandidates):
-            self.ledger.evict_candidates(worker, message)
-        elif isinstance(message, ipc.AdminRequest):
-            self.router.serve(worker, message)
-        elif isinstance(message, ipc.UserClaim):
-            self.ledger.claim_user(worker, message)
-        elif isinstance(message, ipc.ConnectionsList):
-            self.listing.answered(worker, message)
-        else:
+        serve = self._served.get(type(message))
+        if serve is None:
             return False
+        serve(worker, message)
         return True
 
     def worker_gone(self, worker: WorkerProcess) -> None:

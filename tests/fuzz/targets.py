@@ -94,6 +94,7 @@ def _fuzz_worker():
             self.loop = asyncio.new_event_loop()
             self.memory = _Memory()
             self.queue = _Queue()
+            self.router.forward = self.forward_admin  # as the worker's Forwarder
             self.reset()
 
         def reset(self):

@@ -44,6 +44,8 @@ class Services:
     may_alter: Callable[[int], bool] | None = None  # (listener index) -> changes served there?
     access: Access = field(default_factory=lambda: Access(False))  # ACLs: who may do what
     sessions: FetchSessionCache | None = None  # incremental fetch sessions (KIP-227)
+    # Told of every local append (Produce): the worker wakes the fetches waiting for it.
+    appended: Callable[[object], None] = lambda partition: None
 
 
 def build_apis(services: Services, control_plane: bool = False) -> list[Api]:

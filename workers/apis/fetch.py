@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime
 import logging
 import time
 
@@ -32,8 +31,8 @@ from broker.shared.protocol import errors
 from workers.fetch_response import FileResponse, encode_fetch, file_piece, piece_size
 from workers.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition,
                                     FetchSession, next_epoch)
+from workers.answer import Answer
 from workers.handlers import NO_THROTTLE, Api, RequestContext
-from workers.throttling import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.fetch")
 
@@ -98,10 +97,10 @@ class Fetch(Api, api="Fetch"):
         `session` is None (no session), NEW (create one with the answer) or the session,
         `epoch` what its epoch must still be when the answer is made."""
         quotas = self.services.quotas
-        if quotas is not None and quotas.active():
-            already = quotas.current(FETCH, ctx.user, ctx.header.client_id)
-            if already > 0:  # over the consumer quota: answer empty, read nothing
-                return self._throttled(ctx, [], already, _session_id(session))
+        if quotas is not None and quotas.active() and quotas.owes(FETCH, ctx.user,
+                                                                   ctx.header.client_id):
+            # Over the consumer quota: answered empty, nothing read; the router throttles.
+            return Answer(self._encode(ctx, [], _session_id(session)), FETCH, 0)
         wanted = self._resolve(ctx, topics)
         found, total, failed = self._read(ctx, body, wanted)
         wait_seconds = min(body.max_wait.total_seconds(), self._max_wait_seconds)
@@ -114,7 +113,7 @@ class Fetch(Api, api="Fetch"):
 
     def _answer(self, ctx: RequestContext, wanted: list, topics: list, total: int, session,
                 epoch: int = 0):
-        """Encode the answer; charge its bytes to the consumer quota (KIP-219 throttle)."""
+        """Encode the answer, its bytes charged to the consumer quota."""
         session_id = NO_SESSION
         if session is NEW:
             session_id = self._create_session(ctx, wanted, topics)
@@ -125,21 +124,17 @@ class Fetch(Api, api="Fetch"):
                                     "error_code": errors.ErrorCode.invalid_fetch_session_epoch})
             topics = self._news(session, wanted, topics)
             session_id = session.id
+        answer = self._encode(ctx, topics, session_id)
         quotas = self.services.quotas
         if quotas is not None and quotas.active() and total:
-            seconds = quotas.record(FETCH, ctx.user, ctx.header.client_id, total)
-            if seconds > 0:
-                return self._throttled(ctx, topics, seconds, session_id)
-        return self._encode(ctx, topics, session_id)
+            return Answer(answer, FETCH, total)
+        return answer
 
-    def _encode(self, ctx: RequestContext, topics: list, session_id: int,
-                throttle_ms: int = 0) -> FileResponse | bytes:
+    def _encode(self, ctx: RequestContext, topics: list, session_id: int) -> FileResponse | bytes:
         if self._zero_copy:
-            return encode_fetch(ctx.correlation, ctx.version, throttle_ms, errors.NONE,
-                                session_id, topics)
-        return ctx.respond({"throttle_time": datetime.timedelta(milliseconds=throttle_ms),
-                            "error_code": errors.NONE, "session_id": session_id,
-                            "responses": topics})
+            return encode_fetch(ctx.correlation, ctx.version, 0, errors.NONE, session_id, topics)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+                            "session_id": session_id, "responses": topics})
 
     def _create_session(self, ctx: RequestContext, wanted: list, topics: list) -> int:
         """A session for a full fetch's partitions, remembering what this answer tells."""
@@ -175,14 +170,6 @@ class Fetch(Api, api="Fetch"):
     def _session_error(ctx: RequestContext, code) -> bytes:
         return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": NO_SESSION,
                             "responses": [], "error_code": code})
-
-    def _throttled(self, ctx: RequestContext, topics: list, seconds: float,
-                   session_id: int = NO_SESSION) -> Throttled:
-        ms = max(1, int(seconds * 1000))
-        frame = self._encode(ctx, topics, session_id, ms)
-        if type(frame) is FileResponse:  # a throttled answer is rare: it goes as bytes
-            frame = frame.materialize()
-        return Throttled(frame, ms, delay=not throttle_applies_client_side(1, ctx.version))
 
     def _resolve(self, ctx: RequestContext, topics) -> list:
         """[(topic name or None, topic id or None, info, [(request partition, Partition)])].

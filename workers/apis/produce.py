@@ -16,8 +16,8 @@ from broker.shared.log.files import OutOfDescriptors
 from broker.shared.log.record_errors import FaultRoom
 from broker.shared.log.records import COMPRESS_SLICE, HEADER_BYTES
 from broker.shared.protocol import errors
+from workers.answer import Answer
 from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
-from workers.throttling import Throttled, throttle_applies_client_side
 
 log = logging.getLogger("workers.apis.produce")
 
@@ -102,26 +102,16 @@ class Produce(Api, api="Produce"):
             partitions = [item.answer or self._append(item) for item in items]
             failed |= any(result["error_code"] != errors.NONE for result in partitions)
             topics.append({"name": topic.name, "partition_responses": partitions})
-        acks = body.acks
-        if acks == 0 and failed:  # the only way to tell an acks=0 producer: Kafka closes
+        if body.acks == 0 and failed:  # the only way to tell an acks=0 producer: Kafka closes
             raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
-        seconds = self._charge(ctx)
-        if seconds <= 0:
-            return None if acks == 0 else ctx.respond({"responses": topics,
-                                                       "throttle_time": NO_THROTTLE})
-        ms = max(1, int(seconds * 1000))
-        if acks == 0:
-            return Throttled(None, ms, delay=False)  # muted, but no response
-        frame = ctx.respond({"responses": topics,
-                            "throttle_time": datetime.timedelta(milliseconds=ms)})
-        return Throttled(frame, ms, delay=not throttle_applies_client_side(0, ctx.version))
+        if body.acks == 0:  # no answer, but its size is charged all the same
+            return Answer(None, PRODUCE, ctx.size)
 
-    def _charge(self, ctx: RequestContext) -> float:
-        """Charge the request's size to the producer quota, as Kafka; the throttle earned."""
-        quotas = self.services.quotas
-        if quotas is None or not quotas.active():
-            return 0.0
-        return quotas.record(PRODUCE, ctx.user, ctx.header.client_id, ctx.size)
+        def encode(throttle_ms: int) -> bytes:
+            return ctx.respond({"responses": topics, "throttle_time": NO_THROTTLE if not
+                                throttle_ms else datetime.timedelta(milliseconds=throttle_ms)})
+
+        return Answer(encode(0), PRODUCE, ctx.size, encode=encode)
 
     @staticmethod
     def _refusal(ctx: RequestContext, body, data) -> str | None:
@@ -180,9 +170,7 @@ class Produce(Api, api="Produce"):
         if result.error is not None:
             log.info("produce to %s-%d refused: %s", topic, data.index, result.message)
             return dict(answer, error_code=error_code(result.error), error_message=result.message)
-        waits = self.services.waits
-        if waits is not None:
-            waits.appended(partition)
+        self.services.appended(partition)
         if result.log_append_time >= 0:  # the topic stamps batches: the client is told when
             answer["log_append_time"] = datetime.datetime.fromtimestamp(
                 result.log_append_time / 1000, tz=datetime.timezone.utc)

@@ -107,3 +107,13 @@ def frame(correlation, flexible_header: bool, body: bytes) -> bytes:
     if flexible_header:
         return b"".join((INT32.pack(5 + len(body)), correlation, b"\0", body))
     return b"".join((INT32.pack(4 + len(body)), correlation, body))
+
+
+@functools.cache
+def throttle_field_at(api_key: int, api_version: int) -> int:
+    """Where in a size-prefixed answer its throttle_time_ms lies when the body begins with it
+    (most answers since KIP-219), else 0: size, correlation id, [tagged fields], throttle."""
+    fields = dataclasses.fields(response_class(api_key, api_version))
+    if not fields or fields[0].name != "throttle_time":
+        return 0
+    return 8 + response_header_is_flexible(api_key, api_version)
