@@ -228,16 +228,16 @@ def test_a_frame_without_a_mapping_falls_back_to_a_growing_buffer(monkeypatch):
     arrived, doubled as more does, and served."""
     import mmap
 
-    from workers import connection
+    from workers import framing
 
     def refuse(*args, **kwargs):
         raise OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(connection.mmap, "mmap", refuse)
-    assert connection.frame_buffer(1 << 26, 8) == bytearray(8)
-    monkeypatch.setattr(connection.mmap, "mmap", mmap.mmap)
+    monkeypatch.setattr(framing.mmap, "mmap", refuse)
+    assert framing.frame_buffer(1 << 26, 8) == bytearray(8)
+    monkeypatch.setattr(framing.mmap, "mmap", mmap.mmap)
     request = metadata_request(12, correlation_id=4, topics=[f"t{i}" for i in range(20000)])
-    monkeypatch.setattr(connection.mmap, "mmap", refuse)
+    monkeypatch.setattr(framing.mmap, "mmap", refuse)
     conn, transport, worker = connect(large_frame_bytes=1024, max_request_bytes=1 << 20)
     for start in range(0, len(request), 4096):
         feed(conn, request[start:start + 4096])

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.shared.pool import SharedPool
-    from workers.connection import Connection, PooledConnection
+    from workers.connection import Connection
+    from workers.pooled_connection import PooledConnection
     from workers.events import WorkerEvents
     from workers.stats import WorkerStats
 

@@ -1,19 +1,23 @@
-"""One client connection inside a worker: framing, in-order serving, muting, idle tracking.
+"""One client connection inside a worker: frames served in order, muting, idle tracking.
 
 Reads land in the worker's shared scratch buffer (a BufferedProtocol), except the rest of a
-frame over LARGE_FRAME_BYTES that did not arrive whole, which is read straight into a buffer of
-its own (`frame_buffer`: its memory follows what arrives).  Each read
-is cut into frames: the 4-byte size is checked against `socket.request.max.bytes` before
-anything is allocated, then each frame is served in order.  A request is "in flight" from the
-moment its frame is complete until its response is handed to the transport; the mute state
-machine (workers.mute) records that, and every response of one read leaves in one write.
+frame over LARGE_FRAME_BYTES that did not arrive whole, which is read into a buffer of its own
+(workers.framing).  Each read is cut into frames: the 4-byte size is checked against
+`socket.request.max.bytes` before anything is allocated, then each frame goes to the router
+(workers.handlers), in order, and what the router settles is sent: bytes, file regions (by a
+FileSender), a throttled answer (KIP-219: sent, then the channel stays muted), or a Future
+whose wait the connection keeps as a ParkedRequest (workers.parked).  A request is "in
+flight" from the moment its frame is complete until its response is handed to the transport;
+the mute state machine (workers.mute) records that, and every response of one read leaves in
+one write.
 
 While a response is pending (or the transport's write buffer is over its high-water mark) the
 connection stops reading; frames already read wait in `_pending` and are served afterwards.
 
 A connection sees the worker that owns it only through ConnectionHost, and the two waits of
 workers.backpressure (the request queue, the memory pool's waiters) through the host's
-`queue` and `memory`.
+`queue` and `memory`.  With the memory pool on, connections are PooledConnection
+(workers.pooled_connection).
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker.shared.acl import canonical_host
 from broker.shared.apis import QUEUED_WHILE_FORWARDED, api_key_of
-from broker.shared.pool import QueueFull
 from broker.shared.tls import ANONYMOUS, CertificateRefused
 from workers.answer import Throttled
 from workers.fetch_response import FileResponse
 from workers.file_sender import FileSender
-from workers.frame_maps import FrameMaps, new_mapping
+from workers.frame_maps import FrameMaps
+from workers.framing import LargeFrames
 from workers.handlers import InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           response_sent, transition, unmute)
+from workers.parked import ParkedRequest
 
 if TYPE_CHECKING:
     from workers.authenticator import Authenticator
@@ -44,34 +49,6 @@ if TYPE_CHECKING:
     from workers.stats import WorkerStats
 
 log = logging.getLogger("workers.connection")
-
-# Frames up to this size get a plain buffer of their size; larger ones an anonymous mapping.
-MAPPED_FRAME_BYTES = 256 * 1024
-
-
-def frame_buffer(size: int, arrived: int, maps: FrameMaps | None = None):
-    """A writable buffer for a frame of `size` bytes (its first `size` bytes are the frame's),
-    read into as its bytes arrive; memory follows what arrived (`arrived` so far), never the
-    size a client claims.
-
-    Above MAPPED_FRAME_BYTES it is an anonymous mapping (from `maps`, which keeps served ones
-    for reuse, or a new one): the kernel gives it pages only as bytes land in them, and
-    nothing is zero-filled or copied to grow it (a doubling bytearray cost a fifth of a
-    worker's produce CPU, by py-spy).  Below, a bytearray that starts at what arrived
-    and doubles (Connection._grow_frame_buffer): a mapping per small frame would cost more
-    than the copies."""
-    if size > MAPPED_FRAME_BYTES:
-        try:
-            return maps.take(size) if maps is not None else new_mapping(size)
-        except OSError as error:  # e.g. vm.max_map_count reached: the doubling buffer will do
-            log.warning("no mapping for a %d-byte frame (%s): reading it into a growing buffer",
-                        size, error)
-    return bytearray(min(size, arrived))
-
-
-# A TLS record header read as a Kafka size: 0x16 (handshake), 0x03 (major version) - the
-# "size = 369295616" every Kafka operator meets once.  A TLS listener never reads one here.
-_TLS_HANDSHAKE_RECORD = 0x1603
 
 _SIZE = struct.Struct(">i")
 _CLIENT_ID_LENGTH = struct.Struct(">h")  # request header v1+: after key, version, correlation
@@ -132,7 +109,7 @@ class ConnectionHost(Protocol):
     def user_refused(self, conn: Connection, user: str, reason: str) -> None: ...
 
 
-class Connection(asyncio.BufferedProtocol):
+class Connection(LargeFrames, asyncio.BufferedProtocol):
     """A Kafka channel: size-prefixed request frames in, responses out in the same order."""
 
     def __init__(self, host: ConnectionHost, conn_id: int, listener_index: int, peer: str):
@@ -166,10 +143,7 @@ class Connection(asyncio.BufferedProtocol):
         self._large_size = 0
         self._partial_since = 0.0  # when the frame still incomplete began to arrive
         self.fd = -1
-        # A request whose answer is still being prepared (Fetch long poll).
-        self._waiting = None
-        self._waiting_since = 0.0
-        self._sender: FileSender | None = None  # a zero-copy answer being sent
+        self._parked: ParkedRequest | None = None  # the request whose answer waits
         self.files = False  # file regions may go to the socket as they are (plaintext)
         self._queue_wait = False  # waiting in the host's queue for room
         # For the event log: bytes both ways, and the client id of the first request.
@@ -233,8 +207,8 @@ class Connection(asyncio.BufferedProtocol):
             self._close_reason = "error"  # a reset is the client going away, anything else is not
         self.closing = True
         self._large = self._large_view = None
-        if self._waiting is not None:
-            self._waiting.cancel()
+        if self._parked is not None:
+            self._parked.future.cancel()
         self.host.connection_closed(self, self._close_reason)
 
     def eof_received(self) -> bool:
@@ -266,23 +240,6 @@ class Connection(asyncio.BufferedProtocol):
             self._serve(self._scratch[:nbytes].tobytes())
         else:
             self._into_frame_buffer(nbytes)
-
-    def _into_frame_buffer(self, nbytes: int) -> bool:
-        """Bytes read into a frame's own buffer (False if none): serve the frame once whole."""
-        if self._large_view is None:
-            return False
-        self._large_got += nbytes
-        if self._large_got == self._large_size:
-            self._finish_large_frame()
-        return True
-
-    def _grow_frame_buffer(self) -> None:
-        """A small frame's buffer is full but the frame is not: double it (at most to the
-        frame's size).  A mapped one is never full before its frame is whole."""
-        grown = bytearray(min(2 * len(self._large), self._large_size))
-        grown[:self._large_got] = self._large_view[:self._large_got]
-        self._large_view.release()
-        self._large, self._large_view = grown, memoryview(grown)
 
     # --- Framing and serving --------------------------------------------------------------
 
@@ -395,12 +352,12 @@ class Connection(asyncio.BufferedProtocol):
             response.close()
             return False
         try:
-            sender = self._sender = FileSender(self.host.loop, self.transport, self.fd, response)
+            sender = FileSender(self.host.loop, self.transport, self.fd, response)
         except BaseException:
             response.close()  # out of descriptors: the answer's own are released at once
             raise
         self.bytes_out += response.size
-        self._park(sender.future, api_key, queued=False)
+        self._park(sender.future, api_key, queued=False, sender=sender)
         sender.start()
         return True
 
@@ -429,30 +386,18 @@ class Connection(asyncio.BufferedProtocol):
                       exc_info=error)
             self.close("error")
 
-    def _check_size(self, size: int) -> None:
-        if size < 0:
-            raise InvalidRequest("size_negative", f"negative frame size {size}")
-        if size > self._max_bytes:
-            hint = ""
-            if size >> 16 == _TLS_HANDSHAKE_RECORD:  # 0x16 0x03: bytes of a TLS ClientHello
-                hint = "; this is a TLS handshake: the client speaks SSL to a plaintext listener"
-            limit = "socket.request.max.bytes" if self._max_bytes == self.host.max_request_bytes \
-                else "sasl.server.max.receive.size (not authenticated yet)"
-            raise InvalidRequest("size_too_large", f"frame size {size} larger than {limit} "
-                                                   f"{self._max_bytes}{hint}")
-
-    def _park(self, future, api_key: int, queued: bool) -> None:
+    def _park(self, future, api_key: int, queued: bool, sender: FileSender | None = None) -> None:
         """A request whose answer waits: stay muted until the future is done.  Only `queued`
         ones (waiting for the parent to serve them) count against queued.max.requests."""
-        self._waiting = future
-        self._waiting_since = self.last_active
+        parked = self._parked = ParkedRequest(future, api_key, self.last_active, queued, sender)
         self._queue.parked(queued)
         self._update_reading()
-        future.add_done_callback(lambda done: self._parked_done(done, api_key, queued))
+        future.add_done_callback(lambda _: self._parked_done(parked))
 
-    def _parked_done(self, future, api_key: int, queued: bool) -> None:
-        self._waiting = self._sender = None
-        self._queue.done(queued)
+    def _parked_done(self, parked: ParkedRequest) -> None:
+        self._parked = None
+        self._queue.done(parked.queued)
+        future = parked.future
         if future.cancelled():
             return
         if self.closing:
@@ -464,17 +409,17 @@ class Connection(asyncio.BufferedProtocol):
             self._fail(error)
             return
         try:  # a done-callback's exception would be swallowed and leave the channel muted
-            self._answer_parked(future.result(), api_key)
+            self._answer_parked(future.result(), parked)
         except Exception as error:  # noqa: BLE001 - sorted by _fail: one connection pays
             self._fail(error)
 
-    def _answer_parked(self, response, api_key: int) -> None:
+    def _answer_parked(self, response, parked: ParkedRequest) -> None:
         out = [response] if type(response) is bytes else []
         if type(response) in (Throttled, FileResponse) and \
-                self._park_or_throttle(response, api_key, out):
+                self._park_or_throttle(response, parked.api_key, out):
             return  # held back once more (a delayed throttle, an answer being sent)
         self.state = response_sent(self.state)
-        self._flush(out, [api_key], self._waiting_since, parked=True)
+        self._flush(out, [parked.api_key], parked.received_at, parked=True)
         if self._pending:  # a frame that began behind the answer: its time runs from now
             self._partial_since = time.monotonic()
         self._serve(b"")  # frames that queued up behind it
@@ -495,29 +440,6 @@ class Connection(asyncio.BufferedProtocol):
             self.host.requests_served(self, handled,
                                       self.last_active if received_at is None else received_at,
                                       parked)
-
-    def _start_large_frame(self, data: bytes, body_start: int, size: int) -> None:
-        """Receive the rest of a big frame straight into a buffer of its own (frame_buffer)."""
-        got = len(data) - body_start
-        self._large = frame_buffer(size, max(got, self._large_bytes), self.host.frame_maps)
-        self._large_view = memoryview(self._large)[:size]
-        self._large_view[:got] = data[body_start:]
-        self._large_got, self._large_size = got, size
-        self._partial_since = self.last_active
-
-    def _finish_large_frame(self) -> None:
-        """The big frame is complete: serve it as the next request in order (nothing was read
-        after it: its buffer took every byte until it was whole)."""
-        request = self._large_view.toreadonly()
-        buffer = self._large
-        self._large = self._large_view = None
-        self._large_got = self._large_size = 0
-        try:
-            self._serve(b"", request)
-        finally:
-            del request
-            if type(buffer) is mmap.mmap and self.host.frame_maps is not None:
-                self.host.frame_maps.give_back(buffer)  # reused once no view of it is left
 
     def _reject(self, invalid: InvalidRequest) -> None:
         log.warning("closing connection %s from %s: %s", self.conn_id, self.peer, invalid)
@@ -591,8 +513,8 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or self.closing:
             return False
         unsent = transport.get_write_buffer_size()
-        if self._sender is not None:
-            unsent += self._sender.unsent
+        if self._parked is not None:
+            unsent += self._parked.unsent
         taken = self.bytes_out - unsent
         if unsent == 0 or taken != self._sent_mark:
             self._sent_mark, self._stalled_since = taken, now
@@ -621,7 +543,7 @@ class Connection(asyncio.BufferedProtocol):
     def is_idle(self) -> bool:
         """Nothing in flight and nothing half-read: safe to close for idleness."""
         return (self.state is _NOT_MUTED and not self._pending and self._large is None
-                and self._waiting is None)
+                and self._parked is None)
 
     def receive_overdue(self, now: float) -> bool:
         """A frame began to arrive more than pybroker.request.receive.timeout.ms ago and is
@@ -636,129 +558,3 @@ class Connection(asyncio.BufferedProtocol):
         pending = self._pending
         return bool(pending) and (len(pending) < 4 or
                                   len(pending) - 4 < _SIZE.unpack_from(pending)[0])
-
-
-class PooledConnection(Connection):
-    """A channel when the memory pool is on (KIP-72): one frame at a time, as Kafka reads.
-
-    It reads the 4-byte size alone, takes that many bytes from the shared pool (broker.shared.pool),
-    then reads the body into a buffer of exactly that size.  With no memory it stops reading
-    (memory-muted) until the pool grants the bytes; memory recovery never touches the mute
-    state machine, which alone decides about in-flight and throttled channels.  The bytes go
-    back to the pool as soon as the request was handled (after the append, for Produce), or
-    when the connection ends mid-request.
-    """
-
-    def __init__(self, host: ConnectionHost, conn_id: int, listener_index: int, peer: str):
-        super().__init__(host, conn_id, listener_index, peer)
-        memory = host.memory
-        assert memory is not None, "a pooled connection needs the pool's waiters"
-        self._memory = memory
-        self._size = bytearray(4)
-        self._size_view = memoryview(self._size)
-        self._size_got = 0
-        self.memory_wait = 0  # bytes waited for from the pool, 0 when not waiting
-        self._leased = 0  # bytes held from the pool for the frame being read or served
-        self._queued_size = 0  # a size read while queued.max.requests was full
-
-    def get_buffer(self, sizehint: int):
-        if self._large_view is not None:
-            return self._large_view[self._large_got:]
-        return self._size_view[self._size_got:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
-        self.bytes_in += nbytes
-        if self._into_frame_buffer(nbytes):
-            return
-        if not self._size_got:
-            self._partial_since = self.last_active
-        self._size_got += nbytes
-        if self._size_got < 4:
-            return
-        self._size_got = 0
-        size = _SIZE.unpack(self._size)[0]
-        try:
-            if size < 8:  # nothing fits a request header: refused before any allocation
-                raise InvalidRequest("size_negative" if size < 0 else "frame_too_small",
-                                     f"frame size {size}")
-            self._check_size(size)
-        except InvalidRequest as invalid:
-            self._reject(invalid)
-            return
-        if self._queue.full:  # queued.max.requests first: no memory for a queued one
-            self._queued_size = size
-            self._queue_wait = True
-            self._queue.wait(self)
-            self._update_reading()
-            return
-        self._want_memory(size)
-
-    def queue_resumed(self) -> None:
-        self._queue_wait = False
-        size, self._queued_size = self._queued_size, 0
-        if not self.closing and size:
-            self._want_memory(size)
-
-    def _want_memory(self, size: int) -> None:
-        try:
-            granted = self._memory.try_allocate(size, self.listener_index)
-        except QueueFull as error:  # the documented bound of waiters: a clear refusal
-            log.warning("connection %s from %s: %s on its listener; closing", self.conn_id,
-                        self.peer, error)
-            self.close("pool_queue_full")
-            return
-        if granted:
-            self._leased = size
-            self._begin_body(size)
-            self._update_reading()
-        else:
-            self.memory_wait = size
-            self._memory.wait(self)
-            self._update_reading()
-
-    def memory_granted(self) -> None:
-        """The pool reserved our bytes (called by the host's memory waiters, in grant order)."""
-        size, self.memory_wait = self.memory_wait, 0
-        self._leased = size
-        self._begin_body(size)
-        self._update_reading()
-
-    def _begin_body(self, size: int) -> None:
-        self._large = frame_buffer(size, size, self.host.frame_maps)  # the pool granted them
-        self._large_view = memoryview(self._large)[:size]
-        self._large_got, self._large_size = 0, size
-        self._partial_since = time.monotonic()  # the receive deadline runs from the grant
-
-    def _finish_large_frame(self) -> None:
-        try:
-            super()._finish_large_frame()
-        finally:
-            self._give_back()  # handled (or refused): the frame buffer is no longer needed
-
-    def _give_back(self) -> None:
-        if self._leased:
-            leased, self._leased = self._leased, 0
-            self._memory.release(leased, self.listener_index)
-
-    def connection_lost(self, exc) -> None:
-        super().connection_lost(exc)
-        self._give_back()  # a disconnect mid-request
-
-    def _update_reading(self) -> None:
-        if self.memory_wait and self._reading and self.transport is not None:
-            self._reading = False
-            self.transport.pause_reading()
-            return
-        if not self.memory_wait:
-            super()._update_reading()
-
-    def waiting_for(self) -> list[str]:
-        return super().waiting_for() + (["memory"] if self.memory_wait else [])  # KIP-72
-
-    def is_idle(self) -> bool:
-        return (super().is_idle() and not self.memory_wait and self._size_got == 0
-                and not self._queued_size)
-
-    def _partial(self) -> bool:
-        return self._size_got > 0 or self._large is not None

@@ -45,15 +45,17 @@ from workers.apis import Services, build_apis
 from workers.apis.fetch import FetchWaits
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
-from workers.connection import MAPPED_FRAME_BYTES, Connection, PooledConnection
+from workers.connection import Connection
 from workers.connection_list import top_connections
 from workers.events import WorkerEvents
 from workers.fetch_response import REGION_BUDGET
 from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
+from workers.framing import MAPPED_FRAME_BYTES
 from workers.forwarding import Forwarder
 from workers.handlers import BrokerView, Router
 from workers.intake import Intake
+from workers.pooled_connection import PooledConnection
 from workers.principals import Principals
 from workers.stats import WorkerStats
 from workers.throttling import ClientQuotas

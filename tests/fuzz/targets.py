@@ -111,7 +111,8 @@ def _fuzz_worker():
 
 def framing(data: bytes) -> None:
     from tests.test_connection import FakeTransport
-    from workers.connection import Connection, PooledConnection
+    from workers.connection import Connection
+    from workers.pooled_connection import PooledConnection
 
     if not data:
         return
