@@ -25,15 +25,16 @@ from broker.shared.protocol.context import (NO_THROTTLE, RequestContext,  # noqa
                                             error_code)
 from broker.shared.protocol.guard import TooManyEntries
 from broker.shared.protocol.tags import is_unknown_tag, without_unknown_tags
+from workers.frames import MAX_KEY_BYTES
 
 # The route of a request: its API key and version read as one unsigned 32-bit number.
 _ROUTE_KEY = struct.Struct(">I")
 # ApiVersions v0 body: error code, array of one (api key, min version, max version).
 _API_VERSIONS_V0_ERROR = struct.Struct(">hihhh")
-# Pure answers (ApiVersions) are memoized by the request's bytes after the correlation id:
-# small keys only (a real ApiVersions request is about 50 bytes), 256 KiB in all.
+# Pure answers (ApiVersions) are memoized by the request's route and its bytes after the
+# correlation id (workers.frames, whose walk answers from the same memo): small keys only (a
+# real ApiVersions request is about 50 bytes), 256 KiB in all.
 _MEMO_BYTES = 256 * 1024
-_MEMO_KEY_BYTES = 256
 
 
 class InvalidRequest(Exception):
@@ -92,13 +93,15 @@ class Router:
         self.apis = {api.key: api for api in apis}
         self.quotas = quotas  # workers.throttling.ClientQuotas, for request_percentage
         self._routes = {}
+        # The pure answers: key (route + all after the correlation id) -> (head, tail, api key).
+        self.memo = BoundedCache(_MEMO_BYTES, MAX_KEY_BYTES)
         for api in apis:
             low, high = api.versions
             for version in range(low, high + 1):
                 header_reader, body_reader = request_readers(api.key, version)
-                memo = BoundedCache(_MEMO_BYTES, _MEMO_KEY_BYTES) if api.pure else None
-                self._routes[api.key << 16 | version] = (header_reader, body_reader, api, memo,
-                                                         version)
+                route = api.key << 16 | version
+                memo_prefix = _ROUTE_KEY.pack(route) if api.pure else None  # the key's start
+                self._routes[route] = (header_reader, body_reader, api, memo_prefix, version)
         self._api_versions_range = self.apis[18].versions if 18 in self.apis else (0, 0)
 
     def served(self) -> dict[int, tuple[int, int]]:
@@ -113,13 +116,11 @@ class Router:
         if route is None:
             api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
             return self._unroutable(request, api_key, api_version)
-        header_reader, body_reader, api, memo, api_version = route
+        header_reader, body_reader, api, memo_prefix, api_version = route
         key = None  # the memo's key: the request as it came, before any tag was skipped
-        if memo is not None and len(request) - 8 <= _MEMO_KEY_BYTES:
-            key = request[8:]  # the memo is per API version: all but the correlation id
-            if type(key) is not bytes:
-                key = bytes(key)  # a large frame arrives as a memoryview
-            answer = memo.get(key)
+        if memo_prefix is not None and len(request) - 4 <= MAX_KEY_BYTES:
+            key = memo_prefix + request[8:]  # all but the correlation id (bytes, whatever it is)
+            answer = self.memo.table.get(key)
             if answer is not None:
                 return b"".join((answer[0], request[4:8], answer[1]))
         try:
@@ -141,7 +142,7 @@ class Router:
             return quotas.timed(api.handle, ctx, body)
         response = api.handle(ctx, body)
         if key is not None:  # not len(request): skipping unknown tags may have shortened it
-            memo.put(key, (response[:4], response[8:]), len(key), len(response))
+            self.memo.put(key, (response[:4], response[8:], api.key), len(key), len(response))
         return response
 
     def _unroutable(self, request, api_key: int, api_version: int) -> bytes:
