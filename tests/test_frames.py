@@ -47,7 +47,8 @@ hostile_sizes = st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(0, 12),
                          st.integers(250, 270))
 sizes = st.one_of(st.none(), st.none(), st.none(), hostile_sizes)  # mostly true ones
 request_frames = st.tuples(st.sampled_from(ROUTES), st.binary(min_size=4, max_size=4),
-                           st.binary(max_size=24), sizes)
+                           st.sampled_from([b"", b"rest", b"rest!"]) | st.binary(max_size=24),
+                           sizes)  # a few rests: the same request again (a pipeline)
 
 
 def _stream(parts) -> tuple[bytes, list[bytes]]:

@@ -14,7 +14,9 @@
  * (no key that long is memoized), an incomplete frame, a key not in `memo` - or after
  * MAX_ANSWERS answers, and returns where it stopped: the offset of the first frame left for
  * the caller.  Every read is bounded by the length of `data`; what it allocates is one key at a
- * time (at most MAX_KEY_BYTES) and the answers.
+ * time (at most MAX_KEY_BYTES) and the answers.  A frame whose key is the previous answered
+ * frame's (a pipeline repeats its request) gets the same answer without a lookup: the memo
+ * cannot change during the walk (its keys are bytes: a lookup runs no Python code).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -56,6 +58,14 @@ static PyObject *memoized(PyObject *memo, const uint8_t *frame, Py_ssize_t size)
     Py_DECREF(value);
     PyErr_SetString(PyExc_TypeError, "a memoized answer is a tuple (head, tail, api key)");
     return NULL;
+}
+
+/* Whether the frames at `previous` and `frame` (their size prefixes), the second of `size`
+ * bytes, have the same key: the same size, route and bytes after the correlation id. */
+static int same_key(const uint8_t *previous, const uint8_t *frame, Py_ssize_t size)
+{
+    return read_size(previous) == size && memcmp(previous + 4, frame + 4, 4) == 0 &&
+           memcmp(previous + 12, frame + 12, (size_t)(size - 8)) == 0;
 }
 
 /* One bytes object: head + correlation id + tail of every hit, in order; `total` its size. */
@@ -134,8 +144,11 @@ static PyObject *answer_memoized(PyObject *module, PyObject *const *args, Py_ssi
         if (size < 8 || size > max_bytes || size > MAX_KEY_BYTES + 4 ||
             length - position - 4 < size)
             break;
-        PyObject *value = memoized(memo, data + position, size);
-        if (value == NULL) {
+        PyObject *value;
+        if (count && same_key(data + hits[count - 1].correlation - 8, data + position, size)) {
+            value = hits[count - 1].value;  /* a pipeline repeats its request: no lookup */
+            Py_INCREF(value);
+        } else if ((value = memoized(memo, data + position, size)) == NULL) {
             if (PyErr_Occurred())
                 goto done;
             break;
