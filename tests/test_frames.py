@@ -15,11 +15,12 @@ from tests.wire import api_versions_request, metadata_request
 from workers import frames
 from workers.mute import MuteState
 
-pytestmark = pytest.mark.skipif(frames._frames is None, reason="never: make install builds it")
+needs_c = pytest.mark.skipif(frames._frames is None, reason="never: make install builds it")
 
 ROUTES = [struct.pack(">hh", 18, version) for version in range(4)] + [b"\x00\x03\x00\x0c"]
 
 
+@needs_c
 def test_the_c_walk_is_built_by_make_install_and_shares_the_bounds():
     assert frames.answer_memoized is frames._frames.answer_memoized
     assert (frames._frames.MAX_KEY_BYTES, frames._frames.MAX_ANSWERS) == (
@@ -61,6 +62,7 @@ def _stream(parts) -> tuple[bytes, list[bytes]]:
     return data, keys
 
 
+@needs_c
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(parts=st.lists(request_frames, max_size=8), junk=st.binary(max_size=6),
        cut=st.just(0) | st.integers(1, 8), offset=st.none() | st.integers(0, 12),
@@ -81,6 +83,7 @@ def test_the_c_walk_answers_as_the_python_walk(parts, junk, cut, offset, max_byt
     _agree(memoryview(data), offset, max_bytes, memo)
 
 
+@needs_c
 @settings(max_examples=60, deadline=None)
 @given(data=st.binary(max_size=64), offset=st.integers(0, 80), max_bytes=st.integers(-2, 300))
 def test_the_walks_agree_on_random_bytes_and_an_empty_memo(data, offset, max_bytes):
@@ -88,6 +91,7 @@ def test_the_walks_agree_on_random_bytes_and_an_empty_memo(data, offset, max_byt
     assert stopped == offset and out == [] and handled == []
 
 
+@needs_c
 def test_a_walk_stops_where_a_refusal_or_a_miss_begins():
     key_frame = struct.pack(">i", 12) + ROUTES[3] + b"\0\0\0\x07" + b"rest"
     memo = {ROUTES[3] + b"rest": (b"HEAD", b"-tail", 18)}
@@ -107,6 +111,7 @@ def test_a_walk_stops_where_a_refusal_or_a_miss_begins():
     assert _agree(key_frame, 0, 1 << 20, {ROUTES[3] + b"rest": None})[0] == "TypeError"
 
 
+@needs_c
 def test_real_api_versions_frames_get_the_routers_own_answers(tmp_path):
     router = make_router(str(tmp_path))
     requests = [api_versions_request(version, correlation_id=n) for n, version in
