@@ -36,6 +36,7 @@ from workers.answer import Throttled
 from workers.fetch_response import FileResponse
 from workers.file_sender import FileSender
 from workers.frame_maps import FrameMaps
+from workers.frames import answer_memoized
 from workers.framing import LargeFrames
 from workers.handlers import InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
@@ -121,6 +122,9 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         # (request, listener, user, ip, connection) -> the answer: the router, or the SASL
         # exchange until the client authenticated
         self._handle = host.router.handle
+        # The router's memo of pure answers, read by the frame walk (None: every request goes
+        # to `_handle`, as on a SASL listener, whose authenticator sees each request).
+        self._memo: dict | None = host.router.memo.table
         self._max_bytes = host.max_request_bytes
         self._large_bytes = host.large_frame_bytes
         self._queue = host.queue
@@ -257,12 +261,17 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         handled: list[int] = []
         max_bytes, handle, listener, queue, user, ip = (
             self._max_bytes, self._handle, self.listener_index, self._queue, self.user, self.ip)
-        received, sent, key_of = RECEIVED, SENT, api_key_of
+        received, sent, key_of, memo = RECEIVED, SENT, api_key_of, self._memo
         try:
             while True:
                 if request is None:  # cut the next frame from `data`, if it may be served now
                     if end - offset < 4 or self.state is not _NOT_MUTED or self._write_paused:
                         break
+                    if memo is not None and not self._need_client_id and not queue.full:
+                        # Memoized answers first, in C: the mute state nets out unchanged.
+                        offset = answer_memoized(data, offset, max_bytes, memo, out, handled)
+                        if end - offset < 4:
+                            break
                     size = _SIZE.unpack_from(data, offset)[0]
                     if size < 0 or size > max_bytes:
                         self._check_size(size)
@@ -463,12 +472,13 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
             else:
                 self.transport.pause_reading()
 
-    # --- Closing --------------------------------------------------------------------------
+    # --- Authentication and closing -------------------------------------------------------
 
     def authenticating(self, handle, max_bytes: int) -> None:
         """A SASL listener: requests go to `handle` and may be at most `max_bytes` long until
         the client authenticated (sasl.server.max.receive.size)."""
         self._handle = handle
+        self._memo = None
         self._max_bytes = min(self._max_bytes, max_bytes)
 
     def authenticated(self, principal: str, handle) -> None:
@@ -477,6 +487,9 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         self.principal = principal
         self.user = principal.partition(":")[2]
         self._handle = handle
+        router = self.host.router
+        # Memoized answers again, unless the authenticator must see each request (KIP-368).
+        self._memo = router.memo.table if handle == router.handle else None
         self._max_bytes = self.host.max_request_bytes
 
     def close_later(self, delay: float, reason: str) -> None:

@@ -34,16 +34,17 @@ from broker.shared.protocol.guard import TooManyEntries
 from broker.shared.protocol.tags import is_unknown_tag, without_unknown_tags
 from workers.answer import Answer, ForwardRequest, Throttled  # noqa: F401 (re-export)
 from workers.fetch_response import FileResponse
+from workers.frames import MAX_KEY_BYTES
 
 # The route of a request: its API key and version read as one unsigned 32-bit number.
 _ROUTE_KEY = struct.Struct(">I")
 _THROTTLE = struct.Struct(">i")
 # ApiVersions v0 body: error code, array of one (api key, min version, max version).
 _API_VERSIONS_V0_ERROR = struct.Struct(">hihhh")
-# Pure answers (ApiVersions) are memoized by the request's bytes after the correlation id:
-# small keys only (a real ApiVersions request is about 50 bytes), 256 KiB in all.
+# Pure answers (ApiVersions) are memoized by the request's route and its bytes after the
+# correlation id (workers.frames, whose walk answers from the same memo): small keys only (a
+# real ApiVersions request is about 50 bytes), 256 KiB in all.
 _MEMO_BYTES = 256 * 1024
-_MEMO_KEY_BYTES = 256
 
 
 class InvalidRequest(Exception):
@@ -98,16 +99,18 @@ class Router:
         self._routes = {}
         # route -> (where throttle_time_ms lies in the answer or 0, whether the broker delays)
         self._throttles: dict[int, tuple[int, bool]] = {}
+        # The pure answers: key (route + all after the correlation id) -> (head, tail, api key).
+        self.memo = BoundedCache(_MEMO_BYTES, MAX_KEY_BYTES)
         for api in apis:
             low, high = api.versions
             client_throttle = BY_KEY[api.key].client_throttle if api.key in BY_KEY else 0
             for version in range(low, high + 1):
                 header_reader, body_reader = request_readers(api.key, version)
-                memo = BoundedCache(_MEMO_BYTES, _MEMO_KEY_BYTES) if api.pure else None
-                self._routes[api.key << 16 | version] = (header_reader, body_reader, api, memo,
-                                                         version)
-                self._throttles[api.key << 16 | version] = (throttle_field_at(api.key, version),
-                                                            version < client_throttle)
+                route = api.key << 16 | version
+                memo_prefix = _ROUTE_KEY.pack(route) if api.pure else None  # the key's start
+                self._routes[route] = (header_reader, body_reader, api, memo_prefix, version)
+                self._throttles[route] = (throttle_field_at(api.key, version),
+                                          version < client_throttle)
         self._api_versions_range = self.apis[18].versions if 18 in self.apis else (0, 0)
 
     def served(self) -> dict[int, tuple[int, int]]:
@@ -125,13 +128,11 @@ class Router:
         if route is None:
             api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
             return self._unroutable(request, api_key, api_version)
-        header_reader, body_reader, api, memo, api_version = route
+        header_reader, body_reader, api, memo_prefix, api_version = route
         key = None  # the memo's key: the request as it came, before any tag was skipped
-        if memo is not None and len(request) - 8 <= _MEMO_KEY_BYTES:
-            key = request[8:]  # the memo is per API version: all but the correlation id
-            if type(key) is not bytes:
-                key = bytes(key)  # a large frame arrives as a memoryview
-            answer = memo.get(key)
+        if memo_prefix is not None and len(request) - 4 <= MAX_KEY_BYTES:
+            key = memo_prefix + request[8:]  # all but the correlation id (bytes, whatever it is)
+            answer = self.memo.table.get(key)
             if answer is not None:
                 return b"".join((answer[0], request[4:8], answer[1]))
         try:
@@ -157,7 +158,8 @@ class Router:
             response = api.handle(ctx, body)
             if type(response) is bytes:
                 if key is not None:  # not len(request): skipping unknown tags may shorten it
-                    memo.put(key, (response[:4], response[8:]), len(key), len(response))
+                    self.memo.put(key, (response[:4], response[8:], api.key), len(key),
+                                  len(response))
                 return response
             return self.settle(ctx, response, 0.0, client)
         started = time.perf_counter()

@@ -6,7 +6,8 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
     framing   bytes fed to a worker's Connection in arbitrary reads: whatever it writes is
               whole response frames, nothing escapes, a refusal closes with a metric, and a
               closed connection holds no buffer.  The pooled variant also returns every byte
-              it took from the pool.
+              it took from the pool.  The same bytes through the C walk that answers memoized
+              requests (workers/_frames.c) and its Python oracle: the same answers, the same stop.
     requests  a request frame for any (API key, version) kio knows, through the guarded
               decoder the worker and the parent use: only ordinary exceptions, never an abort.
     handlers  a request frame through the worker's real router (and the parent's services for
@@ -118,6 +119,7 @@ def framing(data: bytes) -> None:
         return
     pooled, chunk = data[0] & 1, 1 + data[0] // 2 % 64
     worker = _WORKERS.get("framing") or _WORKERS.setdefault("framing", _fuzz_worker())
+    _memo_walks_agree(data[1:], worker.router.memo.table)  # the answers of earlier runs
     worker.reset()
     worker.memory.held = 0
     transport = FakeTransport()
@@ -149,6 +151,21 @@ def framing(data: bytes) -> None:
         raise Finding(f"{worker.memory.held} pool bytes not returned after the close")
     if worker.queue.waiting != 0:
         raise Finding(f"{worker.queue.waiting} parked requests never accounted as done")
+
+
+def _memo_walks_agree(data: bytes, memo: dict) -> None:
+    """The C walk of memoized answers stops where the Python walk stops, with the same
+    answers, on any bytes (the memo: what the router memoized so far, real ApiVersions)."""
+    from workers import frames
+
+    if frames._frames is None:
+        return
+    verdicts = []
+    for walk in (frames.python_answer_memoized, frames._frames.answer_memoized):
+        out, handled = [], []
+        verdicts.append((walk(data, 0, 1 << 16, memo, out, handled), out, handled))
+    if verdicts[0] != verdicts[1]:
+        raise Finding(f"the memo walks disagree: python {verdicts[0]}, C {verdicts[1]}")
 
 
 def _answer_waiters(worker) -> None:
