@@ -136,8 +136,8 @@ def test_a_connection_answers_pipelined_api_versions_without_the_router():
     conn, transport, worker = connect()
     calls = []
     handle = conn._handle
-    conn._handle = lambda request, listener: calls.append(bytes(request[:2])) or handle(
-        request, listener)
+    conn._handle = lambda request, *rest: calls.append(bytes(request[:2])) or handle(
+        request, *rest)
     feed(conn, b"".join(metadata_request(12, correlation_id=n) if n == 20 else
                         api_versions_request(3, correlation_id=n) for n in range(40)))
     assert transport.responses() == list(range(40)) and len(transport.writes) == 1
