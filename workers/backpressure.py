@@ -15,14 +15,28 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from broker.shared.pool import SharedPool
-    from workers.connection import Connection
-    from workers.pooled_connection import PooledConnection
     from workers.events import WorkerEvents
     from workers.stats import WorkerStats
+
+
+class QueueWaiter(Protocol):
+    """A connection waiting for room in the request queue (workers.connection.Connection)."""
+
+    def queue_resumed(self) -> None: ...
+
+
+class MemoryWaiter(Protocol):
+    """A connection waiting for pool memory (workers.pooled_connection.PooledConnection)."""
+
+    closing: bool
+    listener_index: int
+    memory_wait: int  # the bytes it waits for
+
+    def memory_granted(self) -> None: ...
 
 
 class RequestQueue:
@@ -41,10 +55,10 @@ class RequestQueue:
         # Read by connections once per request, so kept as an attribute (no call); it only
         # changes when a request parks or is answered.
         self.full = False
-        self._waiters: collections.deque[Connection] = collections.deque()
+        self._waiters: collections.deque[QueueWaiter] = collections.deque()
         self._stats = stats
 
-    def wait(self, conn: Connection) -> None:
+    def wait(self, conn: QueueWaiter) -> None:
         """`conn` found the queue full and stopped reading: resume it when there is room."""
         self._waiters.append(conn)
         self._stats.muted("queue", +1)
@@ -90,7 +104,7 @@ class MemoryWaiters:
         # Bound once: connections call it for every request they read.
         self.try_allocate = pool.try_allocate
         self._pool = pool
-        self._waiters: list[collections.deque[PooledConnection]] = [
+        self._waiters: list[collections.deque[MemoryWaiter]] = [
             collections.deque() for _ in range(listeners)]
         self._grants_seen = [0] * listeners
         self._stats = stats
@@ -105,7 +119,7 @@ class MemoryWaiters:
         loop.add_reader(wake.fileno(), self._on_wake, wake)
         self._wake_socket = wake  # open as long as the worker runs
 
-    def wait(self, conn: PooledConnection) -> None:
+    def wait(self, conn: MemoryWaiter) -> None:
         """`conn` read a size the pool could not give yet: it waits in grant order."""
         self._waiters[conn.listener_index].append(conn)
         self._stats.muted("memory", +1)
