@@ -3,9 +3,11 @@ configuration, broker.parent.admin) and consumer groups (the parent is the group
 broker.parent.groups).  Which APIs these are, and who answers each, is the API table's say
 (broker.shared.apis).
 
-The raw frame goes to the parent (IPC `AdminRequest`) and its answer comes back as bytes; the
-connection stays muted meanwhile, like any request whose answer waits (a JoinGroup waits for
-the rebalance).  Group APIs are served on data listeners only, not on the control plane.
+The router decodes the frame (so the parent only sees frames that decode), then its
+Forwarder (workers.forwarding) sends it raw to the parent (IPC `AdminRequest`); the answer
+comes back as bytes with the parent's handling time.  The connection stays muted meanwhile,
+like any request whose answer waits (a JoinGroup waits for the rebalance).  Group APIs are
+served on data listeners only, not on the control plane.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from workers.handlers import Api
 
 
 class Forwarded(Api):
-    forwarded = True  # the router answers ForwardRequest; the connection sends it on
+    forwarded = True  # the router forwards the frame; `handle` is never called
 
     def __init__(self, services, spec: ApiSpec):
         super().__init__(services)
