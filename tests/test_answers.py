@@ -153,3 +153,37 @@ def test_a_forwarded_answer_is_charged_the_parents_time_and_a_cancel_reaches_the
         assert forwarded[1][2].cancelled()
     finally:
         loop.close()
+
+
+def test_a_longer_throttle_the_handler_wrote_stays():
+    """CreateTopics writes KIP-599's retry-after itself: a shorter request throttle keeps it."""
+    api = Answering(3, (12, 12))
+    api.answer = lambda ctx: _metadata(ctx, 1000)
+    router, _quotas = _router(api, seconds=0.005)
+    settled = router.handle(metadata_request(12)[4:], 0)
+    assert settled.ms == 5 and struct.unpack_from(">i", settled.frame, 9)[0] == 1000
+
+
+def test_a_fetch_emptied_for_what_its_client_owed_is_throttled_at_least_that_long():
+    """The debt may run out between the handler's look and the router's charge: the answer
+    that read nothing for it still carries (and mutes for) what was owed."""
+    api = Answering(3, (12, 12))
+    api.answer = lambda ctx: Answer(_metadata(ctx), FETCH, 0, owed=0.04)
+    router, _quotas = _router(api, seconds=0.0)
+    settled = router.handle(metadata_request(12)[4:], 0)
+    assert settled.ms == 40 and struct.unpack_from(">i", settled.frame, 9)[0] == 40
+
+
+def test_the_handling_time_of_a_wait_that_is_cancelled_is_charged_all_the_same():
+    loop = asyncio.new_event_loop()
+    api = Answering(3, (12, 12))
+    api.answer = lambda ctx: loop.create_future()  # a long poll
+    router, quotas = _router(api, seconds=0.0)
+    try:
+        settled = router.handle(metadata_request(12)[4:], 0, "carol")
+        assert quotas.charged == []  # nothing yet: the wait is charged when it ends
+        settled.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        assert quotas.charged == [("carol", "test", None, 0, True)]
+    finally:
+        loop.close()

@@ -23,19 +23,25 @@ class Answer:
     `quota`, `amount`: the byte-rate quota to charge (broker.shared.client_quotas PRODUCE or
     FETCH) and how much; a charge of 0 still asks what the client owes.
     `busy`: seconds the answer took elsewhere (the parent), charged to request_percentage.
+    `owed`: seconds of throttle the client already owed when the handler looked (a fetch
+    answered empty for it): the answer is throttled at least that long.
     `encode`: the answer with a given throttle in milliseconds, for answers whose
-    throttle_time_ms the router cannot write in place (Produce keeps it after its topics)."""
+    throttle_time_ms the router cannot write in place (Produce keeps it after its topics).
+    A throttle the handler wrote itself (KIP-599's retry-after of CreateTopics) stays when it
+    is the longer one."""
 
-    __slots__ = ("payload", "quota", "amount", "busy", "encode")
+    __slots__ = ("payload", "quota", "amount", "busy", "owed", "encode")
 
     def __init__(self, payload, quota: int | None = None, amount: int = 0, busy: float = 0.0,
-                 encode: Callable[[int], object] | None = None):
-        if amount < 0 or busy < 0:
-            raise ValueError(f"an answer costs nothing negative: amount {amount}, busy {busy}")
+                 owed: float = 0.0, encode: Callable[[int], object] | None = None):
+        if amount < 0 or busy < 0 or owed < 0:
+            raise ValueError(f"an answer costs nothing negative: amount {amount}, busy {busy}, "
+                             f"owed {owed}")
         self.payload = payload
         self.quota = quota
         self.amount = amount
         self.busy = busy
+        self.owed = owed
         self.encode = encode
 
 

@@ -330,6 +330,8 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         if type(response) is FileResponse:
             return self._send_file(response, api_key, out)
         if type(response) is not Throttled:
+            if not isinstance(response, asyncio.Future):
+                raise TypeError(f"the router answered {type(response).__name__}")
             # A request waiting for the parent is queued there, unless it waits by design (a
             # rebalance); a long poll waits in purgatory.
             self._park(response, api_key, queued=api_key in QUEUED_WHILE_FORWARDED)

@@ -33,7 +33,7 @@ def frame_buffer(size: int, arrived: int, maps: FrameMaps | None = None):
     for reuse, or a new one): the kernel gives it pages only as bytes land in them, and
     nothing is zero-filled or copied to grow it (a doubling bytearray cost a fifth of a
     worker's produce CPU, by py-spy).  Below, a bytearray that starts at what arrived
-    and doubles (Connection._grow_frame_buffer): a mapping per small frame would cost more
+    and doubles (LargeFrames._grow_frame_buffer): a mapping per small frame would cost more
     than the copies."""
     if size > MAPPED_FRAME_BYTES:
         try:

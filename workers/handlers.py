@@ -32,7 +32,8 @@ from broker.shared.protocol.context import (NO_THROTTLE, RequestContext,  # noqa
                                             error_code)
 from broker.shared.protocol.guard import TooManyEntries
 from broker.shared.protocol.tags import is_unknown_tag, without_unknown_tags
-from workers.answer import Answer, ForwardRequest, Throttled  # noqa: F401 (re-export)
+from workers.answer import ForwardRequest  # noqa: F401 (tests and fuzz targets import it here)
+from workers.answer import Answer, Throttled
 from workers.fetch_response import FileResponse
 from workers.frames import MAX_KEY_BYTES
 
@@ -176,8 +177,8 @@ class Router:
         quotas = self.quotas
         if type(response) is Answer:
             if quotas is not None and quotas.active():
-                seconds = quotas.earned(ctx.user, ctx.header.client_id, busy + response.busy,
-                                        response.quota, response.amount)
+                seconds = max(quotas.earned(ctx.user, ctx.header.client_id, busy + response.busy,
+                                            response.quota, response.amount), response.owed)
             if seconds > 0:
                 return self._throttled(ctx, response, seconds)
             response = response.payload
@@ -199,8 +200,9 @@ class Router:
             payload = payload.materialize()
         if payload is None:
             return Throttled(None, ms, delay=False)  # acks=0: muted, with no answer
-        if at and answer.encode is None:
-            payload = b"".join((payload[:at], _THROTTLE.pack(ms), payload[at + 4:]))
+        if at and answer.encode is None:  # a longer throttle the handler wrote stays
+            written = max(ms, _THROTTLE.unpack_from(payload, at)[0])
+            payload = b"".join((payload[:at], _THROTTLE.pack(written), payload[at + 4:]))
         return Throttled(payload, ms, delay=delay)
 
     def _later(self, ctx: RequestContext, waiting: asyncio.Future, busy: float, client):
@@ -209,6 +211,8 @@ class Router:
         settled = waiting.get_loop().create_future()
 
         def done(future: asyncio.Future) -> None:
+            if settled.done() or future.cancelled() or future.exception() is not None:
+                self._charge(ctx, busy)  # the handling time was spent all the same
             if settled.done():  # cancelled meanwhile: nobody sends a file answer
                 if not future.cancelled() and future.exception() is None:
                     _close_files(future.result())
@@ -225,6 +229,13 @@ class Router:
         waiting.add_done_callback(done)
         settled.add_done_callback(lambda _: settled.cancelled() and waiting.cancel())
         return settled
+
+    def _charge(self, ctx: RequestContext, busy: float) -> None:
+        """Charge handling time of a request that is never answered (its wait was cancelled
+        or failed): the client spent it."""
+        quotas = self.quotas
+        if busy and quotas is not None and quotas.active():
+            quotas.earned(ctx.user, ctx.header.client_id, busy)
 
     def _unroutable(self, request, api_key: int, api_version: int) -> bytes:
         low, high = self._api_versions_range

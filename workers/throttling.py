@@ -104,13 +104,13 @@ class ClientQuotas:
             seconds = max(seconds, self.record(quota, user, client_id, amount))
         return seconds
 
-    def owes(self, quota: int, user: str, client_id: str | None) -> bool:
-        """Whether the client already owes quota time (a fetch then reads nothing); always
-        False in shadow mode, where nothing is throttled."""
+    def owes(self, quota: int, user: str, client_id: str | None) -> float:
+        """The seconds of throttle the client already owes (a fetch then reads nothing),
+        capped as every throttle is; always 0 in shadow mode, where nothing is throttled."""
         if self.shadow:
-            return False
+            return 0.0
         found = self._quota(quota, user, client_id)
-        return found is not None and self.sensors.owed(quota, found[1]) > 0
+        return 0.0 if found is None else min(self.sensors.owed(quota, found[1]), self.cap)
 
     def _throttle(self, quota: int, owed: float, user: str, client_id: str | None) -> float:
         """The throttle of a client owing `owed` seconds of quota: capped, counted, logged,

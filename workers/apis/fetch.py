@@ -97,10 +97,10 @@ class Fetch(Api, api="Fetch"):
         `session` is None (no session), NEW (create one with the answer) or the session,
         `epoch` what its epoch must still be when the answer is made."""
         quotas = self.services.quotas
-        if quotas is not None and quotas.active() and quotas.owes(FETCH, ctx.user,
-                                                                   ctx.header.client_id):
-            # Over the consumer quota: answered empty, nothing read; the router throttles.
-            return Answer(self._encode(ctx, [], _session_id(session)), FETCH, 0)
+        owed = quotas.owes(FETCH, ctx.user, ctx.header.client_id) \
+            if quotas is not None and quotas.active() else 0.0
+        if owed > 0:  # over the consumer quota: answered empty, nothing read; throttled
+            return Answer(self._encode(ctx, [], _session_id(session)), FETCH, 0, owed=owed)
         wanted = self._resolve(ctx, topics)
         found, total, failed = self._read(ctx, body, wanted)
         wait_seconds = min(body.max_wait.total_seconds(), self._max_wait_seconds)
@@ -372,8 +372,10 @@ class _Waiter:
     def _resolve(self, response) -> None:
         if not self.future.done():
             self.future.set_result(response)
-        elif type(response) is FileResponse:  # nobody will send it: its descriptors go now
-            response.close()
+        else:  # nobody will send it: a file answer's descriptors go now
+            payload = response.payload if type(response) is Answer else response
+            if type(payload) is FileResponse:
+                payload.close()
         self._forget()
 
     def _forget(self) -> None:
