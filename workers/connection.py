@@ -23,6 +23,7 @@ workers.backpressure (the request queue, the memory pool's waiters) through the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import mmap
 import struct
@@ -53,6 +54,8 @@ log = logging.getLogger("workers.connection")
 
 _SIZE = struct.Struct(">i")
 _CLIENT_ID_LENGTH = struct.Struct(">h")  # request header v1+: after key, version, correlation
+# A client reconnects from the same few addresses: each one's canonical form is parsed once.
+_canonical_ip = functools.lru_cache(maxsize=4096)(canonical_host)
 _RESPONSE_PENDING = MuteState.RESPONSE_PENDING
 _NOT_MUTED = MuteState.NOT_MUTED
 
@@ -113,12 +116,26 @@ class ConnectionHost(Protocol):
 class Connection(LargeFrames, asyncio.BufferedProtocol):
     """A Kafka channel: size-prefixed request frames in, responses out in the same order."""
 
-    def __init__(self, host: ConnectionHost, conn_id: int, listener_index: int, peer: str):
+    # Slots: an idle connection costs a few hundred bytes, not a dict of some fifty entries.
+    __slots__ = (
+        "host", "_scratch", "ip", "_handle", "_memo", "_max_bytes", "_large_bytes", "_queue",
+        "conn_id", "listener_index", "peer", "transport", "state", "last_active", "closing",
+        "_close_reason", "_reading", "_write_paused", "_pending", "_partial_since", "fd",
+        "_parked", "files", "_queue_wait", "opened_at", "bytes_in", "bytes_out", "_sent_mark",
+        "_stalled_since", "bytes_in_logged", "bytes_out_logged", "aggregate", "client_id",
+        "principal", "user", "session_expires", "_claiming", "_need_client_id", "requests",
+        "throttle_ms")
+
+    def __init__(self, host: ConnectionHost, conn_id: int, listener_index: int, peer: str,
+                 fd: int = -1, tls: bool = False):
+        """`fd`: the socket's descriptor (file regions are sent to it, and the worker asks the
+        kernel about it while reading is paused); `tls`: the listener encrypts, so file
+        regions are read into memory instead."""
         # Per-connection state
         self.host = host
         # Looked up once: these are used for every read and every request.
         self._scratch = host.scratch
-        self.ip = canonical_host(peer.rpartition(":")[0] or peer)  # peer is "ip:port"
+        self.ip = _canonical_ip(peer.rpartition(":")[0] or peer)  # peer is "ip:port"
         # (request, listener, user, ip, connection) -> the answer: the router, or the SASL
         # exchange until the client authenticated
         self._handle = host.router.handle
@@ -146,9 +163,11 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         self._large_got = 0
         self._large_size = 0
         self._partial_since = 0.0  # when the frame still incomplete began to arrive
-        self.fd = -1
+        self.fd = fd
         self._parked: ParkedRequest | None = None  # the request whose answer waits
-        self.files = False  # file regions may go to the socket as they are (plaintext)
+        # File regions may go to the socket as they are (plaintext): TLS must encrypt every
+        # byte in Python, so there they are read into memory.
+        self.files = fd >= 0 and not tls
         self._queue_wait = False  # waiting in the host's queue for room
         # For the event log: bytes both ways, and the client id of the first request.
         self.opened_at = self.last_active
@@ -170,28 +189,25 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
-        sock = transport.get_extra_info("socket")
-        self.fd = sock.fileno() if sock is not None else -1
-        # TLS must encrypt every byte in Python: file regions are read into memory there.
-        self.files = self.fd >= 0 and transport.get_extra_info("ssl_object") is None
+        host = self.host
         try:
-            self.principal = self.host.principal_of(self.listener_index, transport)
+            self.principal = host.principal_of(self.listener_index, transport)
         except CertificateRefused as refusal:  # as Kafka: a certificate naming no one is closed
             log.info("closing connection %s from %s: %s", self.conn_id, self.peer, refusal)
-            self.host.connection_registered(self)
+            host.connection_registered(self)
             self.close("authentication_failed")
             self._update_reading()  # closing: what the client sent already is never served
             return
         if self.principal != ANONYMOUS:  # a client certificate: quotas know the user
             self.user = self.principal.partition(":")[2]
-        authenticator = self.host.authenticator(self)
+        authenticator = host.authenticator(self)
         if authenticator is not None:  # a SASL listener: requests go there until authenticated
-            self.authenticating(authenticator.handle, self.host.sasl_max_receive_bytes)
+            self.authenticating(authenticator.handle, host.sasl_max_receive_bytes)
         elif self.principal != ANONYMOUS:  # nothing is read until the user's limits admit it
             self._claiming = True
-            self.host.claim_user(self, self.user).add_done_callback(self._claim_decided)
+            host.claim_user(self, self.user).add_done_callback(self._claim_decided)
             self._update_reading()
-        self.host.connection_registered(self)
+        host.connection_registered(self)
 
     def _claim_decided(self, verdict: asyncio.Future) -> None:
         """The parent's verdict on a client certificate's user: read requests, or close."""

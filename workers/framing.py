@@ -53,6 +53,8 @@ class LargeFrames:
     """The large-frame receive buffer of a connection (a mixin of Connection: its host,
     `_max_bytes`, `last_active` and `_serve` are the connection's)."""
 
+    __slots__ = ("_large", "_large_view", "_large_got", "_large_size")
+
     _large: bytearray | mmap.mmap | None
     _large_view: memoryview | None
     _large_got: int

@@ -6,6 +6,11 @@ turn, so a storm of new connections cannot starve the existing ones.  Each regis
 its credit, and each closed connection its id, in `Progress` messages: at once when half a
 turn's worth of credits is due, else batched within a millisecond.
 A socket that never becomes a connection is counted closed and returns both at once.
+
+Registering costs no socket object and no Task: the listening socket's options (SO_KEEPALIVE,
+SO_SNDBUF) were inherited at accept, uvloop takes the bare descriptor (`Descriptor`), and
+`Registration` drives `connect_accepted_socket` itself (a Task and its scheduling were a fifth
+of a worker's Python time per connection, by py-spy).
 """
 
 from __future__ import annotations
@@ -52,6 +57,61 @@ def _looks_like_plaintext(error: BaseException | None) -> bool:
                                   "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"))
 
 
+class Descriptor:
+    """An accepted socket's descriptor in the shape `connect_accepted_socket` reads (type,
+    family, fileno), without a socket object: building one asks the kernel for its address and
+    its `type` and `family` properties build enums.  The transport owns the descriptor once
+    registered; uvloop calls `close` after libuv closed it."""
+
+    __slots__ = ("fd", "family")
+    type = socket.SOCK_STREAM
+
+    def __init__(self, fd: int, family: int):
+        if fd < 0:
+            raise ValueError(f"not a descriptor: {fd}")
+        self.fd = fd
+        self.family = family
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        """The transport closed the descriptor (uvloop's call): nothing is left to close."""
+        self.fd = -1
+
+    def close_unregistered(self) -> None:
+        """Close the descriptor if no transport closed it (a registration that failed)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class Registration:
+    """`loop.connect_accepted_socket` driven to its end without a Task: the coroutine runs at
+    once up to its wait for the connection (or the TLS handshake), and resumes when that wait
+    is done; `failed(error)` hears of a registration that did not become a connection."""
+
+    __slots__ = ("_coroutine", "_failed")
+
+    def __init__(self, coroutine, failed: Callable[[BaseException | None], None]):
+        self._coroutine = coroutine
+        self._failed = failed
+        self.step()
+
+    def step(self, _done: asyncio.Future | None = None) -> None:
+        try:
+            waiting = self._coroutine.send(None)
+        except StopIteration:
+            return  # the transport and the connection are made
+        except asyncio.CancelledError:
+            self._failed(None)
+            return
+        except Exception as error:  # noqa: BLE001 - a socket the loop could not take
+            self._failed(error)
+            return
+        waiting.add_done_callback(self.step)
+
+
 def _describe(error: BaseException | None) -> str:
     if error is None:
         return "cancelled"
@@ -64,8 +124,7 @@ class Intake:
     """Queues handed-off sockets, registers a few per loop turn, batches what the parent hears."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, channel: ipc.Channel, stats: WorkerStats,
-                 new_connection: Callable[[int, int, str], Connection],
-                 families: list[int], per_turn: int, send_buffer: int,
+                 new_connection: Callable[..., Connection], families: list[int], per_turn: int,
                  tls: list[ssl.SSLContext | None] | None = None,
                  handshake_timeout: float = 10.0):
         if per_turn < 1:
@@ -73,10 +132,10 @@ class Intake:
         self._loop = loop
         self._channel = channel
         self._stats = stats
-        self._new_connection = new_connection  # (conn id, listener, peer) -> its protocol
+        # (conn id, listener, peer, fd=, tls=) -> its protocol
+        self._new_connection = new_connection
         self._families = families  # by listener index
         self._per_turn = per_turn
-        self._send_buffer = send_buffer
         self._tls = tls or [None] * len(families)  # by listener index: SSL listeners' contexts
         self._handshake_timeout = handshake_timeout
         self._incoming: collections.deque[tuple[int, ipc.HandedOff]] = collections.deque()
@@ -135,40 +194,27 @@ class Intake:
             self._registering = False
 
     def _register(self, fd: int, meta: ipc.HandedOff) -> None:
-        # Naming the family and type spares three getsockopt calls per socket.
-        sock = socket.socket(self._families[meta.listener], socket.SOCK_STREAM, 0, fileno=fd)
-        try:
-            # As Kafka's acceptor; uvloop itself sets TCP_NODELAY on the transport.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if self._send_buffer > 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
-        except OSError as error:
-            log.info("connection %s from %s:%s failed before registration: %s",
-                     meta.conn_id, meta.host, meta.port, error)
-            sock.close()
-            self._dropped(meta, "error")
-            self._schedule_ack()
-            return
-        connection = self._new_connection(meta.conn_id, meta.listener, f"{meta.host}:{meta.port}")
-        context = self._tls[meta.listener]
-        if context is None:
-            registration = self._loop.connect_accepted_socket(lambda: connection, sock)
-        else:  # the handshake runs on this loop; the connection exists once it is done
-            registration = self._loop.connect_accepted_socket(
-                lambda: connection, sock, ssl=context,
-                ssl_handshake_timeout=self._handshake_timeout)
-        task = self._loop.create_task(registration)
-        task.add_done_callback(lambda done: self._registration_done(done, meta, sock))
+        # SO_KEEPALIVE and SO_SNDBUF came from the listening socket; uvloop sets TCP_NODELAY.
+        listener = meta.listener
+        descriptor = Descriptor(fd, self._families[listener])
+        context = self._tls[listener]
+        connection = self._new_connection(meta.conn_id, listener, f"{meta.host}:{meta.port}",
+                                          fd=fd, tls=context is not None)
         # Registered with the loop: the hand-off credit goes back now (KIP-402 bounds sockets
         # not yet registered), so slow TLS handshakes never hold the parent's acceptor.
         self._credits_to_return += 1
         self._schedule_ack()
+        if context is None:
+            registration = self._loop.connect_accepted_socket(lambda: connection, descriptor)
+        else:  # the handshake runs on this loop; the connection exists once it is done
+            registration = self._loop.connect_accepted_socket(
+                lambda: connection, descriptor, ssl=context,
+                ssl_handshake_timeout=self._handshake_timeout)
+        Registration(registration, lambda error: self._registration_failed(error, meta,
+                                                                           descriptor))
 
-    def _registration_done(self, task: asyncio.Task, meta: ipc.HandedOff,
-                           sock: socket.socket) -> None:
-        if not task.cancelled() and task.exception() is None:
-            return
-        error = None if task.cancelled() else task.exception()
+    def _registration_failed(self, error: BaseException | None, meta: ipc.HandedOff,
+                             descriptor: Descriptor) -> None:
         reason = "error"
         if self._tls[meta.listener] is not None:
             reason = _handshake_failure(error)
@@ -177,7 +223,7 @@ class Intake:
                      if _looks_like_plaintext(error) else "")
         else:
             log.info("registering connection %s failed: %r", meta.conn_id, error)
-        sock.close()
+        descriptor.close_unregistered()
         self._stats.closed(meta.listener, reason)
         self._closed_ids.append(meta.conn_id)
         self._schedule_ack()

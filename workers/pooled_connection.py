@@ -28,8 +28,12 @@ class PooledConnection(Connection):
     when the connection ends mid-request.
     """
 
-    def __init__(self, host: ConnectionHost, conn_id: int, listener_index: int, peer: str):
-        super().__init__(host, conn_id, listener_index, peer)
+    __slots__ = ("_memory", "_size", "_size_view", "_size_got", "memory_wait", "_leased",
+                 "_queued_size")
+
+    def __init__(self, host: ConnectionHost, conn_id: int, listener_index: int, peer: str,
+                 fd: int = -1, tls: bool = False):
+        super().__init__(host, conn_id, listener_index, peer, fd, tls)
         memory = host.memory
         assert memory is not None, "a pooled connection needs the pool's waiters"
         self._memory = memory

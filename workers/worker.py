@@ -107,6 +107,12 @@ class Worker:
                              self.forwarder.forward)
         self.principals = Principals(config, channel, self.control_plane, self.router.handle,
                                      self.stats, self.events)
+        # Who a connection is (ConnectionHost): the worker's Principals answer, called directly
+        # (each connection asks twice as it is made).
+        self.principal_of = self.principals.principal_of
+        self.authenticator = self.principals.authenticator
+        self.claim_user = self.principals.claim_user
+        self.user_refused = self.principals.user_refused
         self.max_request_bytes = props.socket_request_max_bytes
         self.memory: MemoryWaiters | None = None
         if props.queued_max_request_bytes > 0:
@@ -193,8 +199,7 @@ class Worker:
         return Intake(loop, self.channel, self.stats,
                       new_connection=functools.partial(connection_class, self),
                       families=[item.family() for item in config.listeners],
-                      per_turn=config.props.pybroker_registrations_per_turn,
-                      send_buffer=config.props.socket_send_buffer_bytes, tls=tls,
+                      per_turn=config.props.pybroker_registrations_per_turn, tls=tls,
                       handshake_timeout=config.props.pybroker_ssl_handshake_timeout_ms / 1000)
 
     def _tls_contexts(self, listener_tls) -> list:
@@ -212,20 +217,6 @@ class Worker:
             return
         self.intake.use_tls(contexts)
         log.info("worker %s: new certificates for %s", self.name, ", ".join(sorted(listener_tls)))
-
-    # Who a connection is (ConnectionHost): the worker's Principals answer.
-
-    def principal_of(self, listener: int, transport) -> str:
-        return self.principals.principal_of(listener, transport)
-
-    def authenticator(self, conn: Connection) -> Authenticator | None:
-        return self.principals.authenticator(conn)
-
-    def claim_user(self, conn: Connection, user: str) -> asyncio.Future:
-        return self.principals.claim_user(conn, user)
-
-    def user_refused(self, conn: Connection, user: str, reason: str) -> None:
-        self.principals.user_refused(conn, user, reason)
 
     @staticmethod
     def _event_log(boot: ipc.Boot) -> WorkerEvents | None:
@@ -288,37 +279,56 @@ class Worker:
         self.block.beat(self.slot)
         self.stats.tick()
         self.stats.descriptors(self.registry.files, REGION_BUDGET)
-        now = time.monotonic()
-        if self._idle_seconds >= 0 and not self._draining:
-            cutoff = now - self._idle_seconds
-            for conn in [c for c in self.connections if c.last_active < cutoff and c.is_idle()]:
-                log.debug("closing idle connection %s from %s", conn.conn_id, conn.peer)
-                conn.close("idle")
-        for conn in [c for c in self.connections if c.session_expires and c.session_expires < now]:
-            log.info("connection %s from %s: SASL session expired without re-authentication "
-                     "(connections.max.reauth.ms); closing", conn.conn_id, conn.peer)
-            conn.close("session_expired")
-        for conn in [c for c in self.connections if c.receive_overdue(now)]:
-            log.info("connection %s from %s: a request still incomplete after %d ms; closing",
-                     conn.conn_id, conn.peer, self.receive_timeout * 1000)
-            conn.close("receive_timeout")
-        for conn in [c for c in self.connections if c.send_stalled(now)]:
-            log.info("connection %s from %s: took none of its answers for %d ms; closing",
-                     conn.conn_id, conn.peer, self.send_stall_seconds * 1000)
-            conn.close("send_stalled")
-        self._close_hung_up()
+        self._sweep(time.monotonic())
         self.services.sessions.tick()
         if self.memory is not None:
             self.memory.take_grants()  # a wake-up lost (its sender died) delays a grant, no more
         self.loop.call_later(TICK_SECONDS, self._tick)
 
-    def _close_hung_up(self) -> None:
+    def _sweep(self, now: float) -> None:
+        """One pass over the connections, once a tick: close those idle past
+        connections.max.idle.ms, past their SASL session (KIP-368), with a request incomplete
+        past pybroker.request.receive.timeout.ms or answers not taken past
+        pybroker.connection.send.stall.ms, in that order of precedence; then ask the kernel
+        about the peers of those not being read (`_close_hung_up`)."""
+        idle_before = (now - self._idle_seconds if self._idle_seconds >= 0 and not self._draining
+                       else float("-inf"))
+        due: list[tuple[Connection, str]] = []
+        paused: dict[int, Connection] = {}
+        for conn in self.connections:
+            if conn.last_active < idle_before and conn.is_idle():
+                due.append((conn, "idle"))
+            elif conn.session_expires and conn.session_expires < now:
+                due.append((conn, "session_expired"))
+            elif conn.receive_overdue(now):
+                due.append((conn, "receive_timeout"))
+            elif conn.send_stalled(now):
+                due.append((conn, "send_stalled"))
+            elif not conn.reading and not conn.closing and conn.fd >= 0:
+                paused[conn.fd] = conn
+        for conn, reason in due:
+            self._log_sweep(conn, reason)
+            conn.close(reason)
+        if paused:
+            self._close_hung_up(paused)
+
+    def _log_sweep(self, conn: Connection, reason: str) -> None:
+        if reason == "idle":
+            log.debug("closing idle connection %s from %s", conn.conn_id, conn.peer)
+        elif reason == "session_expired":
+            log.info("connection %s from %s: SASL session expired without re-authentication "
+                     "(connections.max.reauth.ms); closing", conn.conn_id, conn.peer)
+        elif reason == "receive_timeout":
+            log.info("connection %s from %s: a request still incomplete after %d ms; closing",
+                     conn.conn_id, conn.peer, self.receive_timeout * 1000)
+        else:
+            log.info("connection %s from %s: took none of its answers for %d ms; closing",
+                     conn.conn_id, conn.peer, self.send_stall_seconds * 1000)
+
+    @staticmethod
+    def _close_hung_up(paused: dict[int, Connection]) -> None:
         """Connections whose reading is paused (muted, parked, throttled, waiting for memory
         or queue room) never see their peer go: ask the kernel which peers hung up."""
-        paused = {conn.fd: conn for conn in self.connections
-                  if not conn.reading and not conn.closing and conn.fd >= 0}
-        if not paused:
-            return
         poller = select.poll()
         for fd in paused:
             poller.register(fd, _HUNG_UP)

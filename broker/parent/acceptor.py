@@ -52,14 +52,22 @@ FD_EXHAUSTION_PAUSE = 0.1
 MAX_DELAYED_CLOSES = 10000
 
 
-def bind_listener(listener: Listener, backlog: int, receive_buffer: int) -> socket.socket:
-    """Bind and listen; port 0 picks an ephemeral port (read it back from getsockname)."""
+def bind_listener(listener: Listener, backlog: int, receive_buffer: int,
+                  send_buffer: int = -1) -> socket.socket:
+    """Bind and listen; port 0 picks an ephemeral port (read it back from getsockname).
+
+    Accepted sockets inherit the listening socket's options: SO_RCVBUF (which must be set
+    before the handshake to size the window), SO_KEEPALIVE and SO_SNDBUF (Kafka sets the last
+    two on each accepted socket; inherited, they cost no system call per connection)."""
     family = listener.family()
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if receive_buffer > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        if send_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         sock.bind((listener.host or ("::" if family == socket.AF_INET6 else "0.0.0.0"),
                    listener.port))
         sock.listen(backlog)

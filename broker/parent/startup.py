@@ -59,7 +59,8 @@ def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
     try:
         for listener in config.listeners:
             sockets.append(bind_listener(listener, listen_backlog(props),
-                                         props.socket_receive_buffer_bytes))
+                                         props.socket_receive_buffer_bytes,
+                                         props.socket_send_buffer_bytes))
     except OSError as error:
         for sock in sockets:
             sock.close()

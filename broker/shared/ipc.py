@@ -365,19 +365,24 @@ def _close_all(fds) -> None:
             pass
 
 
+# Plain ints: `flags & socket.MSG_TRUNC` would go through the IntFlag's Python `__rand__`
+# (a microsecond per message, by py-spy).
+_MSG_TRUNC, _MSG_CTRUNC = int(socket.MSG_TRUNC), int(socket.MSG_CTRUNC)
+_ANCILLARY_BYTES = socket.CMSG_SPACE(MAX_FDS_PER_MESSAGE * 4)
+
+
 def _receive_datagram(sock: socket.socket) -> tuple[bytes, list[int]]:
-    data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE_BYTES,
-                                             socket.CMSG_SPACE(MAX_FDS_PER_MESSAGE * 4))
+    data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE_BYTES, _ANCILLARY_BYTES)
     fds = array.array("i")
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
     if not data and not fds:
         raise EOFError("peer closed the socket")
-    if flags & socket.MSG_TRUNC or not data:
+    if flags & _MSG_TRUNC or not data:
         _close_all(fds)
         raise ChannelError(f"truncated IPC datagram (flags {flags:#x})")
-    if flags & socket.MSG_CTRUNC:  # this process is out of descriptors: the kernel kept the
+    if flags & _MSG_CTRUNC:  # this process is out of descriptors: the kernel kept the
         _lost_descriptors()  # ones it could not install; the message holds, those sockets
     return data, list(fds)  # are missing (a hand-off counts them closed), the channel lives
 
