@@ -125,8 +125,7 @@ class Worker:
         self.frame_maps = FrameMaps(MAPPED_FRAME_BYTES, keep) if keep > 0 else None
         self.sasl_max_receive_bytes = props.sasl_server_max_receive_size
         self.scratch = memoryview(bytearray(SCRATCH_BYTES))
-        self.connections: set[Connection] = set()
-        self.by_id: dict[int, Connection] = {}
+        self.connections: dict[int, Connection] = {}  # by conn id
         self._idle_seconds = props.connections_max_idle_ms / 1000
         self.receive_timeout = props.pybroker_request_receive_timeout_ms / 1000
         self.max_unsent_bytes = props.pybroker_connection_max_unsent_bytes
@@ -257,7 +256,7 @@ class Worker:
         # Only answers owed are waited for: a connection throttled, waiting for memory or
         # half-way through a request has nothing acknowledged to lose and closes at once.
         past_deadline = time.monotonic() >= self._deadline
-        for conn in list(self.connections):
+        for conn in list(self.connections.values()):
             if past_deadline or not conn.owes_answer():
                 conn.close("shutdown")
                 if past_deadline and conn.transport is not None:
@@ -295,7 +294,7 @@ class Worker:
                        else float("-inf"))
         due: list[tuple[Connection, str]] = []
         paused: dict[int, Connection] = {}
-        for conn in self.connections:
+        for conn in self.connections.values():
             if conn.last_active < idle_before and conn.is_idle():
                 due.append((conn, "idle"))
             elif conn.session_expires and conn.session_expires < now:
@@ -341,32 +340,33 @@ class Worker:
     # --- the channel to the parent --------------------------------------------------------
 
     def _on_channel(self) -> None:
-        while True:
-            try:
-                message, fds = self.channel.receive()
-            except BlockingIOError:
-                break
-            except (EOFError, OSError, ValueError, msgspec.DecodeError) as error:
-                self._parent_gone(error)
-                return
-            if type(message) is ipc.Handoff:  # the one message that carries descriptors
-                self.intake.accept(message, fds)
-                continue
-            order = self._orders.get(type(message))
-            if order is not None:
-                order(message)
-            else:
-                log.error("worker %s: unexpected message %r", self.name, message)
-            for fd in fds:  # only a Handoff brings descriptors
-                os.close(fd)
+        """One message per call: the loop polls the channel level-triggered, so it calls again
+        while more wait, and no call ends in a read that finds nothing (an exception each)."""
+        try:
+            message, fds = self.channel.receive()
+        except BlockingIOError:
+            return
+        except (EOFError, OSError, ValueError, msgspec.DecodeError) as error:
+            self._parent_gone(error)
+            return
+        if type(message) is ipc.Handoff:  # the one message that carries descriptors
+            self.intake.accept(message, fds)
+            return
+        order = self._orders.get(type(message))
+        if order is not None:
+            order(message)
+        else:
+            log.error("worker %s: unexpected message %r", self.name, message)
+        for fd in fds:  # only a Handoff brings descriptors
+            os.close(fd)
 
     def _parent_orders(self) -> dict:
         """What the worker does with each kind of message from the parent (but Handoff)."""
         return {
             ipc.Close: lambda message: self._close_ids(message.conn_ids, message.reason),
             ipc.EvictQuery: self._answer_evict_query,
-            ipc.ConnectionsQuery: lambda query: self._reply(top_connections(self.connections,
-                                                                            query)),
+            ipc.ConnectionsQuery: lambda query: self._reply(
+                top_connections(self.connections.values(), query)),
             ipc.AdminResponse: self.forwarder.answered,
             ipc.UserVerdict: self.principals.verdict,
             ipc.Quotas: self._quotas_changed,
@@ -397,15 +397,13 @@ class Worker:
     # --- called by connections (ConnectionHost) -------------------------------------------
 
     def connection_registered(self, conn: Connection) -> None:
-        self.connections.add(conn)
-        self.by_id[conn.conn_id] = conn
+        self.connections[conn.conn_id] = conn
         self.stats.registered(conn.listener_index)
         if self._draining:
             conn.close("shutdown")
 
     def connection_closed(self, conn: Connection, reason: str) -> None:
-        self.connections.discard(conn)
-        self.by_id.pop(conn.conn_id, None)
+        self.connections.pop(conn.conn_id, None)
         self.intake.closed(conn.conn_id)  # first: the parent's slot accounting
         self.stats.closed(conn.listener_index, reason)
         if self.events is not None:
@@ -425,14 +423,14 @@ class Worker:
 
     def _close_ids(self, conn_ids: list[int], reason: str) -> None:
         for conn_id in conn_ids:
-            conn = self.by_id.get(conn_id)
+            conn = self.connections.get(conn_id)
             if conn is not None:
                 conn.close(reason)
 
     def _answer_evict_query(self, query: ipc.EvictQuery) -> None:
         """The least recently active connections of the listeners the parent may evict."""
         allowed = set(query.listeners)
-        candidates = sorted((c for c in self.connections
+        candidates = sorted((c for c in self.connections.values()
                              if c.listener_index in allowed and not c.closing),
                             key=lambda c: c.last_active)[:query.count]
         self._reply(ipc.EvictCandidates(round=query.round, candidates=[
