@@ -31,8 +31,11 @@ class Dispatcher:
         self._next = 0
 
     def free_capacity(self) -> int:
-        return sum(self.capacity - worker.outstanding
-                   for worker in self.workers if worker.accepts(self.capacity))
+        capacity, free = self.capacity, 0
+        for worker in self.workers:  # a loop, not sum(generator): asked twice per wake-up
+            if worker.accepts(capacity):
+                free += capacity - worker.outstanding
+        return free
 
     def dispatch(self, listener: int, accepted: list[tuple[int, tuple, int]]) -> None:
         """Send (fd, peer address, conn id) to workers and close the parent's copies.
