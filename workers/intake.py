@@ -147,7 +147,8 @@ class Intake:
         self._ack_timer: asyncio.TimerHandle | None = None
 
     def accept(self, message: ipc.Handoff, fds: list[int]) -> None:
-        """Queue the sockets of one Handoff message for registration."""
+        """Queue the sockets of one Handoff message and register a turn's worth of them now,
+        unless earlier ones still wait (the worker reads one channel message per loop turn)."""
         if len(fds) != len(message.conns):
             log.error("hand-off carried %d fds for %d connections", len(fds), len(message.conns))
         for fd, meta in zip(fds, message.conns):
@@ -162,8 +163,7 @@ class Intake:
             self._dropped(meta, "error")
         self._schedule_ack()
         if self._incoming and not self._registering:
-            self._registering = True
-            self._loop.call_soon(self._register_some)
+            self._register_some()
 
     def use_tls(self, contexts: list[ssl.SSLContext | None]) -> None:
         """New server contexts (certificates re-read): for the handshakes that start now."""
@@ -188,10 +188,9 @@ class Intake:
         for _ in range(min(self._per_turn, len(self._incoming))):
             fd, meta = self._incoming.popleft()
             self._register(fd, meta)
-        if self._incoming:
+        self._registering = bool(self._incoming)
+        if self._registering:  # the rest in the turns to come
             self._loop.call_soon(self._register_some)
-        else:
-            self._registering = False
 
     def _register(self, fd: int, meta: ipc.HandedOff) -> None:
         # SO_KEEPALIVE and SO_SNDBUF came from the listening socket; uvloop sets TCP_NODELAY.

@@ -1,14 +1,16 @@
 """A worker process: receives sockets from the parent, registers them, serves their requests.
 
 Event-loop turn, as Kafka's Processor has it:
-  1. the hand-off socket is drained into the intake (workers.intake; the parent never hands
-     more than `pybroker.handoff.queue.size` unregistered sockets to one worker);
-  2. at most `pybroker.registrations.per.turn` of them are registered; the rest wait for the
+  1. the next message of the channel to the parent is read: a hand-off goes to the intake
+     (workers.intake; the parent never hands more than `pybroker.handoff.queue.size`
+     unregistered sockets to one worker);
+  2. at most `pybroker.registrations.per.turn` sockets are registered; the rest wait for the
      next turn, so a storm of new connections cannot starve the existing ones;
-  3. each registration is acknowledged to the parent (one `Progress` message per turn,
-     with the ids of closed connections), which returns the hand-off credit;
+  3. registrations are acknowledged to the parent (`Progress` messages, batched within a
+     millisecond, with the ids of closed connections), which returns the hand-off credit;
   4. connections serve their reads (workers.connection), with this worker as their host.
-A one-second timer refreshes the heartbeat in the shared block and closes idle connections.
+A one-second timer refreshes the heartbeat in the shared block and sweeps the connections once
+(idle, session expiry, receive timeout, send stall, peers gone while not read).
 With the memory pool on, connections that wait for memory are resumed in grant order when the
 pool wakes this worker; `queued.max.requests` is enforced per worker share (both in
 workers.backpressure).
