@@ -7,10 +7,10 @@ its credit, and each closed connection its id, in `Progress` messages: at once w
 turn's worth of credits is due, else batched within a millisecond.
 A socket that never becomes a connection is counted closed and returns both at once.
 
-Registering costs no socket object and no Task: the listening socket's options (SO_KEEPALIVE,
-SO_SNDBUF) were inherited at accept, uvloop takes the bare descriptor (`Descriptor`), and
-`Registration` drives `connect_accepted_socket` itself (a Task and its scheduling were a fifth
-of a worker's Python time per connection, by py-spy).
+Registering costs no socket object, no system call of ours and no Task: the listening socket's
+options (SO_KEEPALIVE, SO_SNDBUF) were inherited at accept, uvloop takes the bare descriptor
+(`Descriptor`), and `Registration` drives `connect_accepted_socket` itself instead of a Task
+and its three scheduled steps.
 """
 
 from __future__ import annotations
