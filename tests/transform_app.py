@@ -21,7 +21,10 @@ BATCH = 100
 def main(bootstrap: str, source: str, sink: str, total: int, seconds: float) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "transform",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+                         "auto.offset.reset": "earliest",
+                         # A killed run's member stays in the group (as in Kafka) until its
+                         # session ends: the restarted run's first rebalance waits that long.
+                         "session.timeout.ms": 6000})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "transform-app",
                          "transaction.timeout.ms": 10000, "linger.ms": 5})
     producer.init_transactions(30)
