@@ -11,7 +11,7 @@ LOADGEN := loadtest/bin/rrclient loadtest/bin/connclient
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml broker/shared/log/_recordwalk.c workers/_frames.c
+$(STAMP): pyproject.toml broker/shared/log/_recordwalk.c workers/_frames.c workers/_counts.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,pipeline]'

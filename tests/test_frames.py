@@ -3,6 +3,7 @@ walk against the Python one on arbitrary bytes and memos, both against the route
 answers on real ApiVersions frames, and a connection that serves pipelined ApiVersions through
 it; the bounded answer table (broker/shared/protocol/cache.py) the memo lives in."""
 
+import asyncio
 import struct
 
 import pytest
@@ -10,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.shared.protocol.cache import BoundedCache
-from tests.test_connection import connect, feed, make_router
+from tests.test_connection import FakeTransport, connect, feed, make_router
 from tests.wire import api_versions_request, metadata_request
 from workers import frames
+from workers.connection import Connection
 from workers.mute import MuteState
 
 needs_c = pytest.mark.skipif(frames._frames is None, reason="never: make install builds it")
@@ -27,10 +29,10 @@ def test_the_c_walk_is_built_by_make_install_and_shares_the_bounds():
         frames.MAX_KEY_BYTES, frames.MAX_ANSWERS)
 
 
-def _outcome(walk, data, offset, max_bytes, memo):
+def _outcome(walk, data, offset, max_bytes, memo, *end):
     out, handled = [], []
     try:
-        stopped = walk(data, offset, max_bytes, memo, out, handled)
+        stopped = walk(data, offset, max_bytes, memo, out, handled, *end)
     except Exception as error:  # noqa: BLE001 - the kind of refusal is what is compared
         return type(error).__name__, out, handled
     return stopped, out, handled
@@ -92,6 +94,26 @@ def test_the_walks_agree_on_random_bytes_and_an_empty_memo(data, offset, max_byt
 
 
 @needs_c
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(parts=st.lists(request_frames, max_size=6), after=st.binary(max_size=40),
+       end=st.integers(-2, 160), offset=st.integers(0, 12))
+def test_a_walk_up_to_end_is_the_walk_of_the_first_end_bytes(parts, after, end, offset):
+    """A read lies at the start of a larger buffer: the walk never reads past `end`, and the C
+    walk agrees with the Python one."""
+    data, keys = _stream(parts)
+    memo = {key: (b"HEAD", b"-tail", 18) for key in keys}
+    buffer = bytearray(data + after)  # past the read: the bytes of an earlier one
+    expected = _outcome(frames.python_answer_memoized, buffer, offset, 1 << 20, memo, end)
+    assert _outcome(frames._frames.answer_memoized, buffer, offset, 1 << 20, memo, end) == \
+        expected
+    if end < 0:
+        assert expected[0] == "ValueError"
+    else:
+        assert expected == _outcome(frames.python_answer_memoized, bytes(buffer[:end]), offset,
+                                    1 << 20, memo)
+
+
+@needs_c
 def test_a_walk_stops_where_a_refusal_or_a_miss_begins():
     key_frame = struct.pack(">i", 12) + ROUTES[3] + b"\0\0\0\x07" + b"rest"
     memo = {ROUTES[3] + b"rest": (b"HEAD", b"-tail", 18)}
@@ -145,6 +167,54 @@ def test_a_connection_answers_pipelined_api_versions_without_the_router():
     assert worker.served == [18] * 20 + [3] + [18] * 19
     assert conn.client_id == "test" and conn.requests == 40
     assert conn.state is MuteState.NOT_MUTED and conn.is_idle()
+
+
+def test_a_read_partly_answered_from_the_memo_is_served_on_in_order_with_one_write():
+    """A read whose walk stops at a frame the memo cannot answer: the router answers that one
+    (once), the walk goes on after it, every answer leaves in order in one write, and the
+    incomplete frame at the end waits as bytes of its own."""
+    conn, transport, worker = connect()
+    feed(conn, api_versions_request(3, correlation_id=0))  # the client id; the answer memoized
+    calls = []
+    handle = conn._handle
+    conn._handle = lambda request, *rest: calls.append(bytes(request[:2])) or handle(
+        request, *rest)
+    tail = api_versions_request(3, correlation_id=5)
+    feed(conn, b"".join([api_versions_request(3, correlation_id=1),
+                         api_versions_request(3, correlation_id=2),
+                         metadata_request(12, correlation_id=3),
+                         api_versions_request(3, correlation_id=4), tail[:9]]))
+    assert calls == [b"\x00\x03"] and len(transport.writes) == 2
+    assert transport.responses() == [0, 1, 2, 3, 4]
+    assert type(conn._pending) is bytes and conn._pending == tail[:9]
+    feed(conn, tail[9:])
+    assert transport.responses() == [0, 1, 2, 3, 4, 5] and calls == [b"\x00\x03"]
+    assert worker.served == [18, 18, 18, 3, 18, 18] and conn.is_idle()
+
+
+def test_what_outlives_a_read_is_copied_out_of_the_shared_scratch_buffer():
+    """A request whose answer waits keeps its own bytes, and so do the frames read behind it,
+    while the next reads (another connection's) overwrite the worker's scratch buffer."""
+    loop = asyncio.new_event_loop()
+    conn, transport, worker = connect()
+    other = Connection(worker, 2, 0, "127.0.0.1:2")
+    other.connection_made(FakeTransport())
+    feed(conn, api_versions_request(3, correlation_id=0))
+    kept, waiting = [], loop.create_future()
+    handle = conn._handle
+    conn._handle = lambda request, *rest: (kept.append(request) or waiting) if \
+        request[:2] == b"\x00\x03" else handle(request, *rest)
+    parked = metadata_request(12, correlation_id=2)
+    behind = api_versions_request(3, correlation_id=3)
+    feed(conn, api_versions_request(3, correlation_id=1) + parked + behind)
+    assert transport.responses() == [0, 1] and conn.owes_answer()
+    feed(other, b"\xff" * len(worker.scratch))  # the scratch, overwritten: a refusal
+    assert type(kept[0]) is bytes and kept[0] == parked[4:]
+    assert type(conn._pending) is bytes and conn._pending == behind
+    waiting.set_result(struct.pack(">ii", 4, 2))
+    loop.run_until_complete(asyncio.sleep(0))  # the future's callbacks
+    assert transport.responses() == [0, 1, 2, 3] and conn.is_idle()
+    loop.close()
 
 
 def test_the_answer_table_keeps_its_budget_oldest_first():

@@ -1,9 +1,10 @@
 /* The frame splitter of a connection's read and the dispatch of memoized answers, in C
  * (workers/frames.py holds the same walk in Python, the oracle, used where this is not built).
  *
- * answer_memoized(data, offset, max_bytes, memo, out, handled) -> offset
+ * answer_memoized(data, offset, max_bytes, memo, out, handled[, end]) -> offset
  *
- * walks the complete request frames of `data` (bytes, or any buffer) from `offset`, each a
+ * walks the complete request frames of `data` (bytes, or any buffer; only its first `end`
+ * bytes when `end` is given, as if it were `data[:end]`) from `offset`, each a
  * 4-byte big-endian size and that many bytes, and answers those whose answer is memoized:
  * `memo` (a dict) maps a frame's key - its bytes without the size and without the correlation
  * id (api key, api version, then all after the correlation id) - to a tuple (head, tail,
@@ -101,17 +102,22 @@ static int saturated(PyObject *number, long long *value)
 
 static PyObject *answer_memoized(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
+    if (nargs != 6 && nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
-                        "answer_memoized(data, offset, max_bytes, memo, out, handled)");
+                        "answer_memoized(data, offset, max_bytes, memo, out, handled[, end])");
         return NULL;
     }
     PyObject *memo = args[3], *out = args[4], *handled = args[5];
-    long long offset, max_bytes;
-    if (saturated(args[1], &offset) < 0 || saturated(args[2], &max_bytes) < 0)
+    long long offset, max_bytes, end = LLONG_MAX;
+    if (saturated(args[1], &offset) < 0 || saturated(args[2], &max_bytes) < 0 ||
+        (nargs == 7 && saturated(args[6], &end) < 0))
         return NULL;
     if (offset < 0) {
         PyErr_SetString(PyExc_ValueError, "a negative offset");
+        return NULL;
+    }
+    if (end < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative end");
         return NULL;
     }
     if (!PyDict_CheckExact(memo) || !PyList_Check(out) || !PyList_Check(handled)) {
@@ -130,6 +136,8 @@ static PyObject *answer_memoized(PyObject *module, PyObject *const *args, Py_ssi
         data = view.buf;
         length = view.len;
     }
+    if (length > end)  /* the bytes past `end` are not the read's */
+        length = (Py_ssize_t)end;
     Hit hits[MAX_ANSWERS];
     Py_ssize_t count = 0, total = 0;
     PyObject *result = NULL;
@@ -191,7 +199,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"answer_memoized", (PyCFunction)(void (*)(void))answer_memoized, METH_FASTCALL,
-     "answer_memoized(data, offset, max_bytes, memo, out, handled) -> offset"},
+     "answer_memoized(data, offset, max_bytes, memo, out, handled[, end]) -> offset"},
     {NULL, NULL, 0, NULL},
 };
 

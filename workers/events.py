@@ -15,13 +15,17 @@ most MAX_KEYS entries a second; the rest are added under the client id "<other>"
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from broker.shared import events
 from broker.shared.events import EventLog
+from workers.counts import AGGREGATE_SKETCH, aggregate, new_aggregate
+
+if TYPE_CHECKING:
+    from array import array
 
 MAX_KEYS = 2000
 OTHER = "<other>"
-SKETCH_BUCKETS = 192  # up to about 2**47 us; slower requests count in the last bucket
 
 
 class WorkerEvents:
@@ -43,38 +47,27 @@ class WorkerEvents:
         connection moved since its last read.  A parked request (a long-poll Fetch, a
         JoinGroup) waited on purpose: never a slow_request."""
         us = elapsed_ns // 1000
-        if us < 8:  # broker.shared.events.latency_bucket, inlined: this runs for every read
-            bucket = us
-        else:
-            top = us.bit_length() - 1
-            bucket = min(4 * top + ((us - (1 << top)) >> (top - 2)), SKETCH_BUCKETS - 1)
-        bytes_in, bytes_out = conn.bytes_in - conn.bytes_in_logged, conn.bytes_out - conn.bytes_out_logged
-        conn.bytes_in_logged, conn.bytes_out_logged = conn.bytes_in, conn.bytes_out
-        if len(api_keys) == 1:
+        bytes_in, bytes_out = conn.bytes_in, conn.bytes_out
+        moved_in, moved_out = bytes_in - conn.bytes_in_logged, bytes_out - conn.bytes_out_logged
+        conn.bytes_in_logged, conn.bytes_out_logged = bytes_in, bytes_out
+        count, api_key = len(api_keys), api_keys[0]
+        # A read usually holds one request, or one API many times (a pipeline): its entry is
+        # the connection's of this second, the additions are in C (workers.counts).
+        if count == 1 or api_keys.count(api_key) == count:
             cached = conn.aggregate
-            if cached is not None and cached[0] is self._table and cached[1] == api_keys[0]:
-                entry = cached[2]
+            if cached is not None and cached[1] == api_key and cached[0] is self._table:
+                aggregate(cached[2], count, moved_in, moved_out, us)
             else:
-                entry = self._entry(conn, api_keys[0])
-            entry[0] += 1
-            entry[1] += bytes_in
-            entry[2] += bytes_out
-            entry[3] += us
-            entry[4][bucket] += 1
+                aggregate(self._entry(conn, api_key), count, moved_in, moved_out, us)
         else:
-            share = len(api_keys)
             for api_key in set(api_keys):
-                count = api_keys.count(api_key)
-                entry = self._entry(conn, api_key)
-                entry[0] += count
-                entry[1] += bytes_in * count // share
-                entry[2] += bytes_out * count // share
-                entry[3] += us * count
-                entry[4][bucket] += count
+                share = api_keys.count(api_key)
+                aggregate(self._entry(conn, api_key), share, moved_in * share // count,
+                          moved_out * share // count, us)
         if us >= self.slow_us and not parked:
-            self._slow(conn, api_keys[-1], us, bytes_in)
+            self._slow(conn, api_keys[-1], us, moved_in)
 
-    def _entry(self, conn, api_key: int) -> list:
+    def _entry(self, conn, api_key: int) -> array:
         """The table entry of the connection's (API, client) this second."""
         key = (conn.listener_index, api_key, conn.client_id)
         entry = self._table.get(key)
@@ -83,7 +76,7 @@ class WorkerEvents:
                 key = (key[0], key[1], OTHER)
                 entry = self._table.get(key)
             if entry is None:
-                entry = self._table[key] = [0, 0, 0, 0, [0] * SKETCH_BUCKETS]
+                entry = self._table[key] = new_aggregate()
         conn.aggregate = (self._table, api_key, entry)
         return entry
 
@@ -127,7 +120,7 @@ class WorkerEvents:
                 plane=self.planes[listener], api=self.api_names.get(api_key, str(api_key)),
                 client_id=client_id, count=entry[0], bytes_in=entry[1], bytes_out=entry[2],
                 latency_us_sum=entry[3],
-                latency={bucket: n for bucket, n in enumerate(entry[4]) if n}))
+                latency={bucket: n for bucket, n in enumerate(entry[AGGREGATE_SKETCH:]) if n}))
         self._table = {}
 
     def tick(self, second: int) -> None:

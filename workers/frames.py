@@ -1,17 +1,18 @@
 """The pipelined fast path: a read's request frames answered straight from the memo of pure
 answers (workers.handlers.Router.memo), before any frame becomes a request object.
 
-    answer_memoized(data, offset, max_bytes, memo, out, handled) -> offset
+    answer_memoized(data, offset, max_bytes, memo, out, handled[, end]) -> offset
 
-walks the complete frames of `data` from `offset` (a 4-byte big-endian size, then that many
-bytes) while each one's key is in `memo`: the key is the frame without its size and without
-its correlation id (api key, api version, then all after the correlation id), the value a
-tuple (head, tail, api key), the answer head + the request's correlation id + tail.  The
-answers of one call join in one bytes object appended to `out` (none: nothing appended), the
-api key of each answered request is appended to `handled`, and it returns the offset of the
-first frame it left: fewer than 4 bytes, a size below 8 or above `max_bytes` or above
-MAX_KEY_BYTES + 4, an incomplete frame, a key not memoized, or MAX_ANSWERS answered already.
-The caller serves that frame its usual way and may call again after it.
+walks the complete frames of `data` (only its first `end` bytes when `end` is given: a read
+into a larger buffer is walked where it lies) from `offset` (a 4-byte big-endian size, then
+that many bytes) while each one's key is in `memo`: the key is the frame without its size
+and without its correlation id (api key, api version, then all after the correlation id),
+the value a tuple (head, tail, api key), the answer head + the request's correlation id +
+tail.  The answers of one call join in one bytes object appended to `out` (none: nothing
+appended), the api key of each answered request is appended to `handled`, and it returns the
+offset of the first frame it left: fewer than 4 bytes, a size below 8 or above `max_bytes` or
+above MAX_KEY_BYTES + 4, an incomplete frame, a key not memoized, or MAX_ANSWERS answered
+already.  The caller serves that frame its usual way and may call again after it.
 
 The walk is in C (workers/_frames.c, built by `pip install -e .`); `python_answer_memoized`
 is the same walk in Python, the oracle the tests and the fuzz target compare it with, and
@@ -30,14 +31,16 @@ _MISSING = object()
 
 
 def python_answer_memoized(data, offset: int, max_bytes: int, memo: dict, out: list,
-                           handled: list) -> int:
+                           handled: list, end: int | None = None) -> int:
     """The walk, in Python (see the module's docstring)."""
     if offset < 0:
         raise ValueError("a negative offset")
+    if end is not None and end < 0:
+        raise ValueError("a negative end")
     if type(memo) is not dict or not isinstance(out, list) or not isinstance(handled, list):
         raise TypeError("memo is a dict, out and handled are lists")
     view = memoryview(data).cast("B") if type(data) is not bytes else data
-    end = len(view)
+    end = len(view) if end is None else min(end, len(view))
     answers, keys = [], []
     while len(keys) < MAX_ANSWERS and end - offset >= 4:
         size = _SIZE.unpack_from(view, offset)[0]

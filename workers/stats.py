@@ -12,6 +12,7 @@ import time
 
 from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS,
                        MUTE_REASONS, SASL_MECHANISMS, SharedBlock, duration_bucket)
+from workers.counts import count_requests
 
 _BUCKETS = len(DURATION_BOUNDS_NS) + 1
 
@@ -35,10 +36,11 @@ class WorkerStats:
         self._registered = [block.worker_cell(slot, "connections_registered", i) for i in listeners]
         self._closed = [{reason: block.worker_cell(slot, "connections_closed", i, n)
                          for n, reason in enumerate(CLOSE_REASONS)} for i in listeners]
-        self._requests = [block.worker_cell(slot, "requests", i, 0) for i in listeners]
-        self._buckets = [block.worker_cell(slot, "request_duration_bucket", i, 0, 0)
-                         for i in listeners]
-        self._duration = [block.worker_cell(slot, "request_duration_ns", i, 0) for i in listeners]
+        # Per listener, the cells of its API 0: requests, duration buckets, duration sum.
+        self._request_cells = tuple((block.worker_cell(slot, "requests", i, 0),
+                                     block.worker_cell(slot, "request_duration_bucket", i, 0, 0),
+                                     block.worker_cell(slot, "request_duration_ns", i, 0))
+                                    for i in listeners)
         self._cpu_ns = block.worker_cell(slot, "cpu_ns")
         self._idle_ppm = block.worker_cell(slot, "idle_ppm")
         self._last_tick = (time.monotonic_ns(), *_cpu_and_wait_ns())
@@ -126,14 +128,7 @@ class WorkerStats:
             self.words[self._idle_ppm] = int((1.0 - busy) * 1_000_000)
 
     def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
-        """Count requests that were all received in one read and answered `elapsed_ns` later."""
-        words, requests = self.words, self._requests[listener]
-        buckets = self._buckets[listener] + duration_bucket(elapsed_ns)
-        duration = self._duration[listener]
-        # A pipelined read usually holds one API many times: count per distinct key.
-        for api_key in (set(api_keys) if len(api_keys) > 1 else api_keys):
-            count = api_keys.count(api_key) if len(api_keys) > 1 else 1
-            if 0 <= api_key < 128:
-                words[requests + api_key] += count
-                words[buckets + api_key * _BUCKETS] += count
-                words[duration + api_key] += elapsed_ns * count
+        """Count requests that were all received in one read and answered `elapsed_ns` later
+        (workers.counts: in C, for this runs once a read)."""
+        count_requests(self.words, self._request_cells, DURATION_BOUNDS_NS, listener, api_keys,
+                       elapsed_ns)

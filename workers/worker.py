@@ -27,6 +27,7 @@ import logging
 import os
 import select
 import time
+from time import monotonic as _monotonic
 from typing import Callable
 
 import msgspec
@@ -413,10 +414,11 @@ class Worker:
 
     def requests_served(self, conn: Connection, api_keys: list[int], received_at: float,
                         parked: bool = False) -> None:
-        elapsed = int((time.monotonic() - received_at) * 1e9)
+        elapsed = int((_monotonic() - received_at) * 1e9)
         self.stats.requests(conn.listener_index, api_keys, elapsed)
-        if self.events is not None:
-            self.events.requests(conn, api_keys, elapsed, parked)
+        events = self.events
+        if events is not None:
+            events.requests(conn, api_keys, elapsed, parked)
 
     def invalid_request(self, reason: str) -> None:
         self.stats.invalid(reason)

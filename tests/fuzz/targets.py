@@ -7,7 +7,9 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
               whole response frames, nothing escapes, a refusal closes with a metric, and a
               closed connection holds no buffer.  The pooled variant also returns every byte
               it took from the pool.  The same bytes through the C walk that answers memoized
-              requests (workers/_frames.c) and its Python oracle: the same answers, the same stop.
+              requests (workers/_frames.c) and its Python oracle: the same answers, the same stop;
+              each read's answered requests through the C counts (workers/_counts.c) and their
+              Python oracles: the same counters and event aggregate.
     requests  a request frame for any (API key, version) kio knows, through the guarded
               decoder the worker and the parent use: only ordinary exceptions, never an abort.
     handlers  a request frame through the worker's real router (and the parent's services for
@@ -102,6 +104,10 @@ def _fuzz_worker():
             self.served, self.invalid, self.closed = [], [], []
             self.memory.waiters, self.forwarded, self.queue.waiting = [], [], 0
 
+        def requests_served(self, conn, api_keys, received_at, parked=False):
+            super().requests_served(conn, api_keys, received_at, parked)
+            _counts_agree(api_keys, len(self.served) * 7919 + 1000 * len(api_keys))
+
         def forward_admin(self, request, listener, peer, user="ANONYMOUS"):
             future = self.loop.create_future()
             self.forwarded.append((future, bytes(request[4:8])))
@@ -160,12 +166,39 @@ def _memo_walks_agree(data: bytes, memo: dict) -> None:
 
     if frames._frames is None:
         return
+    # The whole bytes, and a read that ends before its buffer does (`end`).
+    for end in ((), (max(0, len(data) - data[-1] % 16),) if data else ()):
+        verdicts = []
+        for walk in (frames.python_answer_memoized, frames._frames.answer_memoized):
+            out, handled = [], []
+            verdicts.append((walk(data, 0, 1 << 16, memo, out, handled, *end), out, handled))
+        if verdicts[0] != verdicts[1]:
+            raise Finding(f"the memo walks disagree (end {end}): python {verdicts[0]}, "
+                          f"C {verdicts[1]}")
+
+
+def _counts_agree(api_keys: list[int], elapsed_ns: int) -> None:
+    """The C counts of a read's requests (workers/_counts.c) leave what the Python ones leave,
+    in the request counters and in an event aggregate."""
+    from array import array
+
+    from shm.block import DURATION_BOUNDS_NS
+    from workers import counts
+
+    if counts._counts is None:
+        return
+    buckets = len(DURATION_BOUNDS_NS) + 1
+    cells = ((0, 128, 128 + 128 * buckets),)  # the shared block's layout: per API
     verdicts = []
-    for walk in (frames.python_answer_memoized, frames._frames.answer_memoized):
-        out, handled = [], []
-        verdicts.append((walk(data, 0, 1 << 16, memo, out, handled), out, handled))
+    for count, add in ((counts.python_count_requests, counts.python_aggregate),
+                       (counts._counts.count_requests, counts._counts.aggregate)):
+        words, entry = array("q", bytes(8 * 128 * (2 + buckets))), counts.new_aggregate()
+        for _ in range(2):
+            count(memoryview(words), cells, DURATION_BOUNDS_NS, 0, api_keys, elapsed_ns)
+            add(entry, len(api_keys), 100, 1000, elapsed_ns // 1000)
+        verdicts.append((words, entry))
     if verdicts[0] != verdicts[1]:
-        raise Finding(f"the memo walks disagree: python {verdicts[0]}, C {verdicts[1]}")
+        raise Finding(f"the counts of {api_keys} ({elapsed_ns} ns) disagree")
 
 
 def _answer_waiters(worker) -> None:
