@@ -42,7 +42,7 @@ def one_pass(frames: dict[str, str], seconds: float) -> dict[str, dict]:
     figures.update(group_figures(seconds))
     figures["burst pool on"] = memory_burst(pool=True)
     figures["burst pool off"] = memory_burst(pool=False)
-    figures.update(raw_accept_close(seconds))
+    figures.update(raw_accept_close(frames["apiversions"], seconds))
     figures.update(security_costs(seconds))
     figures.update(authorization_costs(seconds))
     figures.update(handler_costs())

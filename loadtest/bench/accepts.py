@@ -1,6 +1,8 @@
 """accepts: two connclient processes (disjoint source addresses), each connection doing
 connect, ApiVersions, answer, close against the broker, versus connect and wait for the
-server's close against loadtest/accept_close_server.py."""
+server's close against loadtest/accept_close_server.py, and the broker's work less the
+broker: connect, one frame echoed, close against loadtest/echo_server.py (one process, no
+hand-off, no admission, no answer to build)."""
 
 from __future__ import annotations
 
@@ -22,12 +24,19 @@ def run_accept(port: int, pids, mode: str, frame_path: str, seconds: float):
             "connections": sum(r["connections"] for r in results)}
 
 
-def raw_accept_close(seconds: float) -> dict[str, dict]:
-    """The baseline: connect and wait for the close against loadtest/accept_close_server.py."""
+def raw_accept_close(frame_path: str, seconds: float) -> dict[str, dict]:
+    """The baselines: connect and wait for the close against loadtest/accept_close_server.py;
+    connect, send `frame_path`'s frame, read it back and close against the echo server."""
     figures = {}
     raw = Server("accept_close_server.py")
     try:
         figures["raw accept+close"] = run_accept(raw.port, raw.pids, "fin", "-", seconds)
     finally:
         raw.close()
+    echo = Server("echo_server.py")
+    try:
+        figures["echo accept+request+close"] = run_accept(echo.port, echo.pids, "req",
+                                                          frame_path, seconds)
+    finally:
+        echo.close()
     return figures

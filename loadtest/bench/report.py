@@ -19,6 +19,7 @@ TARGETS = (
 )
 UNTARGETED = (("metadata 2w 100x1", "echo 100x1"),
               ("accept limits on", "accept+handoff+register 2w"),
+              ("accept+handoff+register 2w", "echo accept+request+close"),
               ("produce 1KiB, others quoted", "produce 1KiB acks=1"))
 FAIRNESS_TARGET = 2.0  # p99 during a storm / p99 without one, with the KIP-402 bounds
 # Broker CPU (all processes) per MB, and zero-copy consume against the copying path.
