@@ -9,6 +9,7 @@ the hot path (`requests` once per read) or on state changes (mutes, closes, thro
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BOUNDS_NS, INVALID_REASONS,
                        MUTE_REASONS, SASL_MECHANISMS, SharedBlock, duration_bucket)
@@ -41,6 +42,11 @@ class WorkerStats:
                                      block.worker_cell(slot, "request_duration_bucket", i, 0, 0),
                                      block.worker_cell(slot, "request_duration_ns", i, 0))
                                     for i in listeners)
+        # requests(listener, api_keys, elapsed_ns) counts the requests of one read, answered
+        # `elapsed_ns` after it (workers.counts): a C call bound here, with no Python frame
+        # between, for it runs once a read.
+        self.requests = partial(count_requests, self.words, self._request_cells,
+                                DURATION_BOUNDS_NS)
         self._cpu_ns = block.worker_cell(slot, "cpu_ns")
         self._idle_ppm = block.worker_cell(slot, "idle_ppm")
         self._last_tick = (time.monotonic_ns(), *_cpu_and_wait_ns())
@@ -127,8 +133,3 @@ class WorkerStats:
             busy = min(1.0, (cpu - last_cpu + waited - last_waited) / (wall - last_wall))
             self.words[self._idle_ppm] = int((1.0 - busy) * 1_000_000)
 
-    def requests(self, listener: int, api_keys: list[int], elapsed_ns: int) -> None:
-        """Count requests that were all received in one read and answered `elapsed_ns` later
-        (workers.counts: in C, for this runs once a read)."""
-        count_requests(self.words, self._request_cells, DURATION_BOUNDS_NS, listener, api_keys,
-                       elapsed_ns)
