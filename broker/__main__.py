@@ -1,7 +1,7 @@
 """`python -m broker [--config FILE] [--override key=value ...]`: start the broker.
 
 `python -m broker connections [...]` lists a running broker's connections instead (see
-broker/connections_cli.py).
+broker/tools/connections.py).
 
 Exit status: 0 after a clean shutdown, 1 when start-up fails (port in use, data directory
 locked), 2 for a configuration error (one line naming the key), 3 when a worker cannot boot.
@@ -36,7 +36,7 @@ def _arguments(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["connections"]:
-        from broker.connections_cli import main as connections
+        from broker.tools.connections import main as connections
 
         return connections(argv[1:])
     args = _arguments(argv)

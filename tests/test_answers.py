@@ -1,4 +1,4 @@
-"""The router settles every answer in one place (workers.handlers.Router.settle): quotas charged,
+"""The router settles every answer in one place (workers.router.Router.settle): quotas charged,
 throttle_time_ms written where the answer keeps it, old versions held back by the broker,
 file answers read into bytes where the connection cannot send them, waits chained."""
 
@@ -11,7 +11,7 @@ import struct
 from broker.shared.client_quotas import FETCH, PRODUCE
 from workers.answer import Answer, Throttled
 from workers.fetch_response import FileRegion, FileResponse
-from workers.handlers import Api, Router
+from workers.router import Api, Router
 
 from tests.wire import metadata_request, raw_request
 

@@ -30,7 +30,7 @@ from broker.shared.protocol.codec import build, encode_entity
 from tests.batches import make_batch
 from tests.test_connection import make_router
 from workers.fetch_response import FileResponse
-from workers.handlers import ForwardRequest, InvalidRequest
+from workers.router import ForwardRequest, InvalidRequest
 
 st.register_type_strategy(Records, st.sampled_from([b"", make_batch(1), b"\0" * 70]).map(Records))
 

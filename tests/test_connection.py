@@ -15,7 +15,7 @@ from workers.backpressure import RequestQueue
 from workers.connection import Connection
 from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
-from workers.handlers import BrokerView, Router
+from workers.router import BrokerView, Router
 from workers.mute import MuteState
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.connections_cli import render
+from broker.tools.connections import render
 from broker.parent import connection_list
 from broker.parent.connection_list import ConnectionListing
 from broker.shared import ipc

@@ -25,7 +25,7 @@ from tests.wire import create_topic, decode_response
 from workers.apis import Services, build_apis
 from workers.fetch_response import FileResponse
 from workers.fetch_sessions import CachedPartition, FetchSessionCache
-from workers.handlers import BrokerView, Router
+from workers.router import BrokerView, Router
 
 SESSION_NOT_FOUND, INVALID_EPOCH, TOPIC_ID_ERROR = 70, 71, 106
 

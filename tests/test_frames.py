@@ -1,7 +1,7 @@
 """The frame walk that answers memoized requests (workers/frames.py, workers/_frames.c): the C
 walk against the Python one on arbitrary bytes and memos, both against the router's own
 answers on real ApiVersions frames, and a connection that serves pipelined ApiVersions through
-it; the bounded answer table (broker/shared/protocol/cache.py) the memo lives in."""
+it; the bounded answer table (workers/answer_cache.py) the memo lives in."""
 
 import asyncio
 import struct
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.shared.protocol.cache import BoundedCache
+from workers.answer_cache import BoundedCache
 from tests.test_connection import FakeTransport, connect, feed, make_router
 from tests.wire import api_versions_request, metadata_request
 from workers import frames

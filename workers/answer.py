@@ -6,7 +6,7 @@ to wait (a long poll, a request walked in slices), or an `Answer` when it also c
 bytes charged to a byte-rate quota, time spent in another process, or an encoding that
 depends on the throttle.
 
-The router (workers.handlers) alone turns what handlers return into what a connection sends:
+The router (workers.router) alone turns what handlers return into what a connection sends:
 bytes, None, a FileResponse (file regions), a `Throttled` answer, or a Future of one of these.
 """
 

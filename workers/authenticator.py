@@ -1,7 +1,7 @@
 """SASL authentication of one connection on a SASL_PLAINTEXT or SASL_SSL listener.
 
 Until the client has authenticated, the connection's requests come here instead of to the
-router (workers.handlers): ApiVersions is answered, SaslHandshake picks a mechanism,
+router (workers.router): ApiVersions is answered, SaslHandshake picks a mechanism,
 SaslAuthenticate carries its tokens (PLAIN: one; SCRAM: two rounds through `scramp`), and any
 other request closes the connection, as Kafka does.  After SaslHandshake v0 the tokens come
 raw, without a Kafka header.  On success the connection's principal becomes `User:<name>` and
@@ -35,9 +35,9 @@ from broker.shared.apis import api_key_of
 from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import RequestContext
-from broker.shared.protocol.tags import is_unknown_tag, without_unknown_tags
+from workers.unknown_tags import is_unknown_tag, without_unknown_tags
 from broker.shared.sasl import SaslSettings, ScramCredential
-from workers.handlers import InvalidRequest
+from workers.router import InvalidRequest
 
 log = logging.getLogger("workers.authenticator")
 

@@ -4,7 +4,7 @@ Reads land in the worker's shared scratch buffer (a BufferedProtocol), except th
 frame over LARGE_FRAME_BYTES that did not arrive whole, which is read into a buffer of its own
 (workers.framing).  Each read is cut into frames: the 4-byte size is checked against
 `socket.request.max.bytes` before anything is allocated, then each frame goes to the router
-(workers.handlers), in order, and what the router settles is sent: bytes, file regions (by a
+(workers.router), in order, and what the router settles is sent: bytes, file regions (by a
 FileSender), a throttled answer (KIP-219: sent, then the channel stays muted), or a Future
 whose wait the connection keeps as a ParkedRequest (workers.parked).  A request is "in
 flight" from the moment its frame is complete until its response is handed to the transport;
@@ -45,7 +45,7 @@ from workers.file_sender import FileSender
 from workers.frame_maps import FrameMaps
 from workers.frames import answer_memoized
 from workers.framing import LargeFrames
-from workers.handlers import InvalidRequest, Router
+from workers.router import InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           response_sent, transition, unmute)
 from workers.parked import ParkedRequest

@@ -16,7 +16,7 @@ from broker.shared import ipc
 from broker.shared.apis import API_NAMES, REFUSED_ON_DATA_LISTENERS, api_key_of
 from broker.shared.protocol.refusal import refuse_change
 from workers.answer import Answer
-from workers.handlers import InvalidRequest
+from workers.router import InvalidRequest
 
 
 class Forwarder:

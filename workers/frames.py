@@ -1,5 +1,5 @@
 """The pipelined fast path: a read's request frames answered straight from the memo of pure
-answers (workers.handlers.Router.memo), before any frame becomes a request object.
+answers (workers.router.Router.memo), before any frame becomes a request object.
 
     answer_memoized(data, offset, max_bytes, memo, out, handled[, end]) -> offset
 

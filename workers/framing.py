@@ -16,7 +16,7 @@ import logging
 import mmap
 
 from workers.frame_maps import FrameMaps, new_mapping
-from workers.handlers import InvalidRequest
+from workers.router import InvalidRequest
 
 log = logging.getLogger("workers.framing")
 

@@ -10,7 +10,7 @@ import time
 from broker.shared.pool import QueueFull
 from workers.connection import Connection, ConnectionHost
 from workers.framing import frame_buffer
-from workers.handlers import InvalidRequest
+from workers.router import InvalidRequest
 
 log = logging.getLogger("workers.pooled_connection")
 

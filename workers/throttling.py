@@ -5,7 +5,7 @@ broker-wide token buckets (broker.shared.client_quotas.QuotaSensors over the sha
 What is charged comes with the handler's answer (workers.answer): Produce the request's size,
 as Kafka, after the append; Fetch the bytes it returns (a client that already `owes` quota
 time is answered empty, without reading data that would be thrown away); every request its
-handling time.  The router (workers.handlers) asks what the request `earned` and applies it.
+handling time.  The router (workers.router) asks what the request `earned` and applies it.
 Every throttle is capped by `pybroker.quota.max.throttle.ms`; client ids in
 `pybroker.quota.exempt.client.ids` are never throttled.
 """

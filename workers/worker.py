@@ -56,7 +56,7 @@ from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
 from workers.framing import MAPPED_FRAME_BYTES
 from workers.forwarding import Forwarder
-from workers.handlers import BrokerView, Router
+from workers.router import BrokerView, Router
 from workers.intake import Intake
 from workers.pooled_connection import PooledConnection
 from workers.principals import Principals

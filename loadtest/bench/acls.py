@@ -82,7 +82,7 @@ def handler_costs(rounds: int = 5, requests: int = 4000) -> dict[str, dict]:
     from tests.batches import make_batch
     from tests.wire import fetch_request, produce_request
     from workers.apis import Services, build_apis
-    from workers.handlers import BrokerView, Router
+    from workers.router import BrokerView, Router
 
     figures = {f"handler {kind} {label}": {"count": 0, "seconds": 0.0, "errors": 0,
                                            "server_cpu": 0.0}

@@ -23,7 +23,7 @@ def fetch_session_costs(rounds: int = 3, requests: int = 300) -> dict[str, dict]
     from tests.test_group_coordinator import request
     from workers.apis import Services, build_apis
     from workers.fetch_sessions import FetchSessionCache
-    from workers.handlers import BrokerView, Router
+    from workers.router import BrokerView, Router
 
     props = load_config({}).props
     figures = {f"sessions {label}": {"count": 0, "seconds": 0.0, "errors": 0, "server_cpu": 0.0,

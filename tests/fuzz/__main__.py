@@ -194,7 +194,7 @@ def instrument() -> None:
         import broker.shared.log.records  # noqa: F401
         import broker.shared.protocol.codec  # noqa: F401
         import broker.shared.protocol.guard  # noqa: F401
-        import broker.shared.protocol.tags  # noqa: F401
+        import workers.unknown_tags  # noqa: F401
         import broker.shared.x500  # noqa: F401
         import workers.apis.forwarded  # noqa: F401
         import workers.apis.discovery  # noqa: F401
@@ -203,7 +203,7 @@ def instrument() -> None:
         import workers.apis.topics  # noqa: F401
         import workers.connection  # noqa: F401
         import workers.authenticator  # noqa: F401
-        import workers.handlers  # noqa: F401
+        import workers.router  # noqa: F401
 
 
 @dataclass

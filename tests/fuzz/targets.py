@@ -21,7 +21,7 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
     ipc       bytes as datagrams between parent and worker: the decoder and the chunk
               reassembly refuse cleanly.
     tags      a flexible request frame through the unknown-tagged-field stripper
-              (broker.shared.protocol.tags): a shorter-or-equal frame or ValueError, nothing
+              (workers.unknown_tags): a shorter-or-equal frame or ValueError, nothing
               else, however the counts and lengths lie.
     http      what a peer sends the metrics endpoint (broker.parent.http_head): a head found
               within the bytes, then an environ or BadRequest with a status, nothing else.
@@ -243,7 +243,7 @@ def requests(data: bytes) -> None:
 
 def handlers(data: bytes) -> None:
     """`data` is a whole request frame (a captured one, mutated)."""
-    from workers.handlers import ForwardRequest, InvalidRequest
+    from workers.router import ForwardRequest, InvalidRequest
 
     from tests.test_api_sweep import ask
 
@@ -454,7 +454,7 @@ def sasl(data: bytes) -> None:
 
     from broker.shared.sasl import SaslSettings, scram_credential
     from workers.authenticator import Authenticator
-    from workers.handlers import InvalidRequest
+    from workers.router import InvalidRequest
 
     if not data:
         return
@@ -492,7 +492,7 @@ def sasl(data: bytes) -> None:
 
 def tags(data: bytes) -> None:
     """`data`: two bytes choosing a request schema, then a request frame of it."""
-    from broker.shared.protocol.tags import without_unknown_tags
+    from workers.unknown_tags import without_unknown_tags
 
     if len(data) < 2:
         return

@@ -24,7 +24,7 @@ from broker.shared.access import Access
 from broker.shared.apis import served
 from broker.shared.config import ServerProperties
 from broker.shared.log.topics import TopicRegistry
-from workers.handlers import Api, BrokerView
+from workers.router import Api, BrokerView
 
 if TYPE_CHECKING:  # for annotations only: build_apis imports the API modules when called
     from workers.apis.fetch import FetchWaits

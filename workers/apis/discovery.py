@@ -8,9 +8,9 @@ import uuid
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.log.topics import is_legal_name
 from broker.shared.protocol import errors
-from broker.shared.protocol.cache import BoundedCache
+from workers.answer_cache import BoundedCache
 from broker.shared.protocol.codec import build, encode_entity, frame, response_class
-from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext
+from workers.router import NO_THROTTLE, Api, InvalidRequest, RequestContext
 
 # Kafka's rule for ApiVersions v3+ client_software_name / client_software_version.
 _SOFTWARE_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")

@@ -32,7 +32,7 @@ from workers.fetch_response import FileResponse, encode_fetch, file_piece, piece
 from workers.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition,
                                     FetchSession, next_epoch)
 from workers.answer import Answer
-from workers.handlers import NO_THROTTLE, Api, RequestContext
+from workers.router import NO_THROTTLE, Api, RequestContext
 
 log = logging.getLogger("workers.apis.fetch")
 

@@ -13,7 +13,7 @@ served on data listeners only, not on the control plane.
 from __future__ import annotations
 
 from broker.shared.apis import ApiSpec
-from workers.handlers import Api
+from workers.router import Api
 
 
 class Forwarded(Api):

@@ -25,7 +25,7 @@ from broker.shared.log import topic_config
 from broker.shared.protocol import errors
 from workers import producers_response
 from workers.apis.slices import in_slices
-from workers.handlers import NO_THROTTLE, Api, RequestContext, error_code
+from workers.router import NO_THROTTLE, Api, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.log_admin")
 SLICE_DELETIONS = 16  # partitions whose log start moves per loop turn (an fsync each)

@@ -17,7 +17,7 @@ from broker.shared.log.record_errors import FaultRoom
 from broker.shared.log.records import COMPRESS_SLICE, HEADER_BYTES
 from broker.shared.protocol import errors
 from workers.answer import Answer
-from workers.handlers import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
+from workers.router import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.produce")
 

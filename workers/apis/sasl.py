@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 
 from broker.shared.protocol import errors
-from workers.handlers import Api, RequestContext
+from workers.router import Api, RequestContext
 
 _NO_REAUTH = datetime.timedelta(0)  # no session lifetime: re-authentication is not asked
 _ILLEGAL = errors.ErrorCode.illegal_sasl_state

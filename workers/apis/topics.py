@@ -15,7 +15,7 @@ import logging
 
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.log import topic_config
-from workers.handlers import NO_THROTTLE, Api, RequestContext, error_code
+from workers.router import NO_THROTTLE, Api, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.topics")
 SLICE_PARTITIONS = 32  # partitions built per event-loop turn (about 10 ms of work)

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 from broker.shared.apis import BY_KEY, BY_NAME
 from broker.shared.protocol import errors
-from broker.shared.protocol.cache import BoundedCache
+from workers.answer_cache import BoundedCache
 from broker.shared.protocol.codec import (REQUEST_PREFIX, frame, request_readers,
                                           throttle_field_at)
 from broker.shared.protocol.context import (NO_THROTTLE, RequestContext,  # noqa: F401 (re-export)
                                             error_code)
 from broker.shared.protocol.guard import TooManyEntries
-from broker.shared.protocol.tags import is_unknown_tag, without_unknown_tags
+from workers.unknown_tags import is_unknown_tag, without_unknown_tags
 from workers.answer import ForwardRequest  # noqa: F401 (tests and fuzz targets import it here)
 from workers.answer import Answer, Throttled
 from workers.fetch_response import FileResponse
