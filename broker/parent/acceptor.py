@@ -39,7 +39,7 @@ from broker.parent.handoff import Dispatcher
 from broker.parent.proxy_header import TrustedProxies
 from broker.parent.proxy_reader import ProxyReader
 from broker.parent.refusal_answer import RefusalAnswers
-from broker.shared.config import Listener
+from broker.shared.config import BrokerConfig, Listener, listen_backlog
 from broker.shared.events import ConnectionAccepted, ConnectionRejected, EventLog
 from shm.block import DRY_RUN_REASONS, REJECT_REASONS, SharedBlock
 
@@ -76,6 +76,26 @@ def bind_listener(listener: Listener, backlog: int, receive_buffer: int,
         sock.close()
         raise
     return sock
+
+
+def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
+    """One listening socket per listener, or OSError naming the listener that failed."""
+    props, sockets = config.props, []
+    try:
+        for listener in config.listeners:
+            sockets.append(bind_listener(listener, listen_backlog(props),
+                                         props.socket_receive_buffer_bytes,
+                                         props.socket_send_buffer_bytes))
+    except OSError as error:
+        for sock in sockets:
+            sock.close()
+        raise OSError(error.errno, f"cannot bind listener {listener.name} on "
+                                   f"{listener.address()}: {error.strerror}") from None
+    for listener, sock in zip(config.listeners, sockets):
+        host, port = sock.getsockname()[:2]
+        log.info("listening listener=%s address=%s:%d backlog=%d", listener.name, host, port,
+                 listen_backlog(props))
+    return sockets
 
 
 class DelayedCloser:

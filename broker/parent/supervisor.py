@@ -1,11 +1,11 @@
 """The supervisor of the worker processes: spawn, reap, restart, heartbeat watch, signals,
 graceful shutdown.  What the parent serves beside that (listeners, acceptors, admission, the
-admin and group services, /metrics, the event ticker) is wired in broker.parent.startup.
+admin and group services, /metrics, the event ticker) is wired in broker.parent.services.
 
     parent (one uvloop)
       Supervisor (this module) -- spawns with posix_spawn, one SOCK_SEQPACKET channel each -->
           worker data-0 .. data-N-1, control-plane   (python -m workers)
-      ParentServices (broker.parent.startup): acceptors hand accepted fds to the workers
+      ParentServices (broker.parent.services): acceptors hand accepted fds to the workers
 
 Signal handlers only queue the signal and wake the main loop, which dispatches
 `handle_<name>()` (gunicorn's arbiter does the same).  uvloop keeps SIGCHLD for itself, so a
@@ -29,8 +29,9 @@ import time
 
 import msgspec
 
+from broker.parent.acceptor import bind_listeners
 from broker.parent.runtime import Runtime
-from broker.parent.startup import ParentServices, bind_listeners
+from broker.parent.services import ParentServices
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import events, ipc
 from broker.shared.config import BrokerConfig, ConfigError, load_config

@@ -1,6 +1,7 @@
-"""The parent's start-up wiring: every service it runs beside supervising the workers.
+"""The parent's services: everything it runs beside supervising the workers, for its whole life.
 
-`bind_listeners` opens the listening sockets.  `ParentServices` then builds, in order: the
+Once the listening sockets are bound (broker.parent.acceptor.bind_listeners), `ParentServices`
+builds, in order: the
 shared block (shm.block), the log manager (start-up recovery, retention, flush), the memory
 pool (KIP-72), the event log, the dynamic config with its host resolver, the connection
 ledger (admission, acceptors, hand-off), the ACLs and the parent's authorization, and the admin
@@ -19,7 +20,6 @@ from typing import Callable
 
 import msgspec
 
-from broker.parent.acceptor import bind_listener
 from broker.parent.acls import AclService, AclStore
 from broker.parent.admin import AdminRouter, AdminService
 from broker.parent.connection_list import ConnectionListing
@@ -41,7 +41,7 @@ from broker.shared import ipc
 from broker.shared.access import Access
 from broker.shared.apis import API_NAMES
 from broker.shared.client_quotas import QuotaSensors
-from broker.shared.config import BrokerConfig, listen_backlog
+from broker.shared.config import BrokerConfig
 from broker.shared.events import EventLog
 from broker.shared.log.topics import Epoch
 from broker.shared.overrides import override_hosts
@@ -49,28 +49,8 @@ from broker.shared.pool import SharedPool, initialise_pool
 from broker.shared.protocol import guard
 from shm.block import MAX_API_KEY, SharedBlock
 
-log = logging.getLogger("broker.parent.startup")
+log = logging.getLogger("broker.parent.services")
 ACL_PUSH_SECONDS = 0.1  # changed ACLs reach every worker at once, or this long later at most
-
-
-def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
-    """One listening socket per listener, or OSError naming the listener that failed."""
-    props, sockets = config.props, []
-    try:
-        for listener in config.listeners:
-            sockets.append(bind_listener(listener, listen_backlog(props),
-                                         props.socket_receive_buffer_bytes,
-                                         props.socket_send_buffer_bytes))
-    except OSError as error:
-        for sock in sockets:
-            sock.close()
-        raise OSError(error.errno, f"cannot bind listener {listener.name} on "
-                                   f"{listener.address()}: {error.strerror}") from None
-    for listener, sock in zip(config.listeners, sockets):
-        host, port = sock.getsockname()[:2]
-        log.info("listening listener=%s address=%s:%d backlog=%d", listener.name, host, port,
-                 listen_backlog(props))
-    return sockets
 
 
 class ParentServices:
