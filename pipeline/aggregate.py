@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 # shm.block.REJECT_REASONS: a column per known reason; `rejected` counts any reason.
 REJECT_REASONS = ("per_ip_limit", "per_ip_rate", "evicted", "per_user_limit", "per_user_rate",
                   "proxy_untrusted", "proxy_invalid", "proxy_timeout")
-OTHER = "<other>"  # workers.events: clients past a worker's key limit, not one client
+OTHER = "<other>"  # workers.worker_events: clients past a worker's key limit, not one client
 MAX_FILLED_SECONDS = 7 * 86400
 PLANES = ("data", "control")
 LEADERS = 5  # leaders kept per incident and dimension

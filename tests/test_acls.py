@@ -525,7 +525,7 @@ def test_delete_acls_filters_each_see_every_acl_and_a_failed_write_changes_nothi
     import kio.schema.create_acls.v3.request as create_request
     import kio.schema.delete_acls.v3.request as delete_request
 
-    from broker.parent.acls import AclService, AclStore
+    from broker.parent.acl_store import AclService, AclStore
     from tests.wire import decode_response
 
     store = AclStore(str(tmp_path))

@@ -18,8 +18,9 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
-from broker.parent.admin import AdminRouter, AdminService
+from broker.parent.admin import AdminService
 from broker.parent.dynamic import DynamicConfig
+from broker.parent.forwarded import ForwardedRouter
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.transactions.coordinator import TransactionCoordinator
@@ -65,7 +66,7 @@ class Parent:
         self.transactions = TransactionCoordinator(self.loop, config.props, directory,
                                                    self.registry, offsets)
         self.groups.transaction_problem = self.transactions.offsets_problem
-        self.router = AdminRouter(self.admin, self.groups, self.transactions, None)
+        self.router = ForwardedRouter(self.admin, self.groups, self.transactions, None)
 
     def close(self) -> None:
         self.groups.close()

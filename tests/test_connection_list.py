@@ -11,7 +11,7 @@ from broker.tools.connections import render
 from broker.parent import connection_list
 from broker.parent.connection_list import ConnectionListing
 from broker.shared import ipc
-from workers.connection_list import top_connections
+from workers.top_connections import top_connections
 from workers.mute import MuteState
 
 

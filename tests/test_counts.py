@@ -15,7 +15,7 @@ from tests.test_connection import FakeTransport, FakeWorker
 from tests.wire import api_versions_request, metadata_request
 from workers import connection, counts, worker
 from workers.connection import Connection
-from workers.events import WorkerEvents
+from workers.worker_events import WorkerEvents
 from workers.stats import WorkerStats
 
 needs_c = pytest.mark.skipif(counts._counts is None, reason="never: make install builds it")

@@ -1,5 +1,5 @@
 """The bound on the parent's answers to forwarded requests, in process: `ResponseBudget` and
-`AdminRouter`'s refusals (an answer past pybroker.forwarded.response.max.bytes, or one the
+`ForwardedRouter`'s refusals (an answer past pybroker.forwarded.response.max.bytes, or one the
 worker's channel has no room for, goes back as a refusal the worker closes the connection
 for, never as bytes that could break the channel)."""
 
@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from broker.parent.admin import RESPONSE_TOO_LARGE, AdminRouter
-from broker.parent.forwarded import ResponseBudget, ResponseTooLarge, budget_of
+from broker.parent.forwarded import (RESPONSE_TOO_LARGE, ForwardedRouter, ResponseBudget,
+                                     ResponseTooLarge, budget_of)
 from broker.shared import ipc
 from broker.shared.config import load_config
 from shm.block import INVALID_REASONS
@@ -53,10 +53,10 @@ class Channel:
 def test_the_router_refuses_an_answer_too_large_or_without_room(size, room, refused):
     config = load_config({"pybroker.forwarded.response.max.bytes": str(1 << 20)})
     admin = types.SimpleNamespace(dynamic=types.SimpleNamespace(config=config))
-    router = AdminRouter(admin, None, None, None)
+    router = ForwardedRouter(admin, None, None, None)
     channel = Channel(room)
     worker = types.SimpleNamespace(channel=channel, name="data-0")
-    request = ipc.AdminRequest(request_id=9, listener=0, peer="127.0.0.1:1",
+    request = ipc.ForwardedRequest(request_id=9, listener=0, peer="127.0.0.1:1",
                                frame=b"\x00\x0f\x00\x05" + bytes(10))
     router._answer(worker, channel, request, b"x" * size, busy=5)
     [response] = channel.sent

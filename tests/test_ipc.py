@@ -19,7 +19,7 @@ def test_a_message_far_larger_than_a_datagram_arrives_whole():
     left, right = pair()
     sender, receiver = ipc.Channel(left), ipc.Channel(right)
     frame = os.urandom(5 << 20)
-    request = ipc.AdminRequest(request_id=7, listener=0, peer="p", frame=frame)
+    request = ipc.ForwardedRequest(request_id=7, listener=0, peer="p", frame=frame)
     done = []
 
     import threading

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from broker.shared.pool import SharedPool
-    from workers.events import WorkerEvents
+    from workers.worker_events import WorkerEvents
     from workers.stats import WorkerStats
 
 

@@ -53,7 +53,7 @@ from workers.parked import ParkedRequest
 if TYPE_CHECKING:
     from workers.authenticator import Authenticator
     from workers.backpressure import MemoryWaiters, RequestQueue
-    from workers.events import WorkerEvents
+    from workers.worker_events import WorkerEvents
     from workers.stats import WorkerStats
 
 log = logging.getLogger("workers.connection")
@@ -181,7 +181,7 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         self._sent_mark = 0  # bytes the client had taken at the last look (send stall)
         self._stalled_since = 0.0
         self.bytes_in_logged = self.bytes_out_logged = 0
-        self.aggregate = None  # (table, api key, entry) of workers.events, the current one
+        self.aggregate = None  # (table, api key, entry) of workers.worker_events, the current one
         self.client_id: str | None = None
         self.principal = ANONYMOUS  # set once connected (TLS: from the client certificate)
         self.user = "ANONYMOUS"  # the principal's name: the quota `user` entity

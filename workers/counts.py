@@ -1,5 +1,5 @@
 """A read's requests counted: into a worker's request counters in the shared block
-(workers.stats) and into the event log's per-second aggregate (workers.events).
+(workers.stats) and into the event log's per-second aggregate (workers.worker_events).
 
     count_requests(words, cells, bounds, listener, api_keys, elapsed_ns)
 

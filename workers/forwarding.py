@@ -1,7 +1,7 @@
 """Requests a worker forwards to the parent, which serves them (configs, quotas, ACLs, groups,
 transactions: the API table says which), and their answers coming back.
 
-`Forwarder.forward` sends the raw frame as an IPC `AdminRequest` and returns a Future of its
+`Forwarder.forward` sends the raw frame as an IPC `ForwardedRequest` and returns a Future of its
 answer: an `Answer` (workers.answer) carrying the parent's handling time, charged by the router
 to the client's request quota as if it had been spent here.  A change refused on a data
 listener is answered at once, without a trip to the parent; a request the channel has no room
@@ -45,7 +45,7 @@ class Forwarder:
         self._ids += 1
         self._waiting[self._ids] = future
         try:
-            self.channel.send(ipc.AdminRequest(request_id=self._ids, listener=listener,
+            self.channel.send(ipc.ForwardedRequest(request_id=self._ids, listener=listener,
                                                peer=peer, frame=bytes(request), user=user))
         except OSError as error:
             self._waiting.pop(self._ids, None)
@@ -53,7 +53,7 @@ class Forwarder:
                 future.set_exception(error)
         return future
 
-    def answered(self, message: ipc.AdminResponse) -> None:
+    def answered(self, message: ipc.ForwardedResponse) -> None:
         future = self._waiting.pop(message.request_id, None)
         if future is None or future.done():
             return

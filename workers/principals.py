@@ -32,7 +32,7 @@ class Principals:
         self.control_plane = control_plane  # outside the data plane's per-user limits
         self.router_handle = router_handle  # what answers a connection once authenticated
         self.stats = stats
-        self.events = events  # workers.events.WorkerEvents, or None
+        self.events = events  # workers.worker_events.WorkerEvents, or None
         self._sasl = [config.listener_sasl.get(item.name) for item in config.listeners]
         self.scram: dict[str, dict[str, ScramCredential]] = {}  # from the parent
         self.failed_delay = props.connection_failed_authentication_delay_ms / 1000

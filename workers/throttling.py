@@ -30,7 +30,7 @@ class ClientQuotas:
     def __init__(self, props: ServerProperties, sensors: QuotaSensors, stats, events=None):
         self.sensors = sensors
         self.stats = stats
-        self.events = events  # workers.events.WorkerEvents, or None
+        self.events = events  # workers.worker_events.WorkerEvents, or None
         self.entries: dict[str, dict[str, float]] = {}
         self.static = {key: value for key, value in (
             ("producer_byte_rate", props.quota_producer_default),

@@ -49,8 +49,8 @@ from workers.apis.fetch import FetchWaits
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
 from workers.connection import Connection
-from workers.connection_list import top_connections
-from workers.events import WorkerEvents
+from workers.top_connections import top_connections
+from workers.worker_events import WorkerEvents
 from workers.fetch_response import REGION_BUDGET
 from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
@@ -370,7 +370,7 @@ class Worker:
             ipc.EvictQuery: self._answer_evict_query,
             ipc.ConnectionsQuery: lambda query: self._reply(
                 top_connections(self.connections.values(), query)),
-            ipc.AdminResponse: self.forwarder.answered,
+            ipc.ForwardedResponse: self.forwarder.answered,
             ipc.UserVerdict: self.principals.verdict,
             ipc.Quotas: self._quotas_changed,
             ipc.Credentials: lambda message: setattr(self.principals, "scram", message.scram),

@@ -1,12 +1,8 @@
-"""The parent's answers to the requests workers forward, and their routing.
-
-`AdminRouter` takes each forwarded request (IPC `AdminRequest`) to the service the API table
-names (broker.shared.apis): the group coordinator (broker.parent.groups) or `AdminService`
-below, and sends the answer back on the worker's channel, when it is ready (a JoinGroup waits
-for its rebalance).  It also tells workers the client quotas after every change.
+"""The parent's answers to the configuration, quota, SCRAM and ACL requests workers forward
+(broker.parent.forwarded routes them here).
 
 `AdminService` answers config, quota, SCRAM and ACL requests (the last through
-broker.parent.acls), each authorized first as Kafka does (broker.shared.access): configs need
+broker.parent.acl_store), each authorized first as Kafka does (broker.shared.access): configs need
 DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (BROKER resources) or on the topic, quotas the
 same on the cluster, SCRAM credentials DESCRIBE / ALTER on the cluster.
 
@@ -28,23 +24,19 @@ ResponseBudget (broker.parent.forwarded) as they go.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import functools
 import logging
-import time
 
-from broker.parent.acls import AclService, AclStore
+from broker.parent.acl_store import AclService, AclStore
 from broker.parent import kafka_broker_keys
 from broker.parent.dynamic import (DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem, DynamicConfig,
                                    alter_client_quota, ip_entity_key)
-from broker.parent.forwarded import ResponseTooLarge, budget_of, decode_forwarded
+from broker.parent.forwarded import budget_of, decode_forwarded
 from broker.parent.scram import ScramStore
-from broker.parent.worker_process import WorkerProcess
-from broker.shared import ipc
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
-from broker.shared.apis import API_NAMES, BY_NAME, GROUP_KEYS, TRANSACTION_KEYS, api_key_of
+from broker.shared.apis import BY_NAME
 from broker.shared.client_quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.shared.config import declared_keys
 from broker.shared.events import ConfigChanged, EventLog
@@ -57,7 +49,6 @@ from broker.shared.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_TYPES, scra
 
 log = logging.getLogger("broker.parent.admin")
 SCRAM_IDS = {name: number for number, name in SCRAM_TYPES.items()}
-RESPONSE_TOO_LARGE = "response_too_large"  # the invalid-request reason of a refused answer
 HIDDEN = "[hidden]"  # what the logs show of a secret's value (Kafka's word)
 
 BROKER_RESOURCE = 4
@@ -562,77 +553,3 @@ def _config_bytes(config: dict) -> int:
             + len(config.get("documentation") or "")
             + sum(len(synonym["name"]) + len(synonym["value"] or "") + 8
                   for synonym in config.get("synonyms", ())))
-
-
-class AdminRouter:
-    """Forwarded requests to their parent service, answers back to the worker that asked.
-
-    No answer is larger than pybroker.forwarded.response.max.bytes, and none goes to a worker
-    whose channel already holds ipc.CLIENT_QUEUED_BYTES: such a request is refused instead
-    (the worker closes its connection, invalid reason response_too_large), so one client
-    can neither hold the parent's loop with one answer nor break the channel that carries
-    every other client of its worker."""
-
-    def __init__(self, admin: AdminService, groups, transactions, dynamic: DynamicConfig):
-        self.admin = admin
-        self.groups = groups  # broker.parent.groups.coordinator.GroupCoordinator
-        self.transactions = transactions  # broker.parent.transactions.coordinator
-        self.dynamic = dynamic
-        self.max_bytes = admin.dynamic.config.props.pybroker_forwarded_response_max_bytes
-
-    def serve(self, worker: WorkerProcess, message: ipc.AdminRequest) -> None:
-        started = time.perf_counter_ns()
-        refusal = None
-        try:
-            service = self.service_for(api_key_of(message.frame))
-            answer = service.handle(message.frame, message.listener, message.peer, message.user)
-        except ResponseTooLarge as error:  # refused before it was built
-            answer, refusal = None, str(error)
-        except Exception:  # a malformed forwarded request costs that connection only
-            log.exception("admin request from %s failed", worker.name)
-            answer = None
-        busy = time.perf_counter_ns() - started
-        channel = worker.channel
-        if isinstance(answer, asyncio.Future):  # a JoinGroup or SyncGroup waiting
-            answer.add_done_callback(lambda done: self._answer(
-                worker, channel, message, None if done.cancelled() else done.result(), busy))
-            return
-        self._answer(worker, channel, message, answer, busy, refusal)
-
-    def service_for(self, api_key: int):
-        if api_key in GROUP_KEYS:
-            return self.groups
-        return self.transactions if api_key in TRANSACTION_KEYS else self.admin
-
-    def _answer(self, worker: WorkerProcess, channel, request: ipc.AdminRequest, answer,
-                busy: int, refusal: str | None = None) -> None:
-        if channel is None or worker.channel is not channel:
-            return  # the worker that asked is gone, and the connection with it
-        if answer is not None and len(answer) > self.max_bytes:
-            answer, refusal = None, (f"the answer takes {len(answer)} bytes, more than "
-                                     f"pybroker.forwarded.response.max.bytes {self.max_bytes}")
-        elif answer is not None and not channel.has_room(len(answer)):
-            answer, refusal = None, (f"the channel to {worker.name} holds "
-                                     f"{channel.pending()} bytes already")
-        response = ipc.AdminResponse(request_id=request.request_id, frame=answer, busy_ns=busy)
-        if refusal is not None:
-            api = API_NAMES.get(api_key_of(request.frame), "?")
-            log.warning("%s from %s (%s) refused: %s; closing its connection", api,
-                        request.peer, request.user, refusal)
-            response = ipc.AdminResponse(request_id=request.request_id, frame=None,
-                                         busy_ns=busy, refused=RESPONSE_TOO_LARGE,
-                                         detail=f"{api}: {refusal}")
-        try:
-            channel.send(response)
-        except OSError:
-            pass  # the worker is gone, and the connection that asked with it
-
-    def send_quotas(self, worker: WorkerProcess) -> None:
-        """The client quotas in force, to one worker (after a change, or when it starts)."""
-        quotas = ipc.Quotas(entries=self.dynamic.stored.client_quotas,
-                            shadow=self.dynamic.value("pybroker.shadow.client.quotas")[0]
-                            == "true")
-        try:
-            worker.channel.send(quotas)
-        except OSError:
-            pass  # a dead worker gets them again when it is respawned

@@ -20,10 +20,11 @@ from typing import Callable
 
 import msgspec
 
-from broker.parent.acls import AclService, AclStore
-from broker.parent.admin import AdminRouter, AdminService
+from broker.parent.acl_store import AclService, AclStore
+from broker.parent.admin import AdminService
 from broker.parent.connection_list import ConnectionListing
 from broker.parent.dynamic import DynamicConfig
+from broker.parent.forwarded import ForwardedRouter
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.transactions.coordinator import TransactionCoordinator
@@ -96,7 +97,7 @@ class ParentServices:
                                   config.may_alter, self.events, self.scram, self.access, acls)
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
-        self.router: AdminRouter | None = None
+        self.router: ForwardedRouter | None = None
         self._served: dict[type, Callable[[WorkerProcess, object], None]] = {}
         self._topics = None  # the parent's TopicRegistry, for the group coordinator
         self._ticker: EventTicker | None = None
@@ -156,11 +157,11 @@ class ParentServices:
         self.groups.transaction_problem = self.transactions.offsets_problem
         self.transactions.recover()  # a Prepare state a crash left: its markers, now
         self.admin.topics = topics  # topic configs: DescribeConfigs and (Incremental)AlterConfigs
-        self.router = AdminRouter(self.admin, self.groups, self.transactions, self.dynamic)
+        self.router = ForwardedRouter(self.admin, self.groups, self.transactions, self.dynamic)
         # What serves each kind of message a worker sends (Ready is the supervisor's).
         self._served = {ipc.Progress: self.ledger.progress,
                         ipc.EvictCandidates: self.ledger.evict_candidates,
-                        ipc.AdminRequest: self.router.serve,
+                        ipc.ForwardedRequest: self.router.serve,
                         ipc.UserClaim: self.ledger.claim_user,
                         ipc.ConnectionsList: self.listing.answered}
 

@@ -1,7 +1,7 @@
 """ACLs as Kafka models them, and the decision Kafka's StandardAuthorizer makes with them.
 
 Shared by both kinds of process: the parent validates, stores and serves the ACL APIs
-(broker.parent.acls) and decides the requests it serves; every worker decides the requests it
+(broker.parent.acl_store) and decides the requests it serves; every worker decides the requests it
 serves with the ACLs the parent sent it (IPC `Acls`), without asking anyone.
 
 An ACL is a resource pattern (type, name, LITERAL or PREFIXED) and an entry (principal, host,

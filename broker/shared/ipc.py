@@ -9,14 +9,14 @@ A queue past MAX_QUEUED_BYTES means a peer that stopped reading: the channel bre
 worker with it.  A client's payloads (forwarded requests, their answers) never take it there:
 their senders ask `has_room` first and refuse the one request that does not fit.
 
-    parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, AdminResponse,
+    parent -> worker   Boot (first, once), Handoff, Shutdown, Close, EvictQuery, ForwardedResponse,
                        Quotas (after Boot and after every client-quota change), Tls (after a
                        SIGHUP changed the SSL listeners' certificates), Credentials
                        (after Boot and after every SCRAM credential change), UserVerdict,
                        Acls (after Boot and after every ACL change, with an authorizer),
                        ConnectionsQuery (an operator asked GET /connections)
     worker -> parent   Ready (once booted), Progress (hand-off credits and closed connection
-                       ids), EvictCandidates, AdminRequest, UserClaim (a connection
+                       ids), EvictCandidates, ForwardedRequest, UserClaim (a connection
                        authenticated: may it stay, under the per-user limits?),
                        ConnectionsList
 """
@@ -133,7 +133,7 @@ class UserVerdict(msgspec.Struct, tag=True, frozen=True):
     limit: int = 0  # the limit it is over, for the client's error message
 
 
-class AdminRequest(msgspec.Struct, tag=True, frozen=True):
+class ForwardedRequest(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     listener: int
     peer: str
@@ -141,7 +141,7 @@ class AdminRequest(msgspec.Struct, tag=True, frozen=True):
     user: str = "ANONYMOUS"  # the connection's principal name, for the parent's authorization
 
 
-class AdminResponse(msgspec.Struct, tag=True, frozen=True):
+class ForwardedResponse(msgspec.Struct, tag=True, frozen=True):
     request_id: int
     frame: bytes | None  # the response frame; None closes the connection
     busy_ns: int = 0  # the parent's handling time, charged to the client's request quota
@@ -184,7 +184,7 @@ class ConnectionsList(msgspec.Struct, tag=True, frozen=True):
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
-           | AdminRequest | AdminResponse | Quotas | Tls | Credentials | UserClaim | UserVerdict
+           | ForwardedRequest | ForwardedResponse | Quotas | Tls | Credentials | UserClaim | UserVerdict
            | Acls | ConnectionsQuery | ConnectionsList)
 
 _encoder = msgspec.msgpack.Encoder()

@@ -135,7 +135,7 @@ def write_seeds(target: str, directory: str) -> int:
         config = load_config({})
         seeds = [ipc.encode(message) for message in (
             ipc.Progress(registered=3, closed=[1, 2]), ipc.Handoff([(1, 0, "127.0.0.1", 5)]),
-            ipc.AdminRequest(request_id=1, listener=0, peer="p", frame=frames[0]),
+            ipc.ForwardedRequest(request_id=1, listener=0, peer="p", frame=frames[0]),
             ipc.Quotas(entries={"client-id=a": {"producer_byte_rate": 1.0}}),
             ipc.Boot(config=config, slot=0, shm_path="/x", cluster_id="c", name="w"))]
     os.makedirs(directory, exist_ok=True)
@@ -196,7 +196,7 @@ def instrument() -> None:
         import broker.shared.protocol.guard  # noqa: F401
         import workers.unknown_tags  # noqa: F401
         import broker.shared.x500  # noqa: F401
-        import workers.apis.forwarded  # noqa: F401
+        import workers.apis.parent_served  # noqa: F401
         import workers.apis.discovery  # noqa: F401
         import workers.apis.fetch  # noqa: F401
         import workers.apis.produce  # noqa: F401

@@ -50,11 +50,11 @@ class Services:
 
 def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
     """One handler per API the plane serves (broker.shared.apis); ApiVersions advertises them."""
+    from workers.apis.authentication import SaslAuthenticate, SaslHandshake
     from workers.apis.discovery import ApiVersions, DescribeCluster, FindCoordinator, Metadata
     from workers.apis.fetch import Fetch, ListOffsets
-    from workers.apis.forwarded import Forwarded
+    from workers.apis.parent_served import Forwarded
     from workers.apis.produce import Produce
-    from workers.apis.sasl import SaslAuthenticate, SaslHandshake
     from workers.apis.log_admin import DeleteRecords, DescribeLogDirs, DescribeProducers
     from workers.apis.topics import CreatePartitions, CreateTopics, DeleteTopics
 

@@ -4,7 +4,7 @@ broker.parent.groups).  Which APIs these are, and who answers each, is the API t
 (broker.shared.apis).
 
 The router decodes the frame (so the parent only sees frames that decode), then its
-Forwarder (workers.forwarding) sends it raw to the parent (IPC `AdminRequest`); the answer
+Forwarder (workers.forwarding) sends it raw to the parent (IPC `ForwardedRequest`); the answer
 comes back as bytes with the parent's handling time.  The connection stays muted meanwhile,
 like any request whose answer waits (a JoinGroup waits for the rebalance).  Group APIs are
 served on data listeners only, not on the control plane.

@@ -27,7 +27,7 @@ from broker.shared.acl import (CLUSTER_NAME, MAX_ACL_BYTES, MAX_ACLS, Acl, AclFi
 from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
 
-log = logging.getLogger("broker.parent.acls")
+log = logging.getLogger("broker.parent.acl_store")
 
 STORE_FILE = ".pybroker-acls.json"
 _DISABLED = "No Authorizer is configured on the broker"
