@@ -32,12 +32,12 @@ from typing import Callable
 from scramp import ScramException, ScramMechanism
 
 from broker.shared.apis import api_key_of
-from broker.shared.protocol import errors
 from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
 from broker.shared.protocol.context import RequestContext
-from workers.unknown_tags import is_unknown_tag, without_unknown_tags
+from broker.shared.protocol.errors import ErrorCode
 from broker.shared.sasl import SaslSettings, ScramCredential
 from workers.router import InvalidRequest
+from workers.unknown_tags import is_unknown_tag, without_unknown_tags
 
 log = logging.getLogger("workers.authenticator")
 
@@ -105,11 +105,11 @@ class Authenticator:
             token, code, message = self._token(bytes(body.auth_bytes))
             if self._claimed is not None:
                 return self._after_verdict(lambda refusal: ctx.respond(
-                    {"error_code": errors.ErrorCode.sasl_authentication_failed,
+                    {"error_code": ErrorCode.sasl_authentication_failed,
                      "error_message": refusal, "auth_bytes": b"", "session_lifetime": _NO_REAUTH}
-                    if refusal else {"error_code": errors.NONE, "error_message": None,
+                    if refusal else {"error_code": ErrorCode.none, "error_message": None,
                                      "auth_bytes": token, "session_lifetime": self._lifetime}))
-            lifetime = self._lifetime if code == errors.NONE and self.user else _NO_REAUTH
+            lifetime = self._lifetime if code == ErrorCode.none and self.user else _NO_REAUTH
             return ctx.respond({"error_code": code, "error_message": message,
                                 "auth_bytes": token, "session_lifetime": lifetime})
         raise InvalidRequest("not_authenticated",
@@ -140,20 +140,20 @@ class Authenticator:
         token (Kafka's REAUTH_BAD_MECHANISM)."""
         enabled = list(self.settings.mechanisms)
         if self.mechanism is not None:
-            code = self._refuse(errors.ErrorCode.illegal_sasl_state,
+            code = self._refuse(ErrorCode.illegal_sasl_state,
                                 "a SaslHandshake during an exchange")[1]
         elif body.mechanism not in enabled:
-            code = self._refuse(errors.ErrorCode.unsupported_sasl_mechanism,
+            code = self._refuse(ErrorCode.unsupported_sasl_mechanism,
                                 f"SASL mechanism {body.mechanism[:64]!r} is not enabled")[1]
         else:
-            code = errors.NONE
+            code = ErrorCode.none
             self.mechanism = body.mechanism
             self._raw_tokens = ctx.version == 0
         return ctx.respond({"error_code": code, "mechanisms": enabled})
 
     def _raw_token(self, token: bytes):
         reply, code, _message = self._token(token)
-        if code != errors.NONE:
+        if code != ErrorCode.none:
             return None  # v0 has no error frame: the connection closes after the delay
         framed = _INT32.pack(len(reply)) + reply
         if self._claimed is not None:
@@ -163,7 +163,7 @@ class Authenticator:
     def _token(self, token: bytes):
         """(reply token, error code, error message) for one client token."""
         if self.mechanism is None:
-            return self._refuse(errors.ErrorCode.illegal_sasl_state,
+            return self._refuse(ErrorCode.illegal_sasl_state,
                                 "a SASL token before SaslHandshake")
         if self._reauthenticating and self.mechanism != self._session_mechanism:
             return self._fail(self.user, f"SASL mechanism '{self.mechanism}' requested by client "
@@ -190,7 +190,7 @@ class Authenticator:
             if self._scram is None:
                 self._scram = ScramMechanism(self.mechanism).make_server(self._scram_auth_info)
                 self._scram.set_client_first(token.decode("utf-8"))
-                return self._scram.get_server_first().encode(), errors.NONE, None
+                return self._scram.get_server_first().encode(), ErrorCode.none, None
             self._scram.set_client_final(token.decode("utf-8"))
             final = self._scram.get_server_final().encode()
         except (ScramException, UnicodeDecodeError, ValueError) as error:
@@ -227,7 +227,7 @@ class Authenticator:
             self._admitted(user)
         else:  # the answer waits for the parent's verdict on the user's limits
             self._claimed = (user, self._claim(self.conn, user))
-        return b"", errors.NONE, None
+        return b"", ErrorCode.none, None
 
     def _admitted(self, user: str) -> None:
         self.user, self._reauthenticating = user, False
@@ -264,7 +264,7 @@ class Authenticator:
         self._failed = True
         self._on_result(self, self.mechanism, user, "failure")
         self.conn.close_later(self._failure_delay, "authentication_failed")
-        return b"", errors.ErrorCode.sasl_authentication_failed, message
+        return b"", ErrorCode.sasl_authentication_failed, message
 
     def _refuse(self, code: int, message: str):
         """A SASL request out of the protocol's order: answered with `code`, then, as Kafka

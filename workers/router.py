@@ -24,18 +24,18 @@ import time
 from dataclasses import dataclass
 
 from broker.shared.apis import BY_KEY, BY_NAME
-from broker.shared.protocol import errors
-from workers.answer_cache import BoundedCache
 from broker.shared.protocol.codec import (REQUEST_PREFIX, frame, request_readers,
                                           throttle_field_at)
 from broker.shared.protocol.context import (NO_THROTTLE, RequestContext,  # noqa: F401 (re-export)
                                             error_code)
+from broker.shared.protocol.errors import ErrorCode
 from broker.shared.protocol.guard import TooManyEntries
-from workers.unknown_tags import is_unknown_tag, without_unknown_tags
 from workers.answer import ForwardRequest  # noqa: F401 (tests and fuzz targets import it here)
 from workers.answer import Answer, Throttled
+from workers.answer_cache import BoundedCache
 from workers.fetch_response import FileResponse
 from workers.frames import MAX_KEY_BYTES
+from workers.unknown_tags import is_unknown_tag, without_unknown_tags
 
 # The route of a request: its API key and version read as one unsigned 32-bit number.
 _ROUTE_KEY = struct.Struct(">I")
@@ -241,7 +241,7 @@ class Router:
         low, high = self._api_versions_range
         if api_key == 18 and api_version > high:
             # KIP-511: a newer client gets a v0 body naming the ApiVersions range we serve.
-            body = _API_VERSIONS_V0_ERROR.pack(errors.UNSUPPORTED_VERSION, 1, 18, low, high)
+            body = _API_VERSIONS_V0_ERROR.pack(ErrorCode.unsupported_version, 1, 18, low, high)
             return frame(request[4:8], False, body)
         if api_key in self.apis:
             raise InvalidRequest("unsupported_version",

@@ -49,19 +49,19 @@ from workers.apis.fetch import FetchWaits
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
 from workers.connection import Connection
-from workers.top_connections import top_connections
-from workers.worker_events import WorkerEvents
 from workers.fetch_response import REGION_BUDGET
 from workers.fetch_sessions import FetchSessionCache
+from workers.forwarding import Forwarder
 from workers.frame_maps import FrameMaps
 from workers.framing import MAPPED_FRAME_BYTES
-from workers.forwarding import Forwarder
-from workers.router import BrokerView, Router
 from workers.intake import Intake
 from workers.pooled_connection import PooledConnection
 from workers.principals import Principals
+from workers.router import BrokerView, Router
 from workers.stats import WorkerStats
 from workers.throttling import ClientQuotas
+from workers.top_connections import top_connections
+from workers.worker_events import WorkerEvents
 
 log = logging.getLogger("workers.worker")
 

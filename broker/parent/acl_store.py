@@ -24,8 +24,8 @@ from broker.parent.forwarded import ResponseBudget, budget_of
 from broker.shared.access import Access
 from broker.shared.acl import (CLUSTER_NAME, MAX_ACL_BYTES, MAX_ACLS, Acl, AclFilter, Operation,
                                ResourceType, acl_bytes, canonical_host, creation_problem)
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
+from broker.shared.protocol.errors import ErrorCode
 
 log = logging.getLogger("broker.parent.acl_store")
 
@@ -65,7 +65,7 @@ class AclService:
 
     def describe(self, ctx: RequestContext, body, _who: str,
                  budget: ResponseBudget | None = None) -> bytes:
-        answer = {"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+        answer = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                   "error_message": None, "resources": []}
         refusal = self._refusal(ctx, Operation.DESCRIBE)
         wanted = _filter(body, body.resource_type_filter, body.resource_name_filter,
@@ -111,17 +111,17 @@ class AclService:
                 problem = f"{MAX_ACLS} ACLs or {MAX_ACL_BYTES} bytes of them are stored " \
                           f"already (the most kept)"
             if problem is not None:
-                results.append({"error_code": errors.ErrorCode.invalid_request,
+                results.append({"error_code": ErrorCode.invalid_request,
                                 "error_message": problem})
                 continue
             if acl not in known:  # creating an ACL that exists is a success that changes nothing
                 known.add(acl)
                 acls.append(acl)
                 weight += acl_bytes(acl)
-            results.append({"error_code": errors.NONE, "error_message": None})
+            results.append({"error_code": ErrorCode.none, "error_message": None})
         failure = self._commit(tuple(acls), who, "created")
         if failure is not None:
-            results = [result if result["error_code"] != errors.NONE else failure
+            results = [result if result["error_code"] != ErrorCode.none else failure
                        for result in results]
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
@@ -144,7 +144,7 @@ class AclService:
             wanted = _filter(item, item.resource_type_filter, item.resource_name_filter,
                              item.pattern_type_filter)
             if wanted.problem() is not None:
-                results.append({"error_code": errors.ErrorCode.invalid_request,
+                results.append({"error_code": ErrorCode.invalid_request,
                                 "error_message": wanted.problem(), "matching_acls": []})
                 continue
             if wanted not in matched:
@@ -152,12 +152,12 @@ class AclService:
             matching = matched[wanted]
             budget.charge(sum(map(_acl_bytes, matching)), len(matching) + 1)
             doomed.update(matching)
-            results.append({"error_code": errors.NONE, "error_message": None,
+            results.append({"error_code": ErrorCode.none, "error_message": None,
                             "matching_acls": [_matching(acl) for acl in matching]})
         failure = self._commit(tuple(acl for acl in self.store.acls if acl not in doomed),
                                who, "deleted")
         if failure is not None:
-            results = [dict(failure, matching_acls=[]) if result["error_code"] == errors.NONE
+            results = [dict(failure, matching_acls=[]) if result["error_code"] == ErrorCode.none
                        else result for result in results]
         return ctx.respond({"throttle_time": NO_THROTTLE, "filter_results": results})
 
@@ -180,7 +180,7 @@ class AclService:
             self.store.save(acls)
         except OSError as error:
             log.error("ACLs could not be written (%s): nothing changed", error)
-            return {"error_code": errors.ErrorCode.unknown_server_error,
+            return {"error_code": ErrorCode.unknown_server_error,
                     "error_message": f"the ACLs could not be written: {error.strerror}"}
         self.access.update(acls)
         log.info("ACLs %s by %s: %d now (%+d)", verb, who or "a client", len(acls),
@@ -201,7 +201,7 @@ def _acl_bytes(acl: Acl) -> int:
 
 
 def _matching(acl: Acl) -> dict:
-    return {"error_code": errors.NONE, "error_message": None,
+    return {"error_code": ErrorCode.none, "error_message": None,
             "resource_type": acl.resource_type, "resource_name": acl.resource_name,
             "pattern_type": acl.pattern_type, "principal": acl.principal, "host": acl.host,
             "operation": acl.operation, "permission_type": acl.permission}

@@ -28,8 +28,8 @@ import collections
 import functools
 import logging
 
-from broker.parent.acl_store import AclService, AclStore
 from broker.parent import kafka_broker_keys
+from broker.parent.acl_store import AclService, AclStore
 from broker.parent.dynamic import (DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem, DynamicConfig,
                                    alter_client_quota, ip_entity_key)
 from broker.parent.forwarded import budget_of, decode_forwarded
@@ -41,8 +41,8 @@ from broker.shared.client_quotas import DEFAULT, ENTITY_TYPES, entity_key
 from broker.shared.config import declared_keys
 from broker.shared.events import ConfigChanged, EventLog
 from broker.shared.log import topic_config
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext, error_code
+from broker.shared.protocol.errors import ErrorCode
 from broker.shared.protocol.refusal import (refused_alter_configs, refused_alter_quotas,
                                             refused_alter_scram)
 from broker.shared.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_TYPES, scram_credential
@@ -169,7 +169,7 @@ class AdminService:
                              for key in known)
                 entry["configs"] = [config for config in described if config is not None]
             budget.charge(sum(map(_config_bytes, entry["configs"])), len(entry["configs"]))
-            results.append(dict(entry, error_code=errors.NONE, error_message=None))
+            results.append(dict(entry, error_code=ErrorCode.none, error_message=None))
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": results})
 
     def _describable(self, cluster_default: bool) -> list[str]:
@@ -309,7 +309,7 @@ class AdminService:
                                                        f"that does not exist: {name}")
             results.append({"user": name, "error_code": error_code(code), "error_message": message,
                             "credential_infos": [] if code else infos})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "error_message": None, "results": results})
 
     def _alter_scram(self, ctx: RequestContext, body, who: str) -> bytes:
@@ -391,7 +391,7 @@ class AdminService:
                                            for kind, name in entity.items()],
                                 "values": [{"key": key, "value": value}
                                            for key, value in sorted(values.items())]})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "error_message": None, "entries": entries})
 
     def _all_quotas(self):
@@ -478,7 +478,7 @@ class AdminService:
             # line, for each change of one).
             changes = {}
             for entry, result in zip(body.entries, results):
-                if result["error_code"] == errors.NONE:
+                if result["error_code"] == ErrorCode.none:
                     entity = ",".join(f"{e.entity_type}={e.entity_name or DEFAULT}"
                                       for e in entry.entity)
                     changed_here = {f"{entity}/{op.key}": None if op.remove else op.value

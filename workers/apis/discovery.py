@@ -7,7 +7,7 @@ import uuid
 
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.log.topics import is_legal_name
-from broker.shared.protocol import errors
+from broker.shared.protocol.errors import ErrorCode
 from workers.answer_cache import BoundedCache
 from broker.shared.protocol.codec import build, encode_entity, frame, response_class
 from workers.router import NO_THROTTLE, Api, InvalidRequest, RequestContext
@@ -28,11 +28,11 @@ class ApiVersions(Api, api="ApiVersions"):
         """`specs`: the other APIs served (rows of broker.shared.apis)."""
         self._keys = sorted([(spec.key, *spec.versions) for spec in specs]
                             + [(self.key, *self.versions)])
-        self._bodies = {version: encode_entity(self._response(version, errors.NONE))
+        self._bodies = {version: encode_entity(self._response(version, ErrorCode.none))
                         for version in range(self.versions[1] + 1)}
 
     def _response(self, version: int, code):
-        keys = [] if code != errors.NONE else [
+        keys = [] if code != ErrorCode.none else [
             {"api_key": key, "min_version": low, "max_version": high} for key, low, high in self._keys]
         return build(response_class(self.key, version),
                      {"error_code": code, "api_keys": keys, "throttle_time": NO_THROTTLE})
@@ -40,7 +40,7 @@ class ApiVersions(Api, api="ApiVersions"):
     def handle(self, ctx: RequestContext, body) -> bytes:
         if ctx.version >= 3 and not (_SOFTWARE_RE.fullmatch(body.client_software_name)
                                      and _SOFTWARE_RE.fullmatch(body.client_software_version)):
-            invalid = encode_entity(self._response(ctx.version, errors.INVALID_REQUEST))
+            invalid = encode_entity(self._response(ctx.version, ErrorCode.invalid_request))
             return frame(ctx.correlation, False, invalid)
         return frame(ctx.correlation, False, self._bodies[ctx.version])  # header v0 always
 
@@ -173,7 +173,7 @@ class Metadata(Api, api="Metadata"):
         if cluster_operations:
             cluster = _cluster_operations(ctx, access)
         return build(response_class(self.key, ctx.version), {
-            "throttle_time": NO_THROTTLE, "error_code": errors.NONE, "brokers": brokers,
+            "throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "brokers": brokers,
             "cluster_id": view.cluster_id, "controller_id": view.node_id, "topics": described,
             "cluster_authorized_operations": cluster,
         })
@@ -182,34 +182,34 @@ class Metadata(Api, api="Metadata"):
                 denied: bool = False) -> dict:
         registry = self.services.registry
         if denied:
-            return {"error_code": errors.ErrorCode.topic_authorization_failed,
+            return {"error_code": ErrorCode.topic_authorization_failed,
                     "name": None if isinstance(item, uuid.UUID) else item,
                     "topic_id": item if isinstance(item, uuid.UUID) else _ZERO_UUID,
                     "is_internal": False, "partitions": []}
         if isinstance(item, uuid.UUID):
             info = registry.by_id(item)
             if info is None:
-                return {"error_code": errors.UNKNOWN_TOPIC_ID, "name": None, "topic_id": item,
+                return {"error_code": ErrorCode.unknown_topic_id, "name": None, "topic_id": item,
                         "is_internal": False, "partitions": []}
             return self._topic(info, ctx, operations)
         info = registry.get(item)
         if info is None:
-            code = errors.ErrorCode.invalid_topic_exception if not is_legal_name(item) \
-                else errors.ErrorCode.leader_not_available if being_created \
-                else errors.UNKNOWN_TOPIC_OR_PARTITION
+            code = ErrorCode.invalid_topic_exception if not is_legal_name(item) \
+                else ErrorCode.leader_not_available if being_created \
+                else ErrorCode.unknown_topic_or_partition
             return {"error_code": code, "name": item, "topic_id": _ZERO_UUID,
                     "is_internal": False, "partitions": []}
         return self._topic(info, ctx, operations)
 
     def _topic(self, info, ctx: RequestContext, operations: bool) -> dict:
         node = self.services.view.node_id
-        partitions = [{"error_code": errors.NONE, "partition_index": index, "leader_id": node,
+        partitions = [{"error_code": ErrorCode.none, "partition_index": index, "leader_id": node,
                        "leader_epoch": 0, "replica_nodes": (node,), "isr_nodes": (node,),
                        "offline_replicas": ()} for index in range(info.partitions)]
         for index in self._offline(info):  # as a partition whose only replica is offline
-            partitions[index].update(error_code=errors.ErrorCode.leader_not_available,
+            partitions[index].update(error_code=ErrorCode.leader_not_available,
                                      leader_id=-1, isr_nodes=(), offline_replicas=(node,))
-        return {"error_code": errors.NONE, "name": info.name, "topic_id": info.topic_id,
+        return {"error_code": ErrorCode.none, "name": info.name, "topic_id": info.topic_id,
                 "is_internal": False, "partitions": partitions,
                 "topic_authorized_operations": self.services.access.operations(
                     ctx, ResourceType.TOPIC, info.name) if operations
@@ -241,13 +241,13 @@ class DescribeCluster(Api, api="DescribeCluster"):
         cluster = _NO_AUTHORIZED_OPERATIONS
         if body.include_cluster_authorized_operations:
             cluster = _cluster_operations(ctx, self.services.access)
-        answer = {"throttle_time": NO_THROTTLE, "error_code": errors.NONE, "error_message": None,
+        answer = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "error_message": None,
                   "endpoint_type": self._BROKERS, "cluster_id": view.cluster_id,
                   "controller_id": view.node_id, "brokers": [],
                   "cluster_authorized_operations": cluster}
         if ctx.version >= 1 and body.endpoint_type != self._BROKERS:
             # A broker describes brokers; KRaft controllers answer type 2 (Kafka's rule).
-            return ctx.respond(dict(answer, error_code=errors.ErrorCode.unsupported_endpoint_type,
+            return ctx.respond(dict(answer, error_code=ErrorCode.unsupported_endpoint_type,
                                     error_message="this node is a broker, not a controller",
                                     endpoint_type=body.endpoint_type))
         if endpoint is not None:
@@ -267,9 +267,9 @@ class FindCoordinator(Api, api="FindCoordinator"):
         view = self.services.view
         endpoint = view.advertised[ctx.listener_index]
         if endpoint is None:
-            code, node, host, port = errors.ErrorCode.coordinator_not_available, -1, "", -1
+            code, node, host, port = ErrorCode.coordinator_not_available, -1, "", -1
         else:
-            code, node, (host, port) = errors.NONE, view.node_id, endpoint
+            code, node, (host, port) = ErrorCode.none, view.node_id, endpoint
         answer = {"error_code": code, "error_message": None, "node_id": node, "host": host,
                   "port": port}
         key_type = getattr(body, "key_type", 0)
@@ -280,9 +280,9 @@ class FindCoordinator(Api, api="FindCoordinator"):
         return ctx.respond(dict(self._authorized(ctx, answer, key_type, body.key),
                                 throttle_time=NO_THROTTLE))
 
-    _REFUSED = {0: (ResourceType.GROUP, errors.ErrorCode.group_authorization_failed),
+    _REFUSED = {0: (ResourceType.GROUP, ErrorCode.group_authorization_failed),
                 1: (ResourceType.TRANSACTIONAL_ID,
-                    errors.ErrorCode.transactional_id_authorization_failed)}
+                    ErrorCode.transactional_id_authorization_failed)}
 
     def _authorized(self, ctx: RequestContext, answer: dict, key_type: int, key: str) -> dict:
         """DESCRIBE on the group or transactional id the coordinator is asked for."""

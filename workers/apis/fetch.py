@@ -27,11 +27,11 @@ import time
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.client_quotas import FETCH
 from broker.shared.log.files import OutOfDescriptors
-from broker.shared.protocol import errors
+from broker.shared.protocol.errors import ErrorCode
+from workers.answer import Answer
 from workers.fetch_response import FileResponse, encode_fetch, file_piece, piece_size
 from workers.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition,
                                     FetchSession, next_epoch)
-from workers.answer import Answer
 from workers.router import NO_THROTTLE, Api, RequestContext
 
 log = logging.getLogger("workers.apis.fetch")
@@ -75,16 +75,16 @@ class Fetch(Api, api="Fetch"):
             return self._fetch(ctx, body, body.topics, NEW if epoch == INITIAL_EPOCH else None)
         session = sessions.get(session_id)
         if session is None:
-            return self._session_error(ctx, errors.ErrorCode.fetch_session_id_not_found)
+            return self._session_error(ctx, ErrorCode.fetch_session_id_not_found)
         if session.epoch != epoch:
-            return self._session_error(ctx, errors.ErrorCode.invalid_fetch_session_epoch)
+            return self._session_error(ctx, ErrorCode.invalid_fetch_session_epoch)
         topic_ids = ctx.version >= 13
         if session.topic_ids != topic_ids:
-            return self._session_error(ctx, errors.ErrorCode.fetch_session_topic_id_error)
+            return self._session_error(ctx, ErrorCode.fetch_session_topic_id_error)
         session.update(body.topics, body.forgotten_topics_data, topic_ids)
         if not sessions.fits(session):  # grown past its bounds: evicted, and the client
             sessions.evict(session_id)  # starts over with a full fetch
-            return self._session_error(ctx, errors.ErrorCode.fetch_session_id_not_found)
+            return self._session_error(ctx, ErrorCode.fetch_session_id_not_found)
         if not session.partitions:  # Kafka: an emptied session is closed, the fetch sessionless
             sessions.remove(session_id)
             return self._fetch(ctx, body, (), None)
@@ -121,7 +121,7 @@ class Fetch(Api, api="Fetch"):
             if session.epoch != epoch:  # served meanwhile by a request of another connection
                 return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": session.id,
                                     "responses": [],
-                                    "error_code": errors.ErrorCode.invalid_fetch_session_epoch})
+                                    "error_code": ErrorCode.invalid_fetch_session_epoch})
             topics = self._news(session, wanted, topics)
             session_id = session.id
         answer = self._encode(ctx, topics, session_id)
@@ -132,8 +132,8 @@ class Fetch(Api, api="Fetch"):
 
     def _encode(self, ctx: RequestContext, topics: list, session_id: int) -> FileResponse | bytes:
         if self._zero_copy:
-            return encode_fetch(ctx.correlation, ctx.version, 0, errors.NONE, session_id, topics)
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+            return encode_fetch(ctx.correlation, ctx.version, 0, ErrorCode.none, session_id, topics)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "session_id": session_id, "responses": topics})
 
     def _create_session(self, ctx: RequestContext, wanted: list, topics: list) -> int:
@@ -214,7 +214,7 @@ class Fetch(Api, api="Fetch"):
                 answer, size = self._read_partition(ctx.version, info, request, partition,
                                                     room, total == 0, self._zero_copy,
                                                     committed)
-                failed |= answer["error_code"] != errors.NONE
+                failed |= answer["error_code"] != ErrorCode.none
                 total += size
                 room -= size
                 answers.append(answer)
@@ -231,19 +231,19 @@ class Fetch(Api, api="Fetch"):
                   "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                   "preferred_read_replica": -1, "records": b""}
         if partition is None:
-            unknown = errors.UNKNOWN_TOPIC_ID if version >= 13 and info is None \
-                else errors.UNKNOWN_TOPIC_OR_PARTITION
+            unknown = ErrorCode.unknown_topic_id if version >= 13 and info is None \
+                else ErrorCode.unknown_topic_or_partition
             return dict(answer, error_code=unknown), 0
         if partition is DENIED:
-            return dict(answer, error_code=errors.ErrorCode.topic_authorization_failed), 0
+            return dict(answer, error_code=ErrorCode.topic_authorization_failed), 0
         if partition is UNAVAILABLE or partition.offline:
-            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error), 0
+            return dict(answer, error_code=ErrorCode.kafka_storage_error), 0
         stable = partition.last_stable_offset  # first: it never passes the high watermark
         high, start = partition.high_watermark, partition.log_start_offset
         answer.update(high_watermark=high, last_stable_offset=stable, log_start_offset=start)
         offset = request.fetch_offset
         if offset < start or offset > high:
-            return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
+            return dict(answer, error_code=ErrorCode.offset_out_of_range), 0
         limit = max(min(request.partition_max_bytes, room), 0)
         upper = stable if committed else None
         try:
@@ -258,11 +258,11 @@ class Fetch(Api, api="Fetch"):
                     {"producer_id": producer, "first_offset": first_offset}
                     for producer, first_offset in partition.aborted_transactions(offset, stable)]
         except FileNotFoundError:  # retention deleted the segment between two looks
-            return dict(answer, error_code=errors.ErrorCode.offset_out_of_range), 0
+            return dict(answer, error_code=ErrorCode.offset_out_of_range), 0
         except OutOfDescriptors:  # retriable: the client asks again
-            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error), 0
+            return dict(answer, error_code=ErrorCode.kafka_storage_error), 0
         answer.update(high_watermark=high, records=data or b"")
-        return dict(answer, error_code=errors.NONE), size
+        return dict(answer, error_code=ErrorCode.none), size
 
 
 class _SessionTopic:
@@ -409,7 +409,7 @@ class ListOffsets(Api, api="ListOffsets"):
             if not access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
                 topics.append({"name": topic.name, "partitions": [
                     dict(self._duplicate(part),
-                         error_code=errors.ErrorCode.topic_authorization_failed)
+                         error_code=ErrorCode.topic_authorization_failed)
                     for part in topic.partitions]})
                 continue
             for part in topic.partitions:
@@ -459,17 +459,17 @@ class ListOffsets(Api, api="ListOffsets"):
     @staticmethod
     def _duplicate(request) -> dict:
         return {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
-                "leader_epoch": -1, "error_code": errors.ErrorCode.invalid_request}
+                "leader_epoch": -1, "error_code": ErrorCode.invalid_request}
 
     @staticmethod
     def _offset(partition, request, committed: bool = False) -> dict | None:
         """The answer, or None when it is looked up by time (`_by_time`)."""
         answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
-                  "leader_epoch": 0, "error_code": errors.NONE}
+                  "leader_epoch": 0, "error_code": ErrorCode.none}
         if partition is None:
-            return dict(answer, error_code=errors.UNKNOWN_TOPIC_OR_PARTITION, leader_epoch=-1)
+            return dict(answer, error_code=ErrorCode.unknown_topic_or_partition, leader_epoch=-1)
         if partition is UNAVAILABLE or partition.offline:
-            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
+            return dict(answer, error_code=ErrorCode.kafka_storage_error, leader_epoch=-1)
         wanted = request.timestamp
         if wanted == LATEST:
             return dict(answer, offset=partition.last_stable_offset if committed
@@ -483,13 +483,13 @@ class ListOffsets(Api, api="ListOffsets"):
     @staticmethod
     def _by_time(partition, request) -> dict:
         answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
-                  "leader_epoch": 0, "error_code": errors.NONE}
+                  "leader_epoch": 0, "error_code": ErrorCode.none}
         wanted = request.timestamp
         try:
             found = partition.max_timestamp_offset() if wanted == MAX_TIMESTAMP \
                 else partition.offset_for_timestamp(wanted)
         except OutOfDescriptors:
-            return dict(answer, error_code=errors.ErrorCode.kafka_storage_error, leader_epoch=-1)
+            return dict(answer, error_code=ErrorCode.kafka_storage_error, leader_epoch=-1)
         except FileNotFoundError:  # retention took the segment meanwhile: no record there
             return answer
         if found is None:

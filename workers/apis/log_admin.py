@@ -22,7 +22,7 @@ import shutil
 
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.log import topic_config
-from broker.shared.protocol import errors
+from broker.shared.protocol.errors import ErrorCode
 from workers import producers_response
 from workers.apis.slices import in_slices
 from workers.router import NO_THROTTLE, Api, RequestContext, error_code
@@ -32,9 +32,9 @@ SLICE_DELETIONS = 16  # partitions whose log start moves per loop turn (an fsync
 SLICE_SIZES = 256  # partition directories listed per loop turn (DescribeLogDirs)
 SLICE_ENTRIES = 2048  # producers (and partitions, by their cost) described per loop turn
 _PARTITION_COST = 16  # a partition's lock and table mapping, in producers' worth of work
-_REFUSED_CODE = errors.ErrorCode.topic_authorization_failed.value
-_UNKNOWN_CODE = errors.UNKNOWN_TOPIC_OR_PARTITION.value
-_STORAGE_ERROR_CODE = errors.ErrorCode.kafka_storage_error.value
+_REFUSED_CODE = ErrorCode.topic_authorization_failed.value
+_UNKNOWN_CODE = ErrorCode.unknown_topic_or_partition.value
+_STORAGE_ERROR_CODE = ErrorCode.kafka_storage_error.value
 
 
 class DeleteRecords(Api, api="DeleteRecords"):
@@ -85,7 +85,7 @@ class DescribeLogDirs(Api, api="DescribeLogDirs"):
         if not self.services.access.check(ctx, Operation.DESCRIBE, ResourceType.CLUSTER,
                                           CLUSTER_NAME):
             return ctx.respond({"throttle_time": NO_THROTTLE, "results": [],
-                                "error_code": errors.ErrorCode.cluster_authorization_failed})
+                                "error_code": ErrorCode.cluster_authorization_failed})
         registry = self.services.registry
         wanted = None
         if body.topics is not None:  # a set of partitions, as Kafka's: entries add up
@@ -114,11 +114,11 @@ class DescribeLogDirs(Api, api="DescribeLogDirs"):
         results = []
         for log_dir, topics in by_dir.items():
             usage = shutil.disk_usage(log_dir)
-            results.append({"error_code": errors.NONE, "log_dir": log_dir,
+            results.append({"error_code": ErrorCode.none, "log_dir": log_dir,
                             "total_bytes": usage.total, "usable_bytes": usage.free,
                             "topics": [{"name": name, "partitions": partitions}
                                        for name, partitions in topics.items()]})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": errors.NONE,
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "results": results})
 
 
@@ -185,12 +185,12 @@ class DescribeProducers(Api, api="DescribeProducers"):
         cost = _PARTITION_COST + len(states)
         if not budget.take(1 + len(states)):
             return _over_budget(index, budget.limit), cost
-        return producers_response.partition(index, errors.NONE.value, None, states), cost
+        return producers_response.partition(index, ErrorCode.none.value, None, states), cost
 
 
 def _over_budget(index: int, limit: int) -> bytes:
     return producers_response.partition(
-        index, errors.ErrorCode.throttling_quota_exceeded.value,
+        index, ErrorCode.throttling_quota_exceeded.value,
         f"this answer already describes {limit:,} partitions and producers at most "
         f"(pybroker.request.max.entries): ask again for this partition")
 

@@ -15,7 +15,7 @@ from broker.shared.log import records
 from broker.shared.log.files import OutOfDescriptors
 from broker.shared.log.record_errors import FaultRoom
 from broker.shared.log.records import COMPRESS_SLICE, HEADER_BYTES
-from broker.shared.protocol import errors
+from broker.shared.protocol.errors import ErrorCode
 from workers.answer import Answer
 from workers.router import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
 
@@ -100,7 +100,7 @@ class Produce(Api, api="Produce"):
         topics, failed = [], False
         for topic, items in zip(body.topic_data, pending):
             partitions = [item.answer or self._append(item) for item in items]
-            failed |= any(result["error_code"] != errors.NONE for result in partitions)
+            failed |= any(result["error_code"] != ErrorCode.none for result in partitions)
             topics.append({"name": topic.name, "partition_responses": partitions})
         if body.acks == 0 and failed:  # the only way to tell an acks=0 producer: Kafka closes
             raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
@@ -166,7 +166,7 @@ class Produce(Api, api="Produce"):
             result = partition.append(check.stored or data.records, checked=check.batch)
         except OSError as error:
             log.error("append to %s-%d failed: %s", topic, data.index, error)
-            return dict(answer, error_code=error_code("kafka_storage_error"))
+            return dict(answer, error_code=ErrorCode.kafka_storage_error)
         if result.error is not None:
             log.info("produce to %s-%d refused: %s", topic, data.index, result.message)
             return dict(answer, error_code=error_code(result.error), error_message=result.message)
@@ -174,7 +174,7 @@ class Produce(Api, api="Produce"):
         if result.log_append_time >= 0:  # the topic stamps batches: the client is told when
             answer["log_append_time"] = datetime.datetime.fromtimestamp(
                 result.log_append_time / 1000, tz=datetime.timezone.utc)
-        return dict(answer, error_code=errors.NONE, base_offset=result.base_offset,
+        return dict(answer, error_code=ErrorCode.none, base_offset=result.base_offset,
                     log_start_offset=result.log_start_offset)
 
 

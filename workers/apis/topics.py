@@ -15,6 +15,7 @@ import logging
 
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.log import topic_config
+from broker.shared.protocol.errors import ErrorCode
 from workers.router import NO_THROTTLE, Api, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.topics")
@@ -154,7 +155,7 @@ class CreateTopics(Api, api="CreateTopics"):
             return (), 0
         if not self.services.access.allowed(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
                                             plan.name):
-            return (), error_code("topic_authorization_failed")
+            return (), ErrorCode.topic_authorization_failed
         return [{key: entry[key] for key in ("name", "value", "read_only", "config_source",
                                              "is_sensitive")}
                 for entry in topic_config.describe(self.services.props, plan.configs)], 0
@@ -162,7 +163,7 @@ class CreateTopics(Api, api="CreateTopics"):
     @staticmethod
     def _refusal(name: str) -> dict:
         return {"name": name, "topic_id": None, "num_partitions": -1, "replication_factor": -1,
-                "error_code": error_code("cluster_authorization_failed"),
+                "error_code": ErrorCode.cluster_authorization_failed,
                 "error_message": _MESSAGES["cluster_authorization_failed"], "configs": (),
                 "topic_config_error_code": 0}
 
@@ -231,7 +232,7 @@ class DeleteTopics(Api, api="DeleteTopics"):
         if _refused(self.services, ctx):
             return ctx.respond({"throttle_time": NO_THROTTLE, "responses": [
                 {"name": name, "topic_id": topic_id, "error_code":
-                 error_code("cluster_authorization_failed"),
+                 ErrorCode.cluster_authorization_failed,
                  "error_message": _MESSAGES["cluster_authorization_failed"]}
                 for name, topic_id in wanted]})
         malformed = _malformed(wanted)
@@ -252,7 +253,7 @@ class DeleteTopics(Api, api="DeleteTopics"):
         for index, (name, topic_id) in enumerate(resolved):
             if index in malformed:
                 results.append({"name": name, "topic_id": topic_id, "error_code":
-                                error_code("invalid_request"), "error_message": malformed[index]})
+                                ErrorCode.invalid_request, "error_message": malformed[index]})
                 continue
             problem = ("unknown_topic_id" if name is None else "invalid_request"
                        if name in duplicated else "topic_authorization_failed"
