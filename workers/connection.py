@@ -76,7 +76,7 @@ def client_id_of(request) -> str | None:
     return bytes(request[10:10 + length]).decode("utf-8", "replace")
 
 
-def _resolve(future, value) -> None:
+def _fulfil(future, value) -> None:
     if not future.done():
         future.set_result(value)
 
@@ -405,7 +405,7 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         if response.delay:  # an old version: the broker holds the response back itself
             loop = self.host.loop
             future = loop.create_future()
-            loop.call_later(response.ms / 1000, _resolve, future, response.frame)
+            loop.call_later(response.ms / 1000, _fulfil, future, response.frame)
             self._park(future, api_key, queued=False)
             return True
         # KIP-219: the response leaves now, carrying the throttle; then the channel stays muted.

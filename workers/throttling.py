@@ -16,7 +16,7 @@ import logging
 import time
 
 from broker.shared.client_quotas import (FETCH, PRODUCE, QUOTA_KEYS, REQUEST,
-                                         QuotaSensors, resolve)
+                                         QuotaSensors, quota_in_force)
 from broker.shared.config import ServerProperties
 
 log = logging.getLogger("workers.throttling")
@@ -40,7 +40,7 @@ class ClientQuotas:
         self.cap = props.pybroker_quota_max_throttle_ms / 1000
         self.exempt = {item.strip() for item in props.pybroker_quota_exempt_client_ids.split(",")
                        if item.strip()}
-        self._resolved: dict[tuple[int, str], tuple[float, int] | None] = {}
+        self._in_force: dict[tuple[int, str], tuple[float, int] | None] = {}
         self._last_log: dict[str, float] = {}
         self._last_full_log = 0.0
         self.shadow = props.pybroker_shadow_client_quotas  # observe only: nothing throttled
@@ -48,7 +48,7 @@ class ClientQuotas:
     def update(self, entries: dict[str, dict[str, float]], shadow: bool = False) -> None:
         self.entries = entries
         self.shadow = shadow
-        self._resolved.clear()
+        self._in_force.clear()
 
     def active(self) -> bool:
         return bool(self.entries or self.static)
@@ -57,16 +57,16 @@ class ClientQuotas:
         """(limit, sensor) of the user's and client's quota; None if unlimited (or, the sensor
         table being full, not tracked for now)."""
         client = client_id or ""
-        found = self._resolved.get((quota, user, client), False)
+        found = self._in_force.get((quota, user, client), False)
         if found is False:
             found = None
             if client not in self.exempt:
-                match = resolve(self.entries, self.static, user, client, QUOTA_KEYS[quota])
+                match = quota_in_force(self.entries, self.static, user, client, QUOTA_KEYS[quota])
                 if match is not None:
                     found = (match[0] * UNITS[quota], match[1])
-            if len(self._resolved) > 10000:
-                self._resolved.clear()
-            self._resolved[(quota, user, client)] = found
+            if len(self._in_force) > 10000:
+                self._in_force.clear()
+            self._in_force[(quota, user, client)] = found
         if found is None:
             return None
         entity = self.sensors.entity(found[1])  # a sensor may be taken over after idling

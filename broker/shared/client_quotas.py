@@ -67,7 +67,7 @@ def entity_key(user: str | None, client: str | None) -> str:
     return ",".join(parts)
 
 
-def resolve(quotas: dict[str, dict[str, float]], static: dict[str, float], user: str,
+def quota_in_force(quotas: dict[str, dict[str, float]], static: dict[str, float], user: str,
             client: str, key: str) -> tuple[float, str] | None:
     """(limit, sensor key) of the quota `key` for (user, client), or None when unlimited."""
     levels = (

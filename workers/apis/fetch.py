@@ -101,7 +101,7 @@ class Fetch(Api, api="Fetch"):
             if quotas is not None and quotas.active() else 0.0
         if owed > 0:  # over the consumer quota: answered empty, nothing read; throttled
             return Answer(self._encode(ctx, [], _session_id(session)), FETCH, 0, owed=owed)
-        wanted = self._resolve(ctx, topics)
+        wanted = self._wanted_partitions(ctx, topics)
         found, total, failed = self._read(ctx, body, wanted)
         wait_seconds = min(body.max_wait.total_seconds(), self._max_wait_seconds)
         waits = self.services.waits
@@ -171,7 +171,7 @@ class Fetch(Api, api="Fetch"):
         return ctx.respond({"throttle_time": NO_THROTTLE, "session_id": NO_SESSION,
                             "responses": [], "error_code": code})
 
-    def _resolve(self, ctx: RequestContext, topics) -> list:
+    def _wanted_partitions(self, ctx: RequestContext, topics) -> list:
         """[(topic name or None, topic id or None, info, [(request partition, Partition)])].
 
         `topics` reads like the request's: items with a topic (name, or id from v13) and
@@ -351,7 +351,7 @@ class _Waiter:
             topics, total, failed = self.read()
             self.marks = [p.high_watermark for p in self.partitions]
             if total >= self.min_bytes or failed:
-                self._resolve(self.answer(topics, total))
+                self._fulfil(self.answer(topics, total))
         except Exception as error:  # e.g. the topic was deleted: the connection must hear of it
             self._fail(error)
 
@@ -359,7 +359,7 @@ class _Waiter:
         if not self.future.done():
             try:
                 topics, total, _ = self.read()
-                self._resolve(self.answer(topics, total))
+                self._fulfil(self.answer(topics, total))
             except Exception as error:  # as in try_finish
                 self._fail(error)
         self._forget()
@@ -369,7 +369,7 @@ class _Waiter:
             self.future.set_exception(error)
         self._forget()
 
-    def _resolve(self, response) -> None:
+    def _fulfil(self, response) -> None:
         if not self.future.done():
             self.future.set_result(response)
         else:  # nobody will send it: a file answer's descriptors go now
