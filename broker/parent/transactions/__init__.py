@@ -4,6 +4,7 @@ coordinator.py  requests, each id's state machine and the transaction log; the o
 markers.py      the markers that end a transaction in its partitions, and those owed
 sweeps.py       the rounds: markers retried, timed-out and hanging transactions aborted,
                 idle ids expired
+listing.py      what DescribeTransactions and ListTransactions show
 state.py        a transactional id's state, its legal moves, the clock of its times
 holders.py      who holds the ids, and each holder's fair share
 refusals.py     what an operator sees at those bounds: counts, a log line, events

@@ -2,8 +2,9 @@
 state and its moves, and the transaction log.  It owns the rest of the package: the markers
 that end a transaction in its partitions (markers.py) and the rounds that retry them, abort
 timed-out and hanging transactions and expire idle ids (sweeps.py) are its base classes; it
-uses who holds the ids (holders.py), the refusals' report (refusals.py) and the answers
-written as bytes (answers.py); the figures for /metrics (metrics.py) are read from it.
+uses who holds the ids (holders.py), the refusals' report (refusals.py) and what
+DescribeTransactions and ListTransactions show (listing.py); the figures for /metrics
+(metrics.py) are read from it.
 
 Workers forward InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 DescribeTransactions and ListTransactions here (IPC AdminRequest, like the group APIs);
@@ -30,9 +31,7 @@ for ANONYMOUS), `pybroker.max.transactional.ids.per.principal`; at either bound 
 forgotten to make room, or, with all busy, InitProducerId answers COORDINATOR_NOT_AVAILABLE
 (holders.py decides, refusals.py counts, logs and writes the event).  A transaction spans at
 most `pybroker.max.partitions.per.transaction` partitions and 1,000 groups, and a complete one
-keeps neither (as Kafka's).  DescribeTransactions answers an id named twice once and shows
-only the topics the caller may describe; its answers and ListTransactions' are written
-straight to bytes (answers.py).
+keeps neither (as Kafka's).
 
 Not done (as Kafka before KIP-890's verification): a produce to a partition never added to
 the transaction is not refused; its records stay invisible to read_committed consumers until
@@ -51,9 +50,8 @@ import msgspec
 from broker.parent.forwarded import budget_of, decode_forwarded
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.record_file import RecordFile
-from broker.parent.transactions.answers import (describe_transactions_body,
-                                                list_transactions_body)
 from broker.parent.transactions.holders import Holder, Holdings
+from broker.parent.transactions.listing import describe, list_transactions
 from broker.parent.transactions.markers import Markers
 from broker.parent.transactions.refusals import BoundReport
 from broker.parent.transactions.state import Transaction, TxnState, now_ms, transition
@@ -449,62 +447,13 @@ class TransactionCoordinator(Markers, Sweeps):
             except OSError as error:
                 log.error("rewriting %s failed: %s", self.file.path, error)
 
-    # --- DescribeTransactions, ListTransactions ----------------------------------------------
+    # --- DescribeTransactions, ListTransactions (listing.py) ---------------------------------
 
     def _describe(self, ctx: RequestContext, body) -> bytes:
-        """One state per id named (an id named twice is answered once: Kafka's admin client
-        keys the answers by id); its partitions only of the topics the caller may describe,
-        as Kafka's KafkaApis filters them."""
-        states, describable = [], self._describable(ctx)
-        budget = budget_of(self.props)  # charged before an id's partitions are gathered
-        for transactional_id in dict.fromkeys(body.transactional_ids):
-            txn = self.transactions.get(transactional_id)
-            code = E.none
-            if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                                     transactional_id):
-                code, txn = E.transactional_id_authorization_failed, None
-            elif txn is None:
-                code = E.transactional_id_not_found
-            budget.charge(len(transactional_id) + 8 * len(txn.partitions if txn else ()),
-                          1 + len(txn.partitions if txn else ()))
-            states.append(_described(transactional_id, code, txn, describable))
-        return ctx.frame(describe_transactions_body(states))
-
-    def _describable(self, ctx: RequestContext):
-        """The test of a topic the caller may see in an answer (decided once per topic)."""
-        decided: dict[str, bool] = {}
-
-        def describable(topic: str) -> bool:
-            if topic not in decided:
-                decided[topic] = self.access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
-                                                   topic)
-            return decided[topic]
-        return describable
+        return describe(ctx, body, self.transactions, self.access, budget_of(self.props))
 
     def _list(self, ctx: RequestContext, body) -> bytes:
-        """Every transaction the filters select and the caller may describe.  The one small
-        request that answers with the whole table: its answer is written straight to bytes
-        (answers.py), and each id costs a few attribute reads."""
-        known = {state.value for state in TxnState}
-        wanted = set(body.state_filters)
-        producers = set(body.producer_id_filters)
-        longer_than = getattr(body, "duration_filter", -1)
-        selected = self.transactions.values()
-        if wanted:
-            selected = [txn for txn in selected if txn.state._value_ in wanted]
-        if producers:
-            selected = [txn for txn in selected if txn.producer_id in producers]
-        if longer_than >= 0:
-            began_before = now_ms() - longer_than
-            selected = [txn for txn in selected if txn.state is TxnState.ONGOING
-                        and txn.started_ms <= began_before]
-        if self.access.enabled:
-            allowed = self.access.allowed
-            selected = [txn for txn in selected if allowed(
-                ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn.transactional_id)]
-        listed = [(txn.transactional_id, txn.producer_id, txn.state._value_)
-                  for txn in selected]
-        return ctx.frame(list_transactions_body(E.none, sorted(wanted - known), listed))
+        return list_transactions(ctx, body, self.transactions, self.access)
 
 
 BY_NAME_OF_KEY = {spec.key: name for name, spec in BY_NAME.items()}
@@ -529,17 +478,3 @@ def _by_topic(verdicts: dict, code_field: str, partitions_field: str) -> list[di
         topics.setdefault(name, []).append({"partition_index": partition, code_field: code})
     return [{"name": name, partitions_field: rows} for name, rows in topics.items()]
 
-
-def _described(transactional_id: str, code, txn: Transaction | None, describable) -> tuple:
-    """One state of a DescribeTransactions answer (answers.describe_transactions_body): the
-    partitions of a transaction in progress, of the topics the caller may describe."""
-    if txn is None:
-        return code, transactional_id, "", 0, -1, -1, -1, {}
-    topics: dict[str, list[int]] = {}
-    if txn.state is TxnState.ONGOING or txn.state.preparing:
-        for name, partition in txn.partitions:
-            if name in topics or describable(name):
-                topics.setdefault(name, []).append(partition)
-    # A start time of -1: none yet (Kafka's).
-    return (code, transactional_id, txn.state._value_, txn.timeout_ms, txn.started_ms,
-            txn.producer_id, txn.producer_epoch, topics)
