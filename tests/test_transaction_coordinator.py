@@ -399,7 +399,7 @@ def test_a_transaction_no_coordinator_state_covers_is_aborted_after_two_sweeps(h
 
 
 def test_a_transaction_over_many_partitions_is_marked_a_slice_per_turn(harness):
-    from broker.parent.transactions.coordinator import MARKERS_PER_TURN
+    from broker.parent.transactions.markers import MARKERS_PER_TURN
 
     assert harness.registry.create("wide", 2 * MARKERS_PER_TURN + 5) is None
     _, producer_id, epoch = harness.init()
@@ -464,7 +464,7 @@ def test_fencing_at_the_last_epoch_keeps_the_producer_id(harness):
 
 
 def test_many_partitions_that_cannot_take_markers_do_not_spin_the_loop(harness):
-    from broker.parent.transactions.coordinator import MARKERS_PER_TURN
+    from broker.parent.transactions.markers import MARKERS_PER_TURN
 
     count = 2 * MARKERS_PER_TURN + 5
     assert harness.registry.create("down", count) is None

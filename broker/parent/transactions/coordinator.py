@@ -1,5 +1,10 @@
-"""The transaction coordinator (KIP-98), in the parent: every transactional id's state, the
-transaction log, and the markers that end a transaction in its partitions.
+"""The transaction coordinator (KIP-98), in the parent: the requests, every transactional id's
+state and its moves, and the transaction log.  It owns the rest of the package: the markers
+that end a transaction in its partitions (markers.py) and the rounds that retry them, abort
+timed-out and hanging transactions and expire idle ids (sweeps.py) are its base classes; it
+uses who holds the ids (holders.py), the refusals' report (refusals.py) and what
+DescribeTransactions and ListTransactions show (listing.py); the figures for /metrics
+(metrics.py) are read from it.
 
 Workers forward InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 DescribeTransactions and ListTransactions here (IPC AdminRequest, like the group APIs);
@@ -12,7 +17,7 @@ Durability: every change of a transactional id's state is a line of
 answer.  EndTxn writes PrepareCommit/PrepareAbort first, then the markers (and the group
 offsets' outcome), then CompleteCommit/CompleteAbort; a restart finds any Prepare state left
 by a `kill -9` and completes it before a worker serves anything.  A transaction left Ongoing
-is aborted once its timeout passes, as any other.
+is aborted once its timeout passes, as any other (sweeps.py).
 
 Fencing, as Kafka: InitProducerId for a known id bumps the epoch (a transaction in progress
 is aborted first, its markers written with the bumped epoch, so the old producer's appends are
@@ -26,9 +31,7 @@ for ANONYMOUS), `pybroker.max.transactional.ids.per.principal`; at either bound 
 forgotten to make room, or, with all busy, InitProducerId answers COORDINATOR_NOT_AVAILABLE
 (holders.py decides, refusals.py counts, logs and writes the event).  A transaction spans at
 most `pybroker.max.partitions.per.transaction` partitions and 1,000 groups, and a complete one
-keeps neither (as Kafka's).  DescribeTransactions answers an id named twice once and shows
-only the topics the caller may describe; its answers and ListTransactions' are written
-straight to bytes (answers.py).
+keeps neither (as Kafka's).
 
 Not done (as Kafka before KIP-890's verification): a produce to a partition never added to
 the transaction is not refused; its records stay invisible to read_committed consumers until
@@ -41,23 +44,22 @@ import asyncio
 import logging
 import os
 import secrets
-import time
 
 import msgspec
 
 from broker.parent.forwarded import budget_of, decode_forwarded
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.record_file import RecordFile
-from broker.parent.transactions.answers import (describe_transactions_body,
-                                                list_transactions_body)
 from broker.parent.transactions.holders import Holder, Holdings
+from broker.parent.transactions.listing import describe, list_transactions
+from broker.parent.transactions.markers import Markers
 from broker.parent.transactions.refusals import BoundReport
-from broker.parent.transactions.state import Transaction, TxnState, transition
+from broker.parent.transactions.state import Transaction, TxnState, now_ms, transition
+from broker.parent.transactions.sweeps import Sweeps
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
 from broker.shared.events import EventLog
-from broker.shared.log.partition import AppendResult, has_open_transaction
 from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 
@@ -66,9 +68,6 @@ log = logging.getLogger("broker.parent.transactions")
 FILE_NAME = ".pybroker-transactions.jsonl"
 COMPACT_MIN = 1000
 MAX_GROUPS = 1000  # groups one transaction may commit offsets for (AddOffsetsToTxn)
-# Markers written per turn of the parent's loop (about 5 ms): a transaction over thousands of
-# partitions is marked a slice at a time, the rest of the parent serving in between.
-MARKERS_PER_TURN = 64
 MAX_EPOCH = 32767  # int16: at the last epoch a producer gets a new id (Kafka's rule)
 E = errors.ErrorCode
 # The first version of each API that knows PRODUCER_FENCED; older ones hear
@@ -77,11 +76,7 @@ FENCED_FROM = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffsetsToTxn": 
                "EndTxn": 2, "TxnOffsetCommit": 2}
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class TransactionCoordinator:
+class TransactionCoordinator(Markers, Sweeps):
     def __init__(self, loop: asyncio.AbstractEventLoop, props, directory: str, registry,
                  offsets: OffsetStore, access: Access | None = None,
                  fsync_every_write: bool = False, events: EventLog | None = None,
@@ -110,14 +105,8 @@ class TransactionCoordinator:
             ("AddOffsetsToTxn", self._add_offsets), ("EndTxn", self._end_txn),
             ("DescribeTransactions", self._describe), ("ListTransactions", self._list))}
         assert set(self._handlers) == TRANSACTION_KEYS, "the API table and the coordinator disagree"
-        self._timer: asyncio.TimerHandle | None = None
-        # Markers owed, by transactional id: partitions not tried yet (a slice a turn) and
-        # partitions whose marker failed (tried again every round).
-        self._untried: dict[str, list] = {}
-        self._failed: dict[str, list] = {}
-        self._suspects: set[tuple] = set()  # hanging transactions seen by the last sweep
-        self._next_expiry = time.monotonic() + \
-            props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+        self._init_markers()
+        self._init_sweeps()
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -136,32 +125,8 @@ class TransactionCoordinator:
                 self._complete(txn)
         self.maybe_compact()
 
-    def start(self) -> None:
-        """Timed-out transactions are looked for every
-        transaction.abort.timed.out.transaction.cleanup.interval.ms, expired ids every
-        transaction.remove.expired.transaction.cleanup.interval.ms."""
-        self._timer = self.loop.call_later(self._interval, self._tick)
-
-    @property
-    def _interval(self) -> float:
-        return self.props.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
-
-    def _tick(self) -> None:
-        duties = [self.retry_markers, self.abort_timed_out, self.abort_hanging]
-        if time.monotonic() >= self._next_expiry:
-            self._next_expiry = time.monotonic() + \
-                self.props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
-            duties.append(self.expire_ids)
-        for duty in duties:  # one failing costs only itself: the next round retries it
-            try:
-                duty()
-            except Exception:  # noqa: BLE001
-                log.exception("transaction coordinator: %s failed", duty.__name__)
-        self._timer = self.loop.call_later(self._interval, self._tick)
-
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._stop_sweeps()
         self.file.close()
 
     # --- requests ----------------------------------------------------------------------------
@@ -428,23 +393,12 @@ class TransactionCoordinator:
         self._complete(txn)
 
     def _complete(self, txn: Transaction) -> None:
-        """Markers, the group offsets' outcome, then the Complete line.  A partition that
-        cannot take its marker (offline) keeps the transaction in its Prepare state: the
-        markers still owed are written again every round (`retry_markers`) and by the next
-        start-up, as Kafka's marker channel retries until it is through."""
-        commit, key = txn.state is TxnState.PREPARE_COMMIT, txn.transactional_id
-        untried = self._untried.pop(key, None)
-        if untried is None:  # a first pass over every partition, or a retry of the failed
-            untried = self._failed.pop(key) if key in self._failed else list(txn.partitions)
-        now, later = untried[:MARKERS_PER_TURN], untried[MARKERS_PER_TURN:]
-        failed = self._failed.pop(key, []) + [p for p in now if not self._marked(txn, p, commit)]
-        if later:  # the next slice at the next turn; failures wait for the next round
-            self._untried[key] = later
-            self.loop.call_soon(self._next_slice, key)
-        if failed:
-            self._failed[key] = failed
-        if later or failed:
+        """Markers, the group offsets' outcome, then the Complete line.  While a marker is
+        owed (a slice for a later turn, or a partition that cannot take it: markers.py) the
+        transaction stays in its Prepare state, and this is called again."""
+        if not self._marks_written(txn):  # some are owed: a later turn or round completes it
             return
+        commit = txn.state is TxnState.PREPARE_COMMIT
         try:
             for group in txn.groups:
                 self.offsets.end_transaction(group, txn.producer_id, commit, now_ms())
@@ -455,113 +409,12 @@ class TransactionCoordinator:
                          partitions=[], groups=[])
         except OSError as error:  # the markers are written; the rest is owed, tried again
             log.error("transaction %s: completing failed: %s", txn.transactional_id, error)
-            self._failed[key] = []
+            self._owe_completion(txn.transactional_id)
             return
         self.ended["committed" if commit else "aborted"] += 1
         log.debug("transaction %s (producer %d epoch %d): %s, %d partitions",
                   txn.transactional_id, txn.producer_id, txn.producer_epoch,
                   "committed" if commit else "aborted", partitions)
-
-    def _marked(self, txn: Transaction, key: tuple[str, int], commit: bool) -> bool:
-        """Write the marker of `txn` in one partition; False if it must be tried again."""
-        topic, index = key
-        partition = self.registry.partition(topic, index)
-        if partition is None:
-            return True  # deleted since: nothing to mark
-        try:
-            result = partition.append_marker(txn.producer_id, txn.producer_epoch, commit)
-        except OSError as error:
-            result = AppendResult("kafka_storage_error", message=str(error))
-        if result.error is None:
-            return True
-        log.warning("transaction %s: %s marker in %s-%d refused: %s", txn.transactional_id,
-                    "commit" if commit else "abort", topic, index,
-                    result.message or result.error)
-        # A newer epoch already wrote there (the producer was fenced since): nothing owed.
-        return result.error == "invalid_producer_epoch"
-
-    def _next_slice(self, transactional_id: str) -> None:
-        txn = self.transactions.get(transactional_id)
-        if txn is not None and txn.state.preparing and transactional_id in self._untried:
-            self._complete(txn)
-
-    def retry_markers(self) -> int:
-        """Another try at every Prepare state not being marked now (markers that failed, or
-        a Prepare line whose markers never began); how many remain owing."""
-        for txn in [txn for txn in self.transactions.values() if txn.state.preparing]:
-            if txn.transactional_id not in self._untried:
-                self._complete(txn)
-        for gone in [key for key in self._failed if key not in self.transactions
-                     or not self.transactions[key].state.preparing]:
-            del self._failed[gone]
-        return sum(txn.state.preparing for txn in self.transactions.values())
-
-    # --- timers ------------------------------------------------------------------------------
-
-    def abort_timed_out(self, now: int | None = None) -> int:
-        """Abort (with a bumped epoch) every transaction open longer than its timeout."""
-        now = now_ms() if now is None else now
-        late = [txn for txn in self.transactions.values() if txn.state is TxnState.ONGOING
-                and txn.started_ms + txn.timeout_ms < now]
-        for txn in late:
-            log.info("transaction %s timed out after %d ms: aborting", txn.transactional_id,
-                     txn.timeout_ms)
-            self._end(txn, commit=False, bump=True)
-            self.ended["timed_out"] += 1
-        return len(late)
-
-    def abort_hanging(self) -> int:
-        """Abort the transactions open in a partition that no transaction of this coordinator
-        covers: a producer that wrote before adding the partition (or never did), a forged
-        producer id, one whose marker a lost table forgot.  Left open, one such batch would
-        hold the partition's last stable offset, and every read_committed consumer of it,
-        for ever (Kafka leaves these "hanging transactions" to an operator's
-        `kafka-transactions abort`).  Only one seen by two sweeps in a row is aborted, with
-        the producer's own epoch."""
-        covered = {txn.producer_id: txn for txn in self.transactions.values()
-                   if txn.state is TxnState.ONGOING or txn.state.preparing}
-        seen, aborted = set(), 0
-        for info in list(self.registry.topics().values()):
-            for index, directory in enumerate(info.directories):
-                if not has_open_transaction(directory):
-                    continue
-                partition = self.registry.partition(info.name, index)
-                if partition is None:
-                    continue
-                with partition.locked():
-                    ongoing = partition.producers.ongoing()
-                for producer_id, epoch, first in ongoing:
-                    txn = covered.get(producer_id)
-                    if txn is not None and (info.name, index) in txn.partitions:
-                        continue
-                    suspect = (info.name, index, producer_id, first)
-                    seen.add(suspect)
-                    if suspect in self._suspects:
-                        aborted += self._abort_hanging(partition, producer_id, epoch, first)
-        self._suspects = seen
-        return aborted
-
-    def _abort_hanging(self, partition, producer_id: int, epoch: int, first: int) -> int:
-        result = partition.append_marker(producer_id, epoch, commit=False)
-        log.warning("partition %s-%d: transaction of producer %d (epoch %d) open at offset %d "
-                    "belongs to no transaction of the coordinator: %s", partition.topic,
-                    partition.index, producer_id, epoch, first,
-                    "aborted" if result.error is None else f"abort refused: {result.error}")
-        if result.error is None:
-            self.ended["hanging"] += 1
-        return result.error is None
-
-    def expire_ids(self, now: int | None = None) -> int:
-        """Forget transactional ids idle for transactional.id.expiration.ms."""
-        now = now_ms() if now is None else now
-        limit = self.props.transactional_id_expiration_ms
-        expired = [txn for txn in self.transactions.values()
-                   if txn.state.idle and txn.updated_ms + limit < now]
-        for txn in expired:
-            self._record(txn, TxnState.DEAD)
-        self.bounds.expired(len(expired))
-        self.maybe_compact()
-        return len(expired)
 
     # --- the log -----------------------------------------------------------------------------
 
@@ -594,62 +447,13 @@ class TransactionCoordinator:
             except OSError as error:
                 log.error("rewriting %s failed: %s", self.file.path, error)
 
-    # --- DescribeTransactions, ListTransactions ----------------------------------------------
+    # --- DescribeTransactions, ListTransactions (listing.py) ---------------------------------
 
     def _describe(self, ctx: RequestContext, body) -> bytes:
-        """One state per id named (an id named twice is answered once: Kafka's admin client
-        keys the answers by id); its partitions only of the topics the caller may describe,
-        as Kafka's KafkaApis filters them."""
-        states, describable = [], self._describable(ctx)
-        budget = budget_of(self.props)  # charged before an id's partitions are gathered
-        for transactional_id in dict.fromkeys(body.transactional_ids):
-            txn = self.transactions.get(transactional_id)
-            code = E.none
-            if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                                     transactional_id):
-                code, txn = E.transactional_id_authorization_failed, None
-            elif txn is None:
-                code = E.transactional_id_not_found
-            budget.charge(len(transactional_id) + 8 * len(txn.partitions if txn else ()),
-                          1 + len(txn.partitions if txn else ()))
-            states.append(_described(transactional_id, code, txn, describable))
-        return ctx.frame(describe_transactions_body(states))
-
-    def _describable(self, ctx: RequestContext):
-        """The test of a topic the caller may see in an answer (decided once per topic)."""
-        decided: dict[str, bool] = {}
-
-        def describable(topic: str) -> bool:
-            if topic not in decided:
-                decided[topic] = self.access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
-                                                   topic)
-            return decided[topic]
-        return describable
+        return describe(ctx, body, self.transactions, self.access, budget_of(self.props))
 
     def _list(self, ctx: RequestContext, body) -> bytes:
-        """Every transaction the filters select and the caller may describe.  The one small
-        request that answers with the whole table: its answer is written straight to bytes
-        (answers.py), and each id costs a few attribute reads."""
-        known = {state.value for state in TxnState}
-        wanted = set(body.state_filters)
-        producers = set(body.producer_id_filters)
-        longer_than = getattr(body, "duration_filter", -1)
-        selected = self.transactions.values()
-        if wanted:
-            selected = [txn for txn in selected if txn.state._value_ in wanted]
-        if producers:
-            selected = [txn for txn in selected if txn.producer_id in producers]
-        if longer_than >= 0:
-            began_before = now_ms() - longer_than
-            selected = [txn for txn in selected if txn.state is TxnState.ONGOING
-                        and txn.started_ms <= began_before]
-        if self.access.enabled:
-            allowed = self.access.allowed
-            selected = [txn for txn in selected if allowed(
-                ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn.transactional_id)]
-        listed = [(txn.transactional_id, txn.producer_id, txn.state._value_)
-                  for txn in selected]
-        return ctx.frame(list_transactions_body(E.none, sorted(wanted - known), listed))
+        return list_transactions(ctx, body, self.transactions, self.access)
 
 
 BY_NAME_OF_KEY = {spec.key: name for name, spec in BY_NAME.items()}
@@ -674,17 +478,3 @@ def _by_topic(verdicts: dict, code_field: str, partitions_field: str) -> list[di
         topics.setdefault(name, []).append({"partition_index": partition, code_field: code})
     return [{"name": name, partitions_field: rows} for name, rows in topics.items()]
 
-
-def _described(transactional_id: str, code, txn: Transaction | None, describable) -> tuple:
-    """One state of a DescribeTransactions answer (answers.describe_transactions_body): the
-    partitions of a transaction in progress, of the topics the caller may describe."""
-    if txn is None:
-        return code, transactional_id, "", 0, -1, -1, -1, {}
-    topics: dict[str, list[int]] = {}
-    if txn.state is TxnState.ONGOING or txn.state.preparing:
-        for name, partition in txn.partitions:
-            if name in topics or describable(name):
-                topics.setdefault(name, []).append(partition)
-    # A start time of -1: none yet (Kafka's).
-    return (code, transactional_id, txn.state._value_, txn.timeout_ms, txn.started_ms,
-            txn.producer_id, txn.producer_epoch, topics)

@@ -1,5 +1,6 @@
-"""A transactional id's state, as Kafka's TransactionMetadata keeps it, and the one function
-that moves it (an illegal move raises: a bug, never a client's doing).
+"""A transactional id's state, as Kafka's TransactionMetadata keeps it, the one function
+that moves it (an illegal move raises: a bug, never a client's doing), and the clock of its
+times.
 
     Empty ──AddPartitions/AddOffsets──> Ongoing ──EndTxn(commit)──> PrepareCommit ──markers──>
       ^                                    │                                     CompleteCommit
@@ -14,6 +15,7 @@ transaction log before any marker, so a restart finishes what it started.
 from __future__ import annotations
 
 import enum
+import time
 
 import msgspec
 
@@ -79,3 +81,9 @@ class Transaction(msgspec.Struct):
     # Who initialized it last: whose share of the table it counts in (a line written before
     # shares existed has none, and counts as one holder of its own).
     holder: Holder = Holder("")
+
+
+def now_ms() -> int:
+    """The clock of a transaction's times (`started_ms`, `updated_ms`): the wall clock's
+    milliseconds, as the transaction log keeps them across restarts."""
+    return int(time.time() * 1000)
