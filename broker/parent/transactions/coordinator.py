@@ -7,7 +7,7 @@ DescribeTransactions and ListTransactions show (listing.py); the figures for /me
 (metrics.py) are read from it.
 
 Workers forward InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-DescribeTransactions and ListTransactions here (IPC AdminRequest, like the group APIs);
+DescribeTransactions and ListTransactions here (IPC ForwardedRequest, like the group APIs);
 TxnOffsetCommit goes to the group coordinator, which asks `offsets_problem` whether the
 producer may commit offsets for that group.  Every answer is given at once: the markers are
 appended by this process itself, under each partition's lock, like any append.
@@ -60,8 +60,8 @@ from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
 from broker.shared.events import EventLog
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
+from broker.shared.protocol.errors import ErrorCode
 
 log = logging.getLogger("broker.parent.transactions")
 
@@ -69,7 +69,6 @@ FILE_NAME = ".pybroker-transactions.jsonl"
 COMPACT_MIN = 1000
 MAX_GROUPS = 1000  # groups one transaction may commit offsets for (AddOffsetsToTxn)
 MAX_EPOCH = 32767  # int16: at the last epoch a producer gets a new id (Kafka's rule)
-E = errors.ErrorCode
 # The first version of each API that knows PRODUCER_FENCED; older ones hear
 # INVALID_PRODUCER_EPOCH (Kafka's KafkaApis does the same translation).
 FENCED_FROM = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffsetsToTxn": 2,
@@ -150,37 +149,37 @@ class TransactionCoordinator(Markers, Sweeps):
         if transactional_id is None:
             return answer(*self._idempotent(ctx, body))
         if not transactional_id:
-            return answer(E.invalid_request)
+            return answer(ErrorCode.invalid_request)
         if not self._may_write(ctx, transactional_id):
-            return answer(E.transactional_id_authorization_failed)
+            return answer(ErrorCode.transactional_id_authorization_failed)
         timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
         if not 0 < timeout_ms <= self.props.transaction_max_timeout_ms:
-            return answer(E.invalid_transaction_timeout)
+            return answer(ErrorCode.invalid_transaction_timeout)
         txn = self.transactions.get(transactional_id)
         expected = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
         holder = Holder.of(ctx.user, ctx.host)
         try:
             if txn is None and not self._room_for(ctx, holder, new_id=True):
-                return answer(E.coordinator_not_available)
+                return answer(ErrorCode.coordinator_not_available)
             if txn is None:
                 txn = Transaction(transactional_id, _new_producer_id(), -1, timeout_ms)
             else:
                 problem = self._resuming_problem(txn, *expected)
                 if problem is None and txn.state.preparing:
-                    problem = E.concurrent_transactions  # its markers are still owed
+                    problem = ErrorCode.concurrent_transactions  # its markers are still owed
                 if problem is not None:
                     return answer(self._fenced_for(ctx, problem))
                 if txn.holder != holder and not self._room_for(ctx, holder, new_id=False):
-                    return answer(E.coordinator_not_available)
+                    return answer(ErrorCode.coordinator_not_available)
                 if txn.state is TxnState.ONGOING:  # its producer is replaced: abort, fencing
                     self._end(txn, commit=False, bump=True)
                     self.ended["fenced"] += 1
                     if txn.state.preparing:  # a marker is owed: the client asks again
-                        return answer(E.concurrent_transactions)
+                        return answer(ErrorCode.concurrent_transactions)
                 elif expected[1] >= 0 and expected[1] == txn.last_epoch:
                     # A retry (its answer was lost), or the producer whose transaction the
                     # coordinator aborted with a bump: the current epoch is its own.
-                    return answer(E.none, txn.producer_id, txn.producer_epoch)
+                    return answer(ErrorCode.none, txn.producer_id, txn.producer_epoch)
             producer_id, epoch = _bumped(txn)
             # A producer that names its epoch may come back with it (above); a new instance
             # (no id given) fences every earlier epoch.
@@ -190,10 +189,10 @@ class TransactionCoordinator(Markers, Sweeps):
                          timeout_ms=timeout_ms, last_epoch=last, holder=holder)
         except OSError as error:
             log.error("transaction log write failed: %s", error)
-            return answer(E.coordinator_not_available)
+            return answer(ErrorCode.coordinator_not_available)
         log.info("transactional id %s: producer %d epoch %d", transactional_id, txn.producer_id,
                  txn.producer_epoch)
-        return answer(E.none, txn.producer_id, txn.producer_epoch)
+        return answer(ErrorCode.none, txn.producer_id, txn.producer_epoch)
 
     def _room_for(self, ctx: RequestContext, holder: Holder, new_id: bool) -> bool:
         """May `holder` take one more id (a new one, or one another holder initialized)?
@@ -219,8 +218,8 @@ class TransactionCoordinator(Markers, Sweeps):
         if not self.access.allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
                                    CLUSTER_NAME) and \
                 not self.access.check_any(ctx, Operation.WRITE, ResourceType.TOPIC):
-            return (E.cluster_authorization_failed,)
-        return E.none, _new_producer_id(), 0
+            return (ErrorCode.cluster_authorization_failed,)
+        return ErrorCode.none, _new_producer_id(), 0
 
     @staticmethod
     def _resuming_problem(txn: Transaction, producer_id: int, epoch: int):
@@ -230,7 +229,7 @@ class TransactionCoordinator(Markers, Sweeps):
         if producer_id < 0 and epoch < 0:
             return None
         if producer_id != txn.producer_id or epoch not in (txn.producer_epoch, txn.last_epoch):
-            return E.producer_fenced
+            return ErrorCode.producer_fenced
         return None
 
     # --- AddPartitionsToTxn, AddOffsetsToTxn -------------------------------------------------
@@ -245,11 +244,11 @@ class TransactionCoordinator(Markers, Sweeps):
         if not self.access.allowed(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER,
                                    CLUSTER_NAME):  # v4+ is the brokers' batched form
             return ctx.respond({"throttle_time": NO_THROTTLE, "results_by_transaction": [],
-                                "error_code": E.cluster_authorization_failed})
+                                "error_code": ErrorCode.cluster_authorization_failed})
         results = [{"transactional_id": txn.transactional_id, "topic_results": self._add_one(
             ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
             txn.verify_only)} for txn in body.transactions]
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "results_by_transaction": results})
 
     def _add_one(self, ctx: RequestContext, transactional_id: str, producer_id: int,
@@ -259,15 +258,15 @@ class TransactionCoordinator(Markers, Sweeps):
         wanted = [(topic.name, int(p)) for topic in topics for p in topic.partitions]
         verdicts: dict[tuple[str, int], int] = {}
         if not self._may_write(ctx, transactional_id):
-            verdicts = dict.fromkeys(wanted, E.transactional_id_authorization_failed)
+            verdicts = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
         else:
             for name, partition in wanted:
                 if not self.access.check(ctx, Operation.WRITE, ResourceType.TOPIC, name):
-                    verdicts[(name, partition)] = E.topic_authorization_failed
+                    verdicts[(name, partition)] = ErrorCode.topic_authorization_failed
                 elif self.registry.partition(name, partition) is None:
-                    verdicts[(name, partition)] = E.unknown_topic_or_partition
+                    verdicts[(name, partition)] = ErrorCode.unknown_topic_or_partition
             if verdicts:
-                verdicts = {key: verdicts.get(key, E.operation_not_attempted) for key in wanted}
+                verdicts = {key: verdicts.get(key, ErrorCode.operation_not_attempted) for key in wanted}
             elif verify_only:
                 verdicts = self._verified(transactional_id, producer_id, epoch, wanted)
             else:
@@ -282,16 +281,16 @@ class TransactionCoordinator(Markers, Sweeps):
         txn = self.transactions.get(transactional_id)
         code = self._producer_problem(txn, producer_id, epoch)
         if code is None and txn.state is not TxnState.ONGOING:
-            code = E.invalid_txn_state
+            code = ErrorCode.invalid_txn_state
         if code is not None:
             return dict.fromkeys(wanted, code)
-        return {key: E.none if key in txn.partitions else E.invalid_txn_state for key in wanted}
+        return {key: ErrorCode.none if key in txn.partitions else ErrorCode.invalid_txn_state for key in wanted}
 
     def _add_offsets(self, ctx: RequestContext, body) -> bytes:
         if not self._may_write(ctx, body.transactional_id):
-            code = E.transactional_id_authorization_failed
+            code = ErrorCode.transactional_id_authorization_failed
         elif not self.access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
-            code = E.group_authorization_failed
+            code = ErrorCode.group_authorization_failed
         else:
             code = self._begin(ctx, body.transactional_id, body.producer_id,
                                body.producer_epoch, group=body.group_id)
@@ -303,42 +302,42 @@ class TransactionCoordinator(Markers, Sweeps):
         txn = self.transactions.get(transactional_id)
         problem = self._producer_problem(txn, producer_id, epoch)
         if problem is None and txn.state.preparing:
-            problem = E.concurrent_transactions  # never lasts: ends are completed at once
+            problem = ErrorCode.concurrent_transactions  # never lasts: ends are completed at once
         if problem is not None:
             return self._fenced_for(ctx, problem)
         fresh = txn.state.idle  # a new transaction begins
         have = [] if fresh else txn.partitions
         groups = [] if fresh else txn.groups
         if group is not None and group not in groups and len(groups) >= MAX_GROUPS:
-            return E.invalid_request  # a bound on what one transaction's log line carries
+            return ErrorCode.invalid_request  # a bound on what one transaction's log line carries
         known = set(have)
         added = [key for key in dict.fromkeys(partitions) if key not in known]
         if len(have) + len(added) > self.props.pybroker_max_partitions_per_transaction:
-            return E.invalid_request  # as Kafka's transaction log refuses a record too large
+            return ErrorCode.invalid_request  # as Kafka's transaction log refuses a record too large
         new_group = group is not None and group not in groups
         if not (added or new_group or fresh):
-            return E.none
+            return ErrorCode.none
         try:
             self._record(txn, TxnState.ONGOING, partitions=have + added,
                          groups=groups + [group] if new_group else groups,
                          started_ms=now_ms() if fresh else txn.started_ms)
         except OSError as error:
             log.error("transaction log write failed: %s", error)
-            return E.coordinator_not_available
-        return E.none
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.none
 
     def _producer_problem(self, txn: Transaction | None, producer_id: int, epoch: int):
         if txn is None or txn.producer_id != producer_id:
-            return E.invalid_producer_id_mapping
+            return ErrorCode.invalid_producer_id_mapping
         if epoch != txn.producer_epoch:
-            return E.producer_fenced
+            return ErrorCode.producer_fenced
         return None
 
     @staticmethod
     def _fenced_for(ctx: RequestContext, code):
         name = BY_NAME_OF_KEY.get(ctx.api_key)
-        if code == E.producer_fenced and ctx.version < FENCED_FROM.get(name, 0):
-            return E.invalid_producer_epoch
+        if code == ErrorCode.producer_fenced and ctx.version < FENCED_FROM.get(name, 0):
+            return ErrorCode.invalid_producer_epoch
         return code
 
     def offsets_problem(self, transactional_id: str, producer_id: int, epoch: int,
@@ -348,9 +347,9 @@ class TransactionCoordinator(Markers, Sweeps):
         txn = self.transactions.get(transactional_id)
         problem = self._producer_problem(txn, producer_id, epoch)
         if problem is None and (txn.state is not TxnState.ONGOING or group not in txn.groups):
-            problem = E.invalid_txn_state
-        if problem == E.producer_fenced and version < FENCED_FROM["TxnOffsetCommit"]:
-            return E.invalid_producer_epoch
+            problem = ErrorCode.invalid_txn_state
+        if problem == ErrorCode.producer_fenced and version < FENCED_FROM["TxnOffsetCommit"]:
+            return ErrorCode.invalid_producer_epoch
         return problem
 
     # --- EndTxn ------------------------------------------------------------------------------
@@ -360,26 +359,26 @@ class TransactionCoordinator(Markers, Sweeps):
             return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code})
 
         if not self._may_write(ctx, body.transactional_id):
-            return answer(E.transactional_id_authorization_failed)
+            return answer(ErrorCode.transactional_id_authorization_failed)
         txn = self.transactions.get(body.transactional_id)
         problem = self._producer_problem(txn, body.producer_id, body.producer_epoch)
         if problem is not None:
             return answer(self._fenced_for(ctx, problem))
         finished = TxnState.COMPLETE_COMMIT if body.committed else TxnState.COMPLETE_ABORT
         if txn.state is finished:
-            return answer(E.none)  # a retry of an end that was done
+            return answer(ErrorCode.none)  # a retry of an end that was done
         if txn.state.preparing:  # its markers are being written (or wait for a partition)
             deciding = TxnState.PREPARE_COMMIT if body.committed else TxnState.PREPARE_ABORT
-            return answer(E.concurrent_transactions if txn.state is deciding
-                          else E.invalid_txn_state)
+            return answer(ErrorCode.concurrent_transactions if txn.state is deciding
+                          else ErrorCode.invalid_txn_state)
         if txn.state is not TxnState.ONGOING:
-            return answer(E.invalid_txn_state)
+            return answer(ErrorCode.invalid_txn_state)
         try:
             self._end(txn, commit=body.committed)
         except OSError as error:
             log.error("transaction %s: ending failed: %s", txn.transactional_id, error)
-            return answer(E.coordinator_not_available)
-        return answer(E.none)
+            return answer(ErrorCode.coordinator_not_available)
+        return answer(ErrorCode.none)
 
     def _end(self, txn: Transaction, commit: bool, bump: bool = False) -> None:
         """Prepare (logged), markers, complete (logged).  `bump`: the markers carry a new

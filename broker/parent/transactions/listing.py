@@ -14,10 +14,8 @@ from broker.parent.transactions.answers import (describe_transactions_body,
 from broker.parent.transactions.state import Transaction, TxnState, now_ms
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import RequestContext
-
-E = errors.ErrorCode
+from broker.shared.protocol.errors import ErrorCode
 
 
 def describe(ctx: RequestContext, body, transactions: dict[str, Transaction], access: Access,
@@ -27,12 +25,12 @@ def describe(ctx: RequestContext, body, transactions: dict[str, Transaction], ac
     states, describable = [], _describable(ctx, access)
     for transactional_id in dict.fromkeys(body.transactional_ids):
         txn = transactions.get(transactional_id)
-        code = E.none
+        code = ErrorCode.none
         if not access.check(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                             transactional_id):
-            code, txn = E.transactional_id_authorization_failed, None
+            code, txn = ErrorCode.transactional_id_authorization_failed, None
         elif txn is None:
-            code = E.transactional_id_not_found
+            code = ErrorCode.transactional_id_not_found
         budget.charge(len(transactional_id) + 8 * len(txn.partitions if txn else ()),
                       1 + len(txn.partitions if txn else ()))
         states.append(_described(transactional_id, code, txn, describable))
@@ -63,7 +61,7 @@ def list_transactions(ctx: RequestContext, body, transactions: dict[str, Transac
             ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn.transactional_id)]
     listed = [(txn.transactional_id, txn.producer_id, txn.state._value_)
               for txn in selected]
-    return ctx.frame(list_transactions_body(E.none, sorted(wanted - known), listed))
+    return ctx.frame(list_transactions_body(ErrorCode.none, sorted(wanted - known), listed))
 
 
 def _describable(ctx: RequestContext, access: Access):
