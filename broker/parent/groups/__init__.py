@@ -1,1 +1,3 @@
-"""Consumer groups: the coordinator (in the parent) and the durable committed offsets."""
+"""Consumer groups, in the parent: the coordinator (the group table, its files, the dispatch
+of the group APIs), membership and rebalances, committed offsets, listing, and the state of
+one group."""

@@ -15,6 +15,9 @@ Members join, leave and change protocols only through `Group.add`, `drop`, `rena
 and the static members by instance id.  A join (is one of its protocols supported by every
 member?) and a static member's request (which member holds this instance id?) then cost what
 the request holds, not the group's size: a 10,000-member group rejoining was 10**8 steps.
+
+`member_problem` and `fenced` say whether a request's member id holds its place in the
+current generation: the membership APIs and the offset commits ask the same question.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+from broker.shared.protocol import errors
+
+E = errors.ErrorCode
 
 
 class GroupState(enum.Enum):
@@ -146,3 +154,29 @@ class Group:
 
     def by_instance(self, instance_id: str) -> Member | None:
         return self.instances.get(instance_id)
+
+
+def fenced(group: Group, member_id: str, instance: str | None) -> bool:
+    """KIP-345: the instance id now belongs to another member id (a newer client)."""
+    if not instance:
+        return False
+    static = group.by_instance(instance)
+    return static is not None and static.member_id != member_id
+
+
+def member_problem(group: Group | None, member_id: str, generation: int,
+                   instance: str | None = None):
+    """The error code for a request of `member_id` in `generation`, or None: it is a member of
+    the current generation."""
+    if group is not None and fenced(group, member_id, instance):
+        return E.fenced_instance_id  # an older client with this group.instance.id
+    if group is None or member_id not in group.members:
+        return E.unknown_member_id
+    if generation != group.generation:
+        return E.illegal_generation
+    return None
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: when offsets are committed and groups become empty."""
+    return time.time_ns() // 1_000_000
