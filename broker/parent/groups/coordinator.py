@@ -1,7 +1,7 @@
 """The group coordinator (classic protocol), in the parent: the one table of every group, the
 files that keep them, and the dispatch of the group APIs to the module of their role.
 
-Workers forward the group APIs' raw frames to the parent (IPC AdminRequest, like config
+Workers forward the group APIs' raw frames to the parent (IPC ForwardedRequest, like config
 requests); `GroupCoordinator.handle` decodes one and answers with bytes, or with a Future of
 bytes when the answer must wait for a rebalance (JoinGroup, SyncGroup).  The worker keeps that
 connection muted meanwhile, so its event loop never blocks.

@@ -20,13 +20,12 @@ from broker.parent.groups.offsets import OffsetStore
 from broker.parent.groups.state import Group, GroupState
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
+from broker.shared.protocol.errors import ErrorCode
 
 log = logging.getLogger("broker.parent.groups.listing")
 
 NO_OPERATIONS = -2147483648  # authorized operations not asked for (Kafka's INT32_MIN)
-E = errors.ErrorCode
 
 
 class Listing:
@@ -51,16 +50,16 @@ class Listing:
         for group_id in dict.fromkeys(body.groups):
             budget.charge(len(group_id))
             if not self._may(ctx, Operation.DESCRIBE, group_id):
-                found.append(_described(group_id, E.group_authorization_failed))
+                found.append(_described(group_id, ErrorCode.group_authorization_failed))
                 continue
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             group = self.groups.get(group_id)
             if group is None and ctx.version >= 6:  # KIP-1043; before v6, a Dead group
-                found.append(dict(_described(group_id, E.group_id_not_found, "Dead", operations),
+                found.append(dict(_described(group_id, ErrorCode.group_id_not_found, "Dead", operations),
                                   error_message=f"Group {group_id} not found."))
             elif group is None:
-                found.append(_described(group_id, E.none, "Dead", operations))
+                found.append(_described(group_id, ErrorCode.none, "Dead", operations))
             else:
                 found.append(_description(group, operations, budget))
         return ctx.respond({"throttle_time": NO_THROTTLE, "groups": found})
@@ -85,29 +84,29 @@ class Listing:
                           + len(group.state.value) + len("classic"))
             listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                            "group_state": group.state.value, "group_type": "classic"})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "groups": listed})
 
     def delete_groups(self, ctx: RequestContext, body, _host: str) -> bytes:
         """Each group once (as Kafka's `distinct`); the tombstones of all the groups deleted
         are written together, not one write (and fsync) per group."""
-        results: dict[str, E] = {}
+        results: dict[str, ErrorCode] = {}
         for group_id in dict.fromkeys(body.groups_names):
             group = self.groups.get(group_id)
             if not self._may(ctx, Operation.DELETE, group_id):
-                results[group_id] = E.group_authorization_failed
+                results[group_id] = ErrorCode.group_authorization_failed
             elif group is None and not self.offsets.get(group_id):
-                results[group_id] = E.group_id_not_found
+                results[group_id] = ErrorCode.group_id_not_found
             elif group is not None and group.members:
-                results[group_id] = E.non_empty_group
+                results[group_id] = ErrorCode.non_empty_group
             else:
-                results[group_id] = E.none
-        deleted = [group_id for group_id, code in results.items() if code == E.none]
+                results[group_id] = ErrorCode.none
+        deleted = [group_id for group_id, code in results.items() if code == ErrorCode.none]
         try:
             self.offsets.delete_groups(deleted)
         except OSError as error:
             log.error("deleting groups failed: %s", error)
-            results.update(dict.fromkeys(deleted, E.coordinator_not_available))
+            results.update(dict.fromkeys(deleted, ErrorCode.coordinator_not_available))
         else:
             for group_id in deleted:
                 self.groups.pop(group_id, None)
@@ -133,7 +132,7 @@ def _description(group: Group, operations: int, budget: ResponseBudget) -> dict:
     if protocol is not None:
         budget.charge(sum(len(m.metadata(protocol)) + len(m.assignment) for m in members
                           if m.supports(protocol)), 0)
-    return {"error_code": E.none, "group_id": group.group_id, "group_state": group.state.value,
+    return {"error_code": ErrorCode.none, "group_id": group.group_id, "group_state": group.state.value,
             "protocol_type": group.protocol_type or "", "protocol_data": protocol or "",
             "authorized_operations": operations,
             "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,

@@ -54,15 +54,14 @@ from broker.parent.groups.state import (Group, GroupState, Member, fenced, membe
 from broker.parent.record_file import RecordFile
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
+from broker.shared.protocol.errors import ErrorCode
 
 log = logging.getLogger("broker.parent.groups.membership")
 
 FILE_NAME = ".pybroker-groups.jsonl"
 REWRITE_MIN_BYTES = 1 << 20
 MEMBER_ID_PREFIX = 255  # characters of the client id a generated member id starts with
-E = errors.ErrorCode
 
 
 class SavedMember(msgspec.Struct):
@@ -219,7 +218,7 @@ class Membership:
             for member in group.members.values():
                 for waiting in (member.join, member.sync):
                     if waiting is not None:
-                        waiting({"error_code": E.not_coordinator})
+                        waiting({"error_code": ErrorCode.not_coordinator})
                 member.join = member.sync = None
 
     def cancel_timers(self) -> None:
@@ -242,19 +241,19 @@ class Membership:
             return ctx.respond(values)
 
         if not self._may(ctx, Operation.READ, body.group_id):
-            return answer(E.group_authorization_failed)
+            return answer(ErrorCode.group_authorization_failed)
         props = self.props
         session = body.session_timeout.total_seconds()
         rebalance = (body.rebalance_timeout.total_seconds() if ctx.version >= 1 else session)
         if not body.group_id:
-            return answer(E.invalid_group_id)
+            return answer(ErrorCode.invalid_group_id)
         if not props.group_min_session_timeout_ms <= session * 1000 <= \
                 props.group_max_session_timeout_ms:
-            return answer(E.invalid_session_timeout)
+            return answer(ErrorCode.invalid_session_timeout)
         group = self.groups.get(body.group_id) or Group(body.group_id, empty_since_ms=now_ms())
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
         if not self._compatible(group, body.protocol_type, protocols):
-            return answer(E.inconsistent_group_protocol)
+            return answer(ErrorCode.inconsistent_group_protocol)
         self.groups.setdefault(body.group_id, group)
         instance = getattr(body, "group_instance_id", None)
         member_id = body.member_id
@@ -270,18 +269,18 @@ class Membership:
                 self._remove(group, static, rebalance=False)
             if self._members_total() >= props.pybroker_group_max_members:
                 self._forget_if_unused(group)
-                return answer(E.group_max_size_reached)
+                return answer(ErrorCode.group_max_size_reached)
             if ctx.version >= 4 and instance is None:
                 # KIP-394: the client must come back with this id; until then it is pending.
                 self._add_pending(group, member_id, time.monotonic() + session)
-                return answer(E.member_id_required, member_id=member_id)
+                return answer(ErrorCode.member_id_required, member_id=member_id)
         elif fenced(group, member_id, instance):
-            return answer(E.fenced_instance_id, member_id=member_id)
+            return answer(ErrorCode.fenced_instance_id, member_id=member_id)
         elif member_id not in group.members and member_id not in group.pending:
-            return answer(E.unknown_member_id, member_id=member_id)
+            return answer(ErrorCode.unknown_member_id, member_id=member_id)
         if member_id not in group.members and len(group.members) >= props.group_max_size:
             self._drop_pending(group, member_id)
-            return answer(E.group_max_size_reached, member_id=member_id)
+            return answer(ErrorCode.group_max_size_reached, member_id=member_id)
         self._drop_pending(group, member_id)
         member = group.members.get(member_id)
         changed = member is None or member.protocols != protocols
@@ -297,11 +296,11 @@ class Membership:
         group.protocol_type = body.protocol_type
         future = self.loop.create_future()
         if member.join is not None:  # a retried join replaces the one still waiting
-            member.join({"error_code": E.unknown_member_id, "member_id": member_id})
+            member.join({"error_code": ErrorCode.unknown_member_id, "member_id": member_id})
 
         def respond(values: dict) -> None:
             if not future.done():
-                future.set_result(answer(values.pop("error_code", E.none), **values))
+                future.set_result(answer(values.pop("error_code", ErrorCode.none), **values))
 
         member.join = respond
         if not changed and (group.state is GroupState.COMPLETING or (
@@ -365,7 +364,7 @@ class Membership:
             group.leader = member_id
         old.keep_alive(time.monotonic())
         self.store.save(group)  # after a restart the old member id stays fenced
-        return answer(E.none, **self._join_values(group, old))
+        return answer(ErrorCode.none, **self._join_values(group, old))
 
     def _join_values(self, group: Group, member: Member) -> dict:
         leader = member.member_id == group.leader
@@ -383,7 +382,7 @@ class Membership:
             for member in group.members.values():  # the leader's assignment will not come
                 member.assignment = b""
                 if member.sync is not None:
-                    member.sync({"error_code": E.rebalance_in_progress})
+                    member.sync({"error_code": ErrorCode.rebalance_in_progress})
                     member.sync = None
         was_empty = group.state is GroupState.EMPTY
         group.transition(GroupState.PREPARING)
@@ -466,9 +465,9 @@ class Membership:
         group.drop(member.member_id)
         self._member_count -= 1
         if member.join is not None:
-            member.join({"error_code": E.unknown_member_id, "member_id": member.member_id})
+            member.join({"error_code": ErrorCode.unknown_member_id, "member_id": member.member_id})
         if member.sync is not None:
-            member.sync({"error_code": E.unknown_member_id})
+            member.sync({"error_code": ErrorCode.unknown_member_id})
         if not rebalance:
             return
         if group.state in (GroupState.STABLE, GroupState.COMPLETING):
@@ -499,7 +498,7 @@ class Membership:
 
         if not self._may(ctx, Operation.READ, body.group_id):
             group = None  # a denied client learns nothing of the group
-            return answer(E.group_authorization_failed)
+            return answer(ErrorCode.group_authorization_failed)
         group = self.groups.get(body.group_id)
         problem = member_problem(group, body.member_id, body.generation_id,
                                  getattr(body, "group_instance_id", None))
@@ -507,22 +506,22 @@ class Membership:
             return answer(problem)
         if ctx.version >= 5 and body.protocol_name is not None and \
                 body.protocol_name != group.protocol:
-            return answer(E.inconsistent_group_protocol)
+            return answer(ErrorCode.inconsistent_group_protocol)
         if group.state is GroupState.PREPARING:
-            return answer(E.rebalance_in_progress)
+            return answer(ErrorCode.rebalance_in_progress)
         member = group.members[body.member_id]
         member.keep_alive(time.monotonic())
         if group.state is GroupState.STABLE:
-            return answer(E.none, member.assignment)
+            return answer(ErrorCode.none, member.assignment)
         future = self.loop.create_future()
 
         def respond(values: dict) -> None:
             if not future.done():
-                future.set_result(answer(values.get("error_code", E.none),
+                future.set_result(answer(values.get("error_code", ErrorCode.none),
                                          values.get("assignment", b"")))
 
         if member.sync is not None:  # a retried SyncGroup: the earlier one gets an answer too
-            member.sync({"error_code": E.rebalance_in_progress})
+            member.sync({"error_code": ErrorCode.rebalance_in_progress})
         member.sync = respond
         if body.member_id == group.leader:
             given = {a.member_id: bytes(a.assignment) for a in body.assignments}
@@ -543,20 +542,20 @@ class Membership:
     def heartbeat(self, ctx: RequestContext, body, _host: str) -> bytes:
         if not self._may(ctx, Operation.READ, body.group_id):
             return ctx.respond({"throttle_time": NO_THROTTLE,
-                                "error_code": E.group_authorization_failed})
+                                "error_code": ErrorCode.group_authorization_failed})
         group = self.groups.get(body.group_id)
         problem = member_problem(group, body.member_id, body.generation_id,
                                  getattr(body, "group_instance_id", None))
         if problem is None:
             group.members[body.member_id].keep_alive(time.monotonic())
             if group.state is GroupState.PREPARING:
-                problem = E.rebalance_in_progress
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": problem or E.none})
+                problem = ErrorCode.rebalance_in_progress
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": problem or ErrorCode.none})
 
     def leave(self, ctx: RequestContext, body, _host: str) -> bytes:
         if not self._may(ctx, Operation.READ, body.group_id):
             return ctx.respond({"throttle_time": NO_THROTTLE,
-                                "error_code": E.group_authorization_failed, "members": []})
+                                "error_code": ErrorCode.group_authorization_failed, "members": []})
         group = self.groups.get(body.group_id)
         if ctx.version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
@@ -567,20 +566,20 @@ class Membership:
             member = None
             if group is not None and member_id and fenced(group, member_id, instance):
                 results.append({"member_id": member_id, "group_instance_id": instance,
-                                "error_code": E.fenced_instance_id})
+                                "error_code": ErrorCode.fenced_instance_id})
                 continue
             if group is not None:
                 member = group.members.get(member_id) or (
                     group.by_instance(instance) if instance else None)
             if member is None:
                 results.append({"member_id": member_id, "group_instance_id": instance,
-                                "error_code": E.unknown_member_id})
+                                "error_code": ErrorCode.unknown_member_id})
                 continue
             self._remove(group, member)
             results.append({"member_id": member_id, "group_instance_id": instance,
-                            "error_code": E.none})
-        top = E.none
-        if ctx.version < 3 and results[0]["error_code"] != E.none:
+                            "error_code": ErrorCode.none})
+        top = ErrorCode.none
+        if ctx.version < 3 and results[0]["error_code"] != ErrorCode.none:
             top = results[0]["error_code"]
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": top, "members": results})
 

@@ -45,15 +45,14 @@ from broker.parent.groups.state import Group, GroupState, member_problem, now_ms
 from broker.parent.record_file import RecordFile
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
+from broker.shared.protocol.errors import ErrorCode
 
 log = logging.getLogger("broker.parent.groups.offsets")
 
 FILE_NAME = ".pybroker-offsets.jsonl"
 COMPACT_MIN = 10000
 NO_PRODUCER = -1
-E = errors.ErrorCode
 
 
 class Record(msgspec.Struct, omit_defaults=True):
@@ -226,7 +225,7 @@ class OffsetRequests:
         self.partitions_of = partitions_of  # topic name -> partition count, or None
         # (transactional id, producer id, epoch, group) -> an error code or None: set by the
         # transaction coordinator (broker.parent.transactions), which owns that state.
-        self.transaction_problem = lambda *_: E.coordinator_not_available
+        self.transaction_problem = lambda *_: ErrorCode.coordinator_not_available
 
     def _may(self, ctx: RequestContext, operation: Operation, group_id: str) -> bool:
         return self.access.check(ctx, operation, ResourceType.GROUP, group_id)
@@ -238,9 +237,9 @@ class OffsetRequests:
         generation = body.generation_id_or_member_epoch
         problem = None
         if not self._may(ctx, Operation.READ, body.group_id):
-            problem = E.group_authorization_failed
+            problem = ErrorCode.group_authorization_failed
         elif not body.group_id:
-            problem = E.invalid_group_id
+            problem = ErrorCode.invalid_group_id
         elif generation >= 0 or (group is not None and group.members):
             # Kafka's order: who commits (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) first; only a
             # current member of the current generation hears REBALANCE_IN_PROGRESS, which
@@ -248,7 +247,7 @@ class OffsetRequests:
             problem = member_problem(group, body.member_id, generation,
                                      getattr(body, "group_instance_id", None))
             if problem is None and group.state is GroupState.COMPLETING:
-                problem = E.rebalance_in_progress
+                problem = ErrorCode.rebalance_in_progress
             elif problem is None and group.state in (GroupState.STABLE, GroupState.PREPARING):
                 # As Kafka's classic coordinator: a member's commit keeps its session alive
                 # (one that commits but heartbeats late is not expired meanwhile).
@@ -262,15 +261,15 @@ class OffsetRequests:
             topic_problem = problem
             if problem is None and not self.access.check(ctx, Operation.READ,
                                                          ResourceType.TOPIC, topic.name):
-                topic_problem = E.topic_authorization_failed
+                topic_problem = ErrorCode.topic_authorization_failed
             for part in topic.partitions:
                 code = topic_problem
                 metadata = part.committed_metadata
                 if code is None and (partitions is None or
                                      not 0 <= part.partition_index < partitions):
-                    code = E.unknown_topic_or_partition
+                    code = ErrorCode.unknown_topic_or_partition
                 if code is None and metadata is not None and len(metadata.encode()) > limit:
-                    code = E.offset_metadata_too_large
+                    code = ErrorCode.offset_metadata_too_large
                 if code is None:
                     records.append(Record(group=body.group_id, topic=topic.name,
                                           partition=part.partition_index,
@@ -278,7 +277,7 @@ class OffsetRequests:
                                           leader_epoch=getattr(part, "committed_leader_epoch", -1),
                                           metadata=metadata, committed_ms=now))
                 answers.append({"partition_index": part.partition_index,
-                                "error_code": code or E.none})
+                                "error_code": code or ErrorCode.none})
             results.append({"name": topic.name, "partitions": answers})
         self._persist(records, results, body.group_id)
         if records and group is None:
@@ -292,9 +291,9 @@ class OffsetRequests:
         problem = None
         if not self.access.check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                  body.transactional_id):
-            problem = E.transactional_id_authorization_failed
+            problem = ErrorCode.transactional_id_authorization_failed
         elif not self._may(ctx, Operation.READ, body.group_id):
-            problem = E.group_authorization_failed
+            problem = ErrorCode.group_authorization_failed
         else:
             problem = self.transaction_problem(body.transactional_id, body.producer_id,
                                                body.producer_epoch, body.group_id, ctx.version)
@@ -308,14 +307,14 @@ class OffsetRequests:
             topic_problem = problem
             if problem is None and not self.access.check(ctx, Operation.READ,
                                                          ResourceType.TOPIC, topic.name):
-                topic_problem = E.topic_authorization_failed
+                topic_problem = ErrorCode.topic_authorization_failed
             partitions = self.partitions_of(topic.name)
             answers = []
             for part in topic.partitions:
                 code = topic_problem
                 if code is None and (partitions is None or
                                      not 0 <= part.partition_index < partitions):
-                    code = E.unknown_topic_or_partition
+                    code = ErrorCode.unknown_topic_or_partition
                 if code is None:
                     records.append(Record(
                         group=body.group_id, topic=topic.name, partition=part.partition_index,
@@ -324,7 +323,7 @@ class OffsetRequests:
                         metadata=part.committed_metadata, committed_ms=now,
                         producer_id=body.producer_id))
                 answers.append({"partition_index": part.partition_index,
-                                "error_code": code or E.none})
+                                "error_code": code or ErrorCode.none})
             results.append({"name": topic.name, "partitions": answers})
         self._persist(records, results, body.group_id)
         return ctx.respond({"throttle_time": NO_THROTTLE, "topics": results})
@@ -338,8 +337,8 @@ class OffsetRequests:
             log.error("committing offsets of group %s failed: %s", group_id, error)
             for topic in results:
                 for part in topic["partitions"]:
-                    if part["error_code"] == E.none:
-                        part["error_code"] = E.coordinator_not_available
+                    if part["error_code"] == ErrorCode.none:
+                        part["error_code"] = ErrorCode.coordinator_not_available
 
     # --- OffsetFetch ------------------------------------------------------------------------
 
@@ -366,9 +365,9 @@ class OffsetRequests:
             rows = []
             for partition in partitions:
                 entry = None if topic in denied else committed.get((topic, partition))
-                code = E.topic_authorization_failed if topic in denied else \
-                    E.unstable_offset_commit if (topic, partition) in unstable else E.none
-                if code == E.unstable_offset_commit:
+                code = ErrorCode.topic_authorization_failed if topic in denied else \
+                    ErrorCode.unstable_offset_commit if (topic, partition) in unstable else ErrorCode.none
+                if code == ErrorCode.unstable_offset_commit:
                     entry = None
                 metadata = (entry.metadata if entry else "") or ""
                 budget.charge(len(metadata))
@@ -390,16 +389,16 @@ class OffsetRequests:
                 budget.charge(len(group_id))
                 if not self._may(ctx, Operation.DESCRIBE, group_id):
                     groups.append({"group_id": group_id, "topics": [],
-                                   "error_code": E.group_authorization_failed})
+                                   "error_code": ErrorCode.group_authorization_failed})
                     continue
-                groups.append({"group_id": group_id, "error_code": E.none,
+                groups.append({"group_id": group_id, "error_code": ErrorCode.none,
                                "topics": self._fetched(ctx, group_id, wanted,
                                                        body.require_stable, budget)})
             return ctx.respond({"throttle_time": NO_THROTTLE, "groups": groups})
         if not self._may(ctx, Operation.DESCRIBE, body.group_id):
             return ctx.respond({"throttle_time": NO_THROTTLE,
-                                "error_code": E.group_authorization_failed, "topics": []})
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": E.none,
+                                "error_code": ErrorCode.group_authorization_failed, "topics": []})
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "topics": self._fetched(ctx, body.group_id,
                                                     _wanted_topics(body.topics),
                                                     getattr(body, "require_stable", False),
@@ -412,28 +411,28 @@ class OffsetRequests:
         partitions the group no longer consumes.  DELETE on the group, READ on each topic;
         a topic the group's live members subscribe to is refused (GROUP_SUBSCRIBED_TO_TOPIC)."""
         if not self._may(ctx, Operation.DELETE, body.group_id):
-            return _offset_delete_answer(ctx, E.group_authorization_failed, [])
+            return _offset_delete_answer(ctx, ErrorCode.group_authorization_failed, [])
         group = self.groups.get(body.group_id)
         if group is None and not self.store.get(body.group_id):
-            return _offset_delete_answer(ctx, E.group_id_not_found, [])
+            return _offset_delete_answer(ctx, ErrorCode.group_id_not_found, [])
         subscribed = group.subscribed if group is not None else frozenset()
         committed = self.store.get(body.group_id)
-        answers: dict[str, dict[int, E]] = {}  # each partition once, as Kafka's answer maps
+        answers: dict[str, dict[int, ErrorCode]] = {}  # each partition once, as Kafka's answer maps
         doomed: dict[tuple[str, int], None] = {}
         for topic in body.topics:
-            code, partitions = E.none, self.partitions_of(topic.name)
+            code, partitions = ErrorCode.none, self.partitions_of(topic.name)
             if not self.access.check(ctx, Operation.READ, ResourceType.TOPIC, topic.name):
-                code = E.topic_authorization_failed
+                code = ErrorCode.topic_authorization_failed
             elif partitions is None:
-                code = E.unknown_topic_or_partition
+                code = ErrorCode.unknown_topic_or_partition
             rows = answers.setdefault(topic.name, {})
             for part in topic.partitions:
                 index, row = part.partition_index, code
-                if row == E.none and not 0 <= index < partitions:
-                    row = E.unknown_topic_or_partition
-                elif row == E.none and topic.name in subscribed:
-                    row = E.group_subscribed_to_topic
-                elif row == E.none and (topic.name, index) in committed:
+                if row == ErrorCode.none and not 0 <= index < partitions:
+                    row = ErrorCode.unknown_topic_or_partition
+                elif row == ErrorCode.none and topic.name in subscribed:
+                    row = ErrorCode.group_subscribed_to_topic
+                elif row == ErrorCode.none and (topic.name, index) in committed:
                     doomed[(topic.name, index)] = None  # a tombstone only for an offset held
                 rows[index] = row
         try:
@@ -441,8 +440,8 @@ class OffsetRequests:
                                for topic, partition in doomed])
         except OSError as error:
             log.error("deleting offsets of group %s failed: %s", body.group_id, error)
-            return _offset_delete_answer(ctx, E.coordinator_not_available, [])
-        return _offset_delete_answer(ctx, E.none, [
+            return _offset_delete_answer(ctx, ErrorCode.coordinator_not_available, [])
+        return _offset_delete_answer(ctx, ErrorCode.none, [
             {"name": name, "partitions": [{"partition_index": index, "error_code": row}
                                           for index, row in rows.items()]}
             for name, rows in answers.items()])

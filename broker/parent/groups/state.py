@@ -28,10 +28,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 from typing import Callable
-
-from broker.shared.protocol import errors
-
-E = errors.ErrorCode
+from broker.shared.protocol.errors import ErrorCode
 
 
 class GroupState(enum.Enum):
@@ -169,11 +166,11 @@ def member_problem(group: Group | None, member_id: str, generation: int,
     """The error code for a request of `member_id` in `generation`, or None: it is a member of
     the current generation."""
     if group is not None and fenced(group, member_id, instance):
-        return E.fenced_instance_id  # an older client with this group.instance.id
+        return ErrorCode.fenced_instance_id  # an older client with this group.instance.id
     if group is None or member_id not in group.members:
-        return E.unknown_member_id
+        return ErrorCode.unknown_member_id
     if generation != group.generation:
-        return E.illegal_generation
+        return ErrorCode.illegal_generation
     return None
 
 
