@@ -33,7 +33,7 @@ from broker.parent import kafka_broker_keys as kafka
 from broker.parent.admission import SHADOW_FAMILIES, Limits
 from broker.shared.config import (LISTENER_KEYS, BrokerConfig, ServerProperties, declared_keys,
                                    key_doc)
-from broker.shared.config_values import CONFIG_TYPES, InvalidValue, checked
+from broker.shared.config.values import CONFIG_TYPES, InvalidValue, checked
 from broker.shared.constants import INT_MAX
 from broker.shared.overrides import (override_hosts, parse_ip_overrides, parse_user_overrides,
                                      syntax_only)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from broker.shared.config_values import InvalidValue, checked
+from broker.shared.config.values import InvalidValue, checked
 
 
 def _gzip_level(name: str, value: str) -> None:

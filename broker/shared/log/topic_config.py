@@ -36,9 +36,9 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from broker.shared import config_values
 from broker.shared.config import ServerProperties, retention_ms
-from broker.shared.config_values import InvalidValue, checked
+from broker.shared.config import values as config_values
+from broker.shared.config.values import InvalidValue, checked
 from broker.shared.constants import INT_MAX
 from broker.shared.log import compression
 from broker.shared.log.records import TimestampBounds
