@@ -30,7 +30,7 @@ import time
 from broker.shared.config import BrokerConfig
 from broker.shared.log import compaction, topic_config
 from broker.shared.log.files import MIN_CAPACITY, OpenFiles, default_capacity
-from broker.shared.log.partition import W_DIRTY
+from broker.shared.log.partition_state import W_DIRTY
 from broker.shared.log.settings import log_settings
 from broker.shared.log.topics import (Epoch, TopicInfo, TopicRegistry, forget_offline,
                                      remove_deleted, remove_leftovers)

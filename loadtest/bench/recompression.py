@@ -19,7 +19,7 @@ import random
 import tempfile
 import time
 
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import compressed
 from tests.raw_batches import batch_of, record

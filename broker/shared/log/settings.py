@@ -1,11 +1,30 @@
-"""The log settings a broker configuration implies (the same in the parent and every worker)."""
+"""The log settings: what a partition needs of the configuration, the same in the parent and
+every worker (`log_settings`: the broker's; topic_config.topic_settings: a topic's own)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from broker.shared.config import BrokerConfig
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.compression import TopicCodec
 from broker.shared.log.records import TimestampBounds
 from broker.shared.log.topic_config import topic_codec
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    segment_bytes: int = 1 << 30
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    flush_interval_messages: int = 2**63 - 1
+    timestamps: TimestampBounds = TimestampBounds()
+    producer_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    max_decompressed_bytes: int = 32 << 20  # pybroker.max.decompressed.batch.bytes
+    max_producers: int = 100_000  # pybroker.max.producers.per.partition
+    log_append_time: bool = False  # message.timestamp.type=LogAppendTime: stamped at append
+    compacted: bool = False  # cleanup.policy has compact: every record needs a key
+    segment_ms: int = 604_800_000  # segment.ms: a segment this old rolls at the next append
+    compression: TopicCodec | None = None  # compression.type, None for producer (as produced)
 
 
 def log_settings(config: BrokerConfig) -> LogSettings:

@@ -245,7 +245,7 @@ def effective(props, own: dict[str, str]) -> dict[str, str]:
 
 
 def topic_settings(base, props, own: dict[str, str]):
-    """The LogSettings (broker.shared.log.partition) of a topic with these configs: the
+    """The LogSettings (broker.shared.log.settings) of a topic with these configs: the
     broker's (`base`), with what the topic sets itself over them."""
     if not own:
         return base

@@ -29,7 +29,8 @@ import msgspec
 from broker.shared.constants import INT_MAX
 from broker.shared.log import topic_config
 from broker.shared.log.files import OpenFiles, default_capacity
-from broker.shared.log.partition import LogSettings, Partition
+from broker.shared.log.partition import Partition
+from broker.shared.log.settings import LogSettings
 
 # Matched whole (fullmatch): with re.match, "$" would also match before a trailing newline.
 LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")

@@ -32,6 +32,7 @@ from crc32c import crc32c
 
 from broker.shared.log import records
 from broker.shared.log.files import OpenFiles
+from broker.shared.log.partition_state import W_ABORTED_COUNT, W_ABORTED_VERSION
 from broker.shared.protocol.varint import zigzag
 
 ABORTED_FILE = "aborted-txns"
@@ -237,3 +238,24 @@ class AbortedIndex:
         descriptor that wrote)."""
         if os.path.exists(self.path):
             os.fsync(self._file())
+
+
+# --- a partition's transaction words (under its lock) -------------------------------------
+
+
+def index_abort(state, index: AbortedIndex, producer_id: int, first: int,
+                marker_offset: int) -> None:
+    """Add an aborted transaction to the index (the entry before its count in `state`),
+    unless the index has it already (a repair's replay)."""
+    count = state[W_ABORTED_COUNT]
+    index.refresh(count, state[W_ABORTED_VERSION])
+    if marker_offset > index.last_offset():  # entries are in marker order
+        index.write(count, producer_id, first, marker_offset)
+        state[W_ABORTED_COUNT] = count + 1
+
+
+def ongoing_word(producers) -> int:
+    """The state's W_ONGOING_FIRST as the producer table has it: 1 + the least first offset
+    of an ongoing transaction, 0 for none."""
+    ongoing = producers.ongoing()
+    return ongoing[0][2] + 1 if ongoing else 0
