@@ -25,7 +25,7 @@ from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
 from broker.parent.transactions.coordinator import TransactionCoordinator
 from broker.shared.config import load_config
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.protocol.codec import build, encode_entity
 from tests.batches import make_batch

@@ -11,7 +11,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.shared.log import compaction, records
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.segment import list_bases
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import compressed

@@ -7,7 +7,7 @@ import tempfile
 import pytest
 
 from broker.shared.config import load_config
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.wire import api_versions_request, metadata_request
 from workers.apis import Services, build_apis

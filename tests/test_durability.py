@@ -181,7 +181,8 @@ def test_fsync_on_every_append_and_on_a_timer(tmp_path):
     with BrokerProcess(workers=1, data_dir=str(tmp_path), overrides=overrides) as broker:
         create_topic(broker.bootstrap, "synced")
         assert produce_acked(broker.listeners["PLAINTEXT"], "synced", 5, b"s") == list(range(5))
-    from broker.shared.log.partition import W_UNFLUSHED, LogSettings
+    from broker.shared.log.partition_state import W_UNFLUSHED
+    from broker.shared.log.settings import LogSettings
     from broker.shared.log.topics import Epoch, TopicRegistry
 
     registry = TopicRegistry((os.path.join(tmp_path, "logs"),), LogSettings(), Epoch())

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.shared.log import records
-from broker.shared.log.partition import W_HIGH_WATERMARK, LogSettings
+from broker.shared.log.partition_state import W_HIGH_WATERMARK
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.segment import list_bases
 from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.protocol import errors

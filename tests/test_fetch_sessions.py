@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from broker.shared.config import load_config
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import make_batch
 from tests.harness import BrokerProcess

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from broker.shared.log import records
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import compressed, make_batch
 
@@ -511,7 +511,7 @@ def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
 
 
 def test_segment_ms_rolls_a_segment_at_the_first_append_past_its_age(registry):
-    from broker.shared.log.partition import W_SEGMENT_STARTED
+    from broker.shared.log.partition_state import W_SEGMENT_STARTED
     registry.create("aging", 1)
     registry.set_configs("aging", {"segment.ms": "60000"})
     assert registry.settings_for("aging").segment_ms == 60000

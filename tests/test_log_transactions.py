@@ -11,7 +11,8 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from broker.shared.log import producers as producer_table
 from broker.shared.log import records, transactions
-from broker.shared.log.partition import W_DIRTY, LogSettings
+from broker.shared.log.partition_state import W_DIRTY
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import make_batch
 

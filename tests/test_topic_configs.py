@@ -188,7 +188,7 @@ def broker():
 
 def _state_word(running: BrokerProcess, topic: str, word: int) -> int:
     """A word of partition 0's state file (broker.shared.log.partition), as the broker left it."""
-    from broker.shared.log.partition import STATE_FILE
+    from broker.shared.log.partition_state import STATE_FILE
 
     path = os.path.join(running.data_dir, "logs", f"{topic}-0", STATE_FILE)
     with open(path, "rb") as handle:
@@ -199,7 +199,7 @@ def _state_word(running: BrokerProcess, topic: str, word: int) -> int:
 def test_flush_messages_and_flush_ms_fsync_their_topics_only(broker):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from broker.shared.log.partition import W_LAST_FLUSH, W_UNFLUSHED
+    from broker.shared.log.partition_state import W_LAST_FLUSH, W_UNFLUSHED
     from tests.test_durability import produce_acked
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})

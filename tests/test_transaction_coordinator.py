@@ -13,7 +13,7 @@ from broker.parent.transactions.state import IllegalTxnTransition, TxnState, tra
 from broker.shared.apis import GROUP_KEYS
 from broker.shared.config import load_config
 from broker.shared.log import records
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import make_batch
 from tests.test_group_coordinator import request

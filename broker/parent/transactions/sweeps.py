@@ -20,7 +20,7 @@ from typing import Callable
 
 from broker.parent.transactions.refusals import BoundReport
 from broker.parent.transactions.state import Transaction, TxnState, now_ms
-from broker.shared.log.partition import has_open_transaction
+from broker.shared.log.partition_state import has_open_transaction
 
 log = logging.getLogger("broker.parent.transactions")
 

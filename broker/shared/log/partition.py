@@ -56,8 +56,6 @@ from broker.shared.log.partition_state import (
     W_FLUSHED_BASE, W_HIGH_WATERMARK, W_INDEX_ENTRIES, W_LAST_FLUSH, W_LOG_END, W_LOG_START,
     W_OFFLINE, W_ONGOING_FIRST, W_PRODUCERS_GENERATION, W_SEGMENT_MAX_TS, W_SEGMENT_STARTED,
     W_SEGMENTS_VERSION, W_SINCE_INDEX, W_SWAPS, W_UNFLUSHED, StateFile)
-# Also imported from here by other modules, though this one does not use them:
-from broker.shared.log.partition_state import STATE_FILE, has_open_transaction  # noqa: F401
 from broker.shared.log.producers import ProducerState, ProducerTable, Verdict
 from broker.shared.log.record_errors import FaultRoom
 from broker.shared.log.segment import MAX_RELATIVE_OFFSET, Segment
