@@ -78,6 +78,8 @@ import time
 
 import msgspec
 
+from broker.shared.clock import now_ms
+
 log = logging.getLogger("broker.shared.events")
 
 SCHEMA_VERSION = 1
@@ -247,10 +249,6 @@ def bucket_upper(bucket: int) -> float:
     if bucket < 8:
         return float(bucket + 1)
     return 2 ** (bucket // 4) * (5 + bucket % 4) / 4
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class SecondTicker:

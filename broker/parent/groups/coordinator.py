@@ -31,9 +31,9 @@ from broker.parent.groups.listing import Listing
 from broker.parent.groups.membership import Membership, MembershipStore
 from broker.parent.groups.offsets import OffsetRequests, OffsetStore
 from broker.parent.groups.state import Group, GroupState
-from broker.parent.groups.state import now_ms as _now_ms  # the retention's clock
 from broker.shared.access import Access
 from broker.shared.apis import BY_NAME, GROUP_KEYS
+from broker.shared.clock import now_ms as _now_ms  # the retention's clock (tests move it)
 
 log = logging.getLogger("broker.parent.groups")
 

@@ -49,11 +49,11 @@ import uuid
 import msgspec
 
 from broker.parent.groups.offsets import OffsetStore
-from broker.parent.groups.state import (Group, GroupState, Member, fenced, member_problem,
-                                        now_ms)
+from broker.parent.groups.state import Group, GroupState, Member, fenced, member_problem
 from broker.parent.record_file import RecordFile
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
+from broker.shared.clock import now_ms
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 from broker.shared.protocol.errors import ErrorCode
 

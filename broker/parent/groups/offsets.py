@@ -41,10 +41,11 @@ from dataclasses import dataclass
 import msgspec
 
 from broker.parent.forwarded import ResponseBudget, budget_of
-from broker.parent.groups.state import Group, GroupState, member_problem, now_ms
+from broker.parent.groups.state import Group, GroupState, member_problem
 from broker.parent.record_file import RecordFile
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
+from broker.shared.clock import now_ms
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 from broker.shared.protocol.errors import ErrorCode
 

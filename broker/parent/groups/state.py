@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
-import time
 from dataclasses import dataclass, field
 from typing import Callable
+
 from broker.shared.protocol.errors import ErrorCode
 
 
@@ -172,8 +172,3 @@ def member_problem(group: Group | None, member_id: str, generation: int,
     if generation != group.generation:
         return ErrorCode.illegal_generation
     return None
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds: when offsets are committed and groups become empty."""
-    return time.time_ns() // 1_000_000

@@ -54,11 +54,12 @@ from broker.parent.transactions.holders import Holder, Holdings
 from broker.parent.transactions.listing import describe, list_transactions
 from broker.parent.transactions.markers import Markers
 from broker.parent.transactions.refusals import BoundReport
-from broker.parent.transactions.state import Transaction, TxnState, now_ms, transition
+from broker.parent.transactions.state import Transaction, TxnState, transition
 from broker.parent.transactions.sweeps import Sweeps
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.apis import BY_NAME, TRANSACTION_KEYS
+from broker.shared.clock import now_ms
 from broker.shared.events import EventLog
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 from broker.shared.protocol.errors import ErrorCode

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from broker.parent.transactions.answers import (describe_transactions_body,
                                                 list_transactions_body)
-from broker.parent.transactions.state import Transaction, TxnState, now_ms
+from broker.parent.transactions.state import Transaction, TxnState
+from broker.shared.clock import now_ms
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.protocol.context import RequestContext

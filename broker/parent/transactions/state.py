@@ -15,7 +15,6 @@ transaction log before any marker, so a restart finishes what it started.
 from __future__ import annotations
 
 import enum
-import time
 
 import msgspec
 
@@ -81,9 +80,3 @@ class Transaction(msgspec.Struct):
     # Who initialized it last: whose share of the table it counts in (a line written before
     # shares existed has none, and counts as one holder of its own).
     holder: Holder = Holder("")
-
-
-def now_ms() -> int:
-    """The clock of a transaction's times (`started_ms`, `updated_ms`): the wall clock's
-    milliseconds, as the transaction log keeps them across restarts."""
-    return int(time.time() * 1000)

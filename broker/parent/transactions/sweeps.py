@@ -19,7 +19,8 @@ import time
 from typing import Callable
 
 from broker.parent.transactions.refusals import BoundReport
-from broker.parent.transactions.state import Transaction, TxnState, now_ms
+from broker.parent.transactions.state import Transaction, TxnState
+from broker.shared.clock import now_ms
 from broker.shared.log.partition_state import has_open_transaction
 
 log = logging.getLogger("broker.parent.transactions")

@@ -1,0 +1,10 @@
+"""The wall clock in Kafka's unit: milliseconds since the epoch, the time of committed offsets,
+transactions, groups and events, kept across restarts (so never the monotonic clock)."""
+
+from __future__ import annotations
+
+import time
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
