@@ -21,6 +21,7 @@ from broker.shared.events import AuthorizationDenied
 from broker.shared.protocol.context import RequestContext
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import create_topics
 from tests.test_sasl import _plain_session
 from tests.wire import produce_errors, produce_request
 
@@ -173,14 +174,6 @@ def client(broker, user: str, listener: str = "SASL_PLAINTEXT", **extra) -> dict
     return {"bootstrap.servers": f"{host}:{port}", "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": f"{user}-secret",
             **extra}
-
-
-def create_topics(config: dict, *names: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(config)
-    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
-        future.result(timeout=20)
 
 
 def create_acls(config: dict, *bindings) -> None:
@@ -452,7 +445,7 @@ def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
     """Metadata v10 (topic and cluster), Metadata v13 (topic), DescribeCluster and
     DescribeGroups v5 fill in authorized operations when asked: all the resource type knows
     (topic 8 operations, cluster 7, group 3), as Kafka does without an authorizer."""
-    from tests.test_connection import make_router
+    from tests.helpers import make_router
     from tests.test_group_coordinator import Harness, request
     from tests.wire import decode_response
 

@@ -4,7 +4,7 @@ event-loop turn (the request never holds the loop), then committed at once."""
 import asyncio
 import datetime
 
-from tests.test_connection import make_router
+from tests.helpers import make_router
 from tests.test_group_coordinator import request
 from tests.wire import decode_response
 

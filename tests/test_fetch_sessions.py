@@ -383,8 +383,8 @@ class CountingRelay:
             self.bytes[api_key] += size
 
 
-def consume_all(bootstrap: str, relay: CountingRelay, expected: int, sessions: bool,
-                idle_fetches: int = 30) -> tuple[set, int, int]:
+def consume_through(bootstrap: str, relay: CountingRelay, expected: int, sessions: bool,
+                    idle_fetches: int = 30) -> tuple[set, int, int]:
     """Every record of topic `wide` from the start, then `idle_fetches` fetches that find
     nothing new: (records, Fetch round trips, Fetch bytes both ways)."""
     relay.reset()
@@ -425,10 +425,10 @@ def test_a_consumer_of_500_partitions_gets_the_same_records_for_fewer_bytes_in_a
             producer.flush()
             producer.close()
             bootstrap = f"127.0.0.1:{relay.port}"
-            with_session = consume_all(bootstrap, relay, 3000, sessions=True)
+            with_session = consume_through(bootstrap, relay, 3000, sessions=True)
             epochs = list(relay.fetch_sessions)
             assert broker.metric("broker_incremental_fetch_sessions") >= 1
-            without = consume_all(bootstrap, relay, 3000, sessions=False)
+            without = consume_through(bootstrap, relay, 3000, sessions=False)
             assert {epoch for _session, epoch in relay.fetch_sessions} == {-1}
     finally:
         relay.close()

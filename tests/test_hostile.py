@@ -355,7 +355,9 @@ def test_metadata_names_repeated_are_answered_once(broker):
     assert [topic.name for topic in response.topics] == ["t"]
 
 
-def create_topics(broker, name: str, partitions: int, timeout: float = 60) -> tuple[int, float]:
+def timed_create_topic(broker, name: str, partitions: int,
+                       timeout: float = 60) -> tuple[int, float]:
+    """CreateTopics v5 of one topic on a raw connection: (error code, seconds to the answer)."""
     from kafka.protocol.admin.topics import CreateTopicsRequest
 
     request = CreateTopicsRequest[5](topics=[
@@ -390,7 +392,7 @@ def delete_topics(broker, names: list[str]) -> list[int]:
 
 
 def test_create_topics_with_an_absurd_partition_count_is_refused(broker):
-    assert create_topics(broker, "huge", INT_MAX)[0] == INVALID_PARTITIONS
+    assert timed_create_topic(broker, "huge", INT_MAX)[0] == INVALID_PARTITIONS
 
 
 def test_creating_2000_partitions_never_holds_a_worker(broker):
@@ -398,7 +400,7 @@ def test_creating_2000_partitions_never_holds_a_worker(broker):
 
     result = {}
     creator = threading.Thread(target=lambda: result.update(
-        answer=create_topics(broker, "wide", 2000)))
+        answer=timed_create_topic(broker, "wide", 2000)))
     creator.start()
     pings = 0
     while creator.is_alive() and pings < 200:
@@ -416,7 +418,7 @@ def test_deleting_2000_partitions_leaves_their_files_to_the_parent(broker):
     parent's maintenance thread within seconds, not in the worker's loop."""
     from kafka.protocol.admin.topics import DeleteTopicsRequest
 
-    if create_topics(broker, "wide-gone", 2000)[0] != 0:
+    if timed_create_topic(broker, "wide-gone", 2000)[0] != 0:
         raise AssertionError("could not create the topic to delete")
     request = DeleteTopicsRequest[4](topic_names=["wide-gone"], timeout_ms=30000)
     request.with_header(correlation_id=9, client_id="admin")
@@ -543,7 +545,7 @@ def test_fetch_v4_to_v6_are_answered(broker, version):
 
 
 def test_a_topic_name_ending_in_a_newline_is_refused_and_leaves_nothing(broker):
-    assert create_topics(broker, "evil\n", 1)[0] == INVALID_TOPIC
+    assert timed_create_topic(broker, "evil\n", 1)[0] == INVALID_TOPIC
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         for n in range(3):  # Metadata auto-creation, three times
             client.send(metadata_request(4, correlation_id=n, topics=["evil\n"]))

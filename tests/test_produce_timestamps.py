@@ -7,7 +7,7 @@ import pytest
 
 from tests.harness import BrokerProcess
 from tests.raw_batches import LOG_APPEND_TIME, HEADER, batch_of, record
-from tests.wire import KafkaSocket, decode_response, fetch_request, produce_errors, produce_request
+from tests.wire import KafkaSocket, decode_response, fetch_request, produce_batch, produce_request
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
@@ -38,11 +38,10 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def produce(broker, topic: str, batch: bytes) -> tuple[int, int]:
+def produce_answered(broker, topic: str, batch: bytes) -> tuple[int, int]:
     """(error code, base offset); the connection must still answer afterwards."""
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
-        client.send(produce_request(topic, batch, correlation_id=3))
-        (answer,) = produce_errors(client.receive())
+        answer = produce_batch(client, topic, batch, correlation_id=3)
         client.send(fetch_request(topic, correlation_id=4))
         decode_response(1, 12, client.receive())
         return answer
@@ -68,19 +67,19 @@ def client_stamped(stamps: list[int], max_timestamp: int | None = None) -> bytes
 
 def test_a_client_log_append_time_attribute_does_not_bypass_the_bounds(broker):
     """Kafka reads such a batch's max timestamp as every record's, and checks it."""
-    assert produce(broker, "bounded", client_stamped([1000, 2000])) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "bounded", client_stamped([1000, 2000])) == (INVALID_TIMESTAMP, -1)
 
 
 def test_records_stored_as_create_time_are_checked_as_create_time(broker):
     """The max timestamp is within the bounds, the records (what readers see once the
     attribute is cleared) are not."""
     stale = client_stamped([1000, 2000], max_timestamp=now_ms())
-    assert produce(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
 
 
 def test_a_create_time_topic_stores_a_client_log_append_time_batch_as_create_time(broker):
     now = now_ms()
-    code, offset = produce(broker, "bounded", client_stamped([now - 5, now - 9], now + 1000))
+    code, offset = produce_answered(broker, "bounded", client_stamped([now - 5, now - 9], now + 1000))
     assert code == 0
     attributes, base, greatest = stored_header(broker, "bounded", offset)
     assert attributes & LOG_APPEND_TIME == 0
@@ -89,14 +88,14 @@ def test_a_create_time_topic_stores_a_client_log_append_time_batch_as_create_tim
 
 def test_log_append_time_set_by_a_client_is_refused_as_kafka_refuses_it(broker):
     now = now_ms()
-    assert produce(broker, "stamped", client_stamped([now])) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "stamped", client_stamped([now])) == (INVALID_TIMESTAMP, -1)
     no_max = client_stamped([now], max_timestamp=-1)
-    assert produce(broker, "unbounded", no_max) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "unbounded", no_max) == (INVALID_TIMESTAMP, -1)
 
 
 def test_a_log_append_time_topic_still_stamps_plain_batches(broker):
     before = now_ms()
-    code, offset = produce(broker, "stamped", batch_of(record(0), 1, 1000))
+    code, offset = produce_answered(broker, "stamped", batch_of(record(0), 1, 1000))
     assert code == 0
     attributes, _, stamp = stored_header(broker, "stamped", offset)
     assert attributes & LOG_APPEND_TIME and stamp >= before
@@ -110,12 +109,12 @@ def test_a_log_append_time_topic_still_stamps_plain_batches(broker):
 def test_a_timestamp_past_64_bits_is_refused_and_the_connection_stays(broker, base, deltas):
     records = b"".join(record(index, delta) for index, delta in enumerate(deltas))
     batch = batch_of(records, len(deltas), base, max_timestamp=base)
-    assert produce(broker, "unbounded", batch) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "unbounded", batch) == (INVALID_TIMESTAMP, -1)
 
 
 def test_the_extremes_of_64_bits_are_stored(broker):
     records = record(0, INT64_MIN) + record(1, INT64_MAX)
-    code, offset = produce(broker, "unbounded", batch_of(records, 2, 0, 0))
+    code, offset = produce_answered(broker, "unbounded", batch_of(records, 2, 0, 0))
     assert code == 0
     assert stored_header(broker, "unbounded", offset)[1:] == (0, INT64_MAX)
 
@@ -125,10 +124,10 @@ def test_compressed_batches_are_held_to_the_same_rules(broker):
 
     body = bytes(cramjam.zstd.compress(record(0, 0) + record(1, 1)))
     overflowing = batch_of(body, 2, INT64_MAX, attributes=4)
-    assert produce(broker, "unbounded", overflowing) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "unbounded", overflowing) == (INVALID_TIMESTAMP, -1)
     body = bytes(cramjam.zstd.compress(record(0, 0)))
     stale = batch_of(body, 1, 1000, now_ms(), attributes=4 | LOG_APPEND_TIME)
-    assert produce(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
 
 
 def test_a_record_without_a_timestamp_hides_no_other_from_the_bounds(broker):
@@ -137,9 +136,9 @@ def test_a_record_without_a_timestamp_hides_no_other_from_the_bounds(broker):
     now = now_ms()
     stale = batch_of(record(0, 0) + record(1, 1) + record(2, now + 1), 3, -1,
                      max_timestamp=now)  # stamps -1, 0 and now: 0 is neither least nor greatest
-    assert produce(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
+    assert produce_answered(broker, "bounded", stale) == (INVALID_TIMESTAMP, -1)
     fresh = batch_of(record(0, 0) + record(1, now + 1), 2, -1, max_timestamp=now)
-    assert produce(broker, "bounded", fresh)[0] == 0
+    assert produce_answered(broker, "bounded", fresh)[0] == 0
 
 
 def refused_records(broker, topic: str, batch: bytes):

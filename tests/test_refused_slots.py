@@ -11,8 +11,7 @@ import pytest
 
 from tests.harness import BrokerProcess, wait_until
 from tests.test_proxy_protocol import BALANCER, balancer_socket, v1_header, v2_header
-from tests.test_sasl import (SASL_AUTHENTICATION_FAILED, _authenticate, _string,  # noqa: F401
-                             pki, sasl_broker)
+from tests.test_sasl import SASL_AUTHENTICATION_FAILED, _authenticate, _string, sasl_broker
 from tests.wire import KafkaSocket, api_versions_request, peer_closed, raw_request
 
 POLICY_VIOLATION = 44

@@ -15,7 +15,6 @@ import struct
 import time
 
 import pytest
-import trustme
 
 from broker.shared.config import ConfigError, load_config
 from broker.shared.events import AuthenticationFailed, decode_line
@@ -27,16 +26,6 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'username="admin" password="admin-secret" user_admin="admin-secret" '
         'user_alice="alice-secret";')
 SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE = 58, 34
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
-        str(directory / "server.pem"))
-    return {"ca": str(directory / "ca.pem"), "server": str(directory / "server.pem")}
 
 
 @pytest.fixture(scope="module")
