@@ -11,6 +11,7 @@ import os
 import socket
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
@@ -23,7 +24,6 @@ pytestmark = pytest.mark.system
 LIMIT = 320  # RLIMIT_NOFILE of the broker: five descriptors per partition would need 2,500
 PARTITIONS = 500
 PER_REQUEST = 250  # partitions per Produce / Fetch / ListOffsets
-KAFKA_STORAGE_ERROR = 56
 
 
 def open_descriptors(pid: int) -> int:
@@ -126,7 +126,8 @@ def test_a_worker_out_of_descriptors_answers_a_retriable_error_and_lives(tmp_pat
                     "broker_connections", listener="PLAINTEXT") >= len(idle) + 1,
                     message="a connection registered, or the worker full")
             codes = produce_to_each(client, "late", range(40))
-            assert KAFKA_STORAGE_ERROR in codes and set(codes) <= {0, KAFKA_STORAGE_ERROR}
+            assert ErrorCode.kafka_storage_error in codes
+            assert set(codes) <= {0, ErrorCode.kafka_storage_error}
             wait_until(lambda: broker.metric("broker_log_descriptor_failures_total") > 0,
                        message="the failed opens counted (workers publish once a second)")
         finally:

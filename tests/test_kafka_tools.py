@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from loadtest import apache_kafka
 from tests.harness import BrokerProcess, wait_until
@@ -286,7 +287,6 @@ def end_offsets(acked) -> dict[int, int]:
 # --- what the tools found, held by Python clients and raw requests -------------------------------
 
 DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 2, 3, 4, 5  # Kafka's config sources
-GROUP_ID_NOT_FOUND, INVALID_PARTITIONS, DUPLICATE_RESOURCE, POLICY_VIOLATION = 69, 37, 92, 44
 
 
 def describe_broker(sock, name: str, keys) -> dict[str, tuple]:
@@ -374,7 +374,7 @@ def test_records_of_a_compacted_topic_cannot_be_deleted(broker):
     refused = client.delete_records([TopicPartition("regress-compacted", 0, 1)])
     with pytest.raises(KafkaException) as error:
         next(iter(refused.values())).result(timeout=20)
-    assert error.value.args[0].code() == POLICY_VIOLATION
+    assert error.value.args[0].code() == ErrorCode.policy_violation
     start = client.list_offsets({TopicPartition("regress-compacted", 0): OffsetSpec.earliest()})
     assert next(iter(start.values())).result(timeout=20).offset == 0  # kept
     allowed = client.delete_records([TopicPartition("regress-both", 0, 1)])
@@ -395,16 +395,17 @@ def test_refusals_in_kafkas_words_and_a_missing_group_is_not_found(broker):
     with pytest.raises(KafkaException) as refused:
         client.alter_user_scram_credentials(both)["twice"].result(timeout=20)
     assert (refused.value.args[0].code(), refused.value.args[0].str()) == \
-        (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
+        (ErrorCode.duplicate_resource,
+         "A user credential cannot be altered twice in the same request")
     create_topics(broker.bootstrap, "regress-shrink", partitions=2)
     with pytest.raises(KafkaException) as refused:
         client.create_partitions([NewPartitions("regress-shrink", 1)])["regress-shrink"] \
             .result(timeout=20)
     assert (refused.value.args[0].code(), refused.value.args[0].str()) == (
-        INVALID_PARTITIONS, "The topic regress-shrink currently has 2 partition(s); 1 would not "
-                            "be an increase.")
+        ErrorCode.invalid_partitions,
+        "The topic regress-shrink currently has 2 partition(s); 1 would not be an increase.")
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:
-        for version, code in ((5, 0), (6, GROUP_ID_NOT_FOUND)):
+        for version, code in ((5, 0), (6, ErrorCode.group_id_not_found)):
             group = ask(sock, 15, version, {"groups": ["no-such-group"],
                                             "include_authorized_operations": False})[1].groups[0]
             assert (group.error_code, group.group_state) == (code, "Dead")

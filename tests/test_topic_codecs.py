@@ -5,6 +5,7 @@ idempotent producers unaffected, and a batch grown past max.message.bytes refuse
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.log import records
 from tests.batches import compressed, make_batch
@@ -14,7 +15,6 @@ from tests.wire import KafkaSocket, decode_response, fetch_request, produce_batc
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-MESSAGE_TOO_LARGE, DUPLICATE_SEQUENCE_OK, OUT_OF_ORDER_SEQUENCE = 10, 0, 45
 TOPICS = {  # name: (its own configs, the codec its batches are stored in; None: as produced)
     "as-produced": ({"compression.type": "producer"}, None),
     "zstd": ({"compression.type": "zstd", "max.message.bytes": str(4 << 20)}, ZSTD),
@@ -152,9 +152,11 @@ def test_an_idempotent_producer_keeps_its_sequence_through_recompression(broker)
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         code, offset = produce_batch(client, "zstd", batch)
         assert code == 0
-        assert produce_batch(client, "zstd", batch, correlation_id=3) == (DUPLICATE_SEQUENCE_OK, offset)
+        # A duplicate: no error, and the offset the first one got.
+        assert produce_batch(client, "zstd", batch, correlation_id=3) == (ErrorCode.none, offset)
         gap = make_batch(1, producer_id=777, epoch=0, sequence=9)
-        assert produce_batch(client, "zstd", gap, correlation_id=4)[0] == OUT_OF_ORDER_SEQUENCE
+        assert produce_batch(client, "zstd", gap, correlation_id=4)[0] == \
+            ErrorCode.out_of_order_sequence_number
         header = records.read_header(stored(client, "zstd", offset), 0)
     assert (header.producer_id, header.producer_epoch, header.base_sequence,
             header.attributes & 7) == (777, 0, 0, ZSTD)
@@ -220,5 +222,5 @@ def test_a_batch_grown_past_max_message_bytes_is_refused(broker):
     dense = compressed(make_batch(100, value_size=1000), ZSTD)
     assert len(dense) < 20000 < len(records_of(dense))
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
-        assert produce_batch(client, "uncompressed", dense) == (MESSAGE_TOO_LARGE, -1)
+        assert produce_batch(client, "uncompressed", dense) == (ErrorCode.message_too_large, -1)
         assert produce_batch(client, "uncompressed", compressed(make_batch(3), ZSTD))[0] == 0
