@@ -1,3 +1,5 @@
+"""Fixtures shared by the test modules; plain helpers live in tests/helpers.py."""
+
 import os
 import sys
 
@@ -13,3 +15,36 @@ from tests import harness  # noqa: E402 (after the path)
 def pytest_runtest_setup(item):
     """Before any fixture of the test runs: tell the harness whether it may start a broker."""
     harness.system_marked = item.get_closest_marker("system") is not None
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """The test CA with the broker's certificate for 127.0.0.1 and alice's client certificate."""
+    from tests.helpers import Pki
+
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+# The shared block's layout when a module does not set BLOCK_LAYOUT (SharedBlock.create's
+# keyword arguments).
+BLOCK_LAYOUT = {"slots": 3, "listeners": 2}
+
+
+@pytest.fixture
+def block(request, tmp_path):
+    """A SharedBlock of the test's own, laid out as its module's BLOCK_LAYOUT says."""
+    from shm.block import SharedBlock
+
+    layout = getattr(request.module, "BLOCK_LAYOUT", BLOCK_LAYOUT)
+    created = SharedBlock.create(str(tmp_path / "block"), **layout)
+    yield created
+    created.close()
+
+
+@pytest.fixture(scope="session")
+def default_broker():
+    """A broker of two workers with the default configuration, started on first use and shared
+    by the modules whose tests neither restart it, change its configuration, nor count what
+    other tests leave on it (connections, topics)."""
+    with harness.BrokerProcess(workers=2) as running:
+        yield running

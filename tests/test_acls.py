@@ -13,6 +13,7 @@ import signal
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.access import Access
 from broker.shared.acl import (Acl, AclFilter, Authorizer, Operation, PatternType, Permission,
@@ -21,6 +22,7 @@ from broker.shared.events import AuthorizationDenied
 from broker.shared.protocol.context import RequestContext
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import create_topics
 from tests.test_sasl import _plain_session
 from tests.wire import produce_errors, produce_request
 
@@ -175,14 +177,6 @@ def client(broker, user: str, listener: str = "SASL_PLAINTEXT", **extra) -> dict
             **extra}
 
 
-def create_topics(config: dict, *names: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(config)
-    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
-        future.result(timeout=20)
-
-
 def create_acls(config: dict, *bindings) -> None:
     from confluent_kafka.admin import AdminClient
 
@@ -233,9 +227,6 @@ def consume_error(config: dict, topic: str, group: str, expect: int = 0):
             read += 1
     consumer.close()
     return read, error
-
-
-TOPIC_DENIED = 29  # TOPIC_AUTHORIZATION_FAILED
 
 
 def raw_produce(sock, topic: str = "orders-1") -> int:
@@ -347,7 +338,8 @@ def test_acls_from_the_admin_client_grant_exactly_what_they_say():
                      admin.delete_acls([prefixed_writes]).values()]
         answered = time.monotonic()
         assert [(b.name, b.operation.name) for b in deleted] == [("orders-", "WRITE")]
-        wait_until(lambda: {raw_produce(sock) for sock in sessions} == {TOPIC_DENIED},
+        wait_until(lambda: {raw_produce(sock) for sock in sessions} ==
+                   {ErrorCode.topic_authorization_failed},
                    timeout=1.0)  # every worker applies the change within a second
         assert time.monotonic() - answered < 1.0
         for sock in sessions:
@@ -452,7 +444,7 @@ def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
     """Metadata v10 (topic and cluster), Metadata v13 (topic), DescribeCluster and
     DescribeGroups v5 fill in authorized operations when asked: all the resource type knows
     (topic 8 operations, cluster 7, group 3), as Kafka does without an authorizer."""
-    from tests.test_connection import make_router
+    from tests.helpers import make_router
     from tests.test_group_coordinator import Harness, request
     from tests.wire import decode_response
 
@@ -558,13 +550,11 @@ def test_delete_acls_filters_each_see_every_acl_and_a_failed_write_changes_nothi
     reply = service.create(create_ctx, create_request.CreateAclsRequest(creations=(creation,)),
                            "test")
     [result] = decode_response(30, 3, reply[4:])[1].results
-    assert result.error_code == -1 and store.acls == ()  # UNKNOWN_SERVER_ERROR
+    assert result.error_code == ErrorCode.unknown_server_error and store.acls == ()
     assert not access.authorizer.acls  # nor was anything applied
 
 
 # --- the parent's services: configs, quotas, SCRAM credentials, groups ----------------------
-
-TOPIC_DENIED_CODE, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 
 
 @pytest.mark.system
@@ -602,8 +592,10 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
         # Configs.
         resources = [{"resource_type": kind, "resource_name": name, "configuration_keys": None}
                      for kind, name in ((4, "0"), (2, "seen"), (2, "hidden"), (2, "missing"))]
-        for sock, codes in ((alice, [0, 0, TOPIC_DENIED_CODE, TOPIC_DENIED_CODE]),
-                            (bob, [CLUSTER_DENIED] + [TOPIC_DENIED_CODE] * 3)):
+        topic_denied = ErrorCode.topic_authorization_failed
+        cluster_denied = ErrorCode.cluster_authorization_failed
+        for sock, codes in ((alice, [0, 0, topic_denied, topic_denied]),
+                            (bob, [cluster_denied] + [topic_denied] * 3)):
             described = ask(sock, 32, 4, {"resources": resources, "include_synonyms": True,
                                           "include_documentation": False})[1]
             assert [r.error_code for r in described.results] == codes
@@ -613,34 +605,34 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
                                            (2, "seen", "retention.ms", "60000"),
                                            (2, "tuned", "retention.ms", "60000"))]
         altered = ask(alice, 44, 1, {"resources": changes, "validate_only": False})[1]
-        assert [r.error_code for r in altered.responses] == [CLUSTER_DENIED, TOPIC_DENIED_CODE, 0]
+        assert [r.error_code for r in altered.responses] == [cluster_denied, topic_denied, 0]
         legacy = [dict(change, configs=[{"name": c["name"], "value": c["value"]}
                                         for c in change["configs"]]) for change in changes]
         altered = ask(bob, 33, 1, {"resources": legacy, "validate_only": False})[1]
         assert [r.error_code for r in altered.responses] == \
-            [CLUSTER_DENIED, TOPIC_DENIED_CODE, TOPIC_DENIED_CODE]
+            [cluster_denied, topic_denied, topic_denied]
 
         # Client quotas: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster.
         assert ask(alice, 48, 1, {"components": [], "strict": False})[1].error_code == 0
         assert ask(bob, 48, 1, {"components": [], "strict": False})[1].error_code == \
-            CLUSTER_DENIED
+            ErrorCode.cluster_authorization_failed
         quota = {"entity": [{"entity_type": "user", "entity_name": "bob"}],
                  "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}
-        for sock, code in ((alice, CLUSTER_DENIED), (admin, 0)):
+        for sock, code in ((alice, ErrorCode.cluster_authorization_failed), (admin, 0)):
             assert ask(sock, 49, 1, {"entries": [quota], "validate_only": False}
                        )[1].entries[0].error_code == code
 
         # SCRAM credentials: DESCRIBE / ALTER on the cluster (DESCRIBE_CONFIGS is not enough).
-        assert ask(alice, 50, 0, {"users": None})[1].error_code == CLUSTER_DENIED
+        assert ask(alice, 50, 0, {"users": None})[1].error_code == cluster_denied
         assert ask(admin, 50, 0, {"users": None})[1].error_code == 0
         deletion = {"deletions": [{"name": "carol", "mechanism": 1}], "upsertions": []}
-        assert ask(alice, 51, 0, deletion)[1].results[0].error_code == CLUSTER_DENIED
+        assert ask(alice, 51, 0, deletion)[1].results[0].error_code == cluster_denied
 
         # Groups.
         described = ask(alice, 15, 5, {"groups": ["mine", "theirs"],
                                        "include_authorized_operations": True})[1]
         assert [(g.group_id, g.error_code) for g in described.groups] == \
-            [("mine", 0), ("theirs", GROUP_DENIED)]
+            [("mine", 0), ("theirs", ErrorCode.group_authorization_failed)]
         listed = {name: sorted(g.group_id for g in ask(sock, 16, 4, {"states_filter": []}
                                                         )[1].groups)
                   for name, sock in (("admin", admin), ("alice", alice), ("bob", bob))}
@@ -651,21 +643,22 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
                                                {"group_id": "theirs", "topics": None}],
                                     "require_stable": False})[1]
         assert [(g.group_id, g.error_code, [t.name for t in g.topics])
-                for g in fetched.groups] == [("mine", 0, ["seen"]), ("theirs", GROUP_DENIED, [])]
+                for g in fetched.groups] == \
+            [("mine", 0, ["seen"]), ("theirs", ErrorCode.group_authorization_failed, [])]
         asked = ask(alice, 9, 7, {"group_id": "mine", "topics": [
             {"name": "hidden", "partition_indexes": [0]}], "require_stable": False})[1]
-        assert asked.topics[0].partitions[0].error_code == TOPIC_DENIED_CODE
+        assert asked.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
         deleted = ask(alice, 42, 2, {"groups_names": ["mine", "doomed"]})[1]
         assert sorted((r.group_id, r.error_code) for r in deleted.results) == \
-            [("doomed", 0), ("mine", GROUP_DENIED)]
+            [("doomed", 0), ("mine", ErrorCode.group_authorization_failed)]
         offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
             {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1]
-        assert offsets_deleted.error_code == GROUP_DENIED
+        assert offsets_deleted.error_code == ErrorCode.group_authorization_failed
         create_acls(admin_config, binding("GROUP", "mine", "LITERAL", "User:alice", "DELETE"))
         wait_until(lambda: ask(alice, 47, 0, {"group_id": "mine", "topics": [
             {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1].error_code == 0)
         offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
             {"name": "hidden", "partitions": [{"partition_index": 0}]}]})[1]
-        assert offsets_deleted.topics[0].partitions[0].error_code == TOPIC_DENIED_CODE
+        assert offsets_deleted.topics[0].partitions[0].error_code == topic_denied
         for sock in (admin, alice, bob):
             sock.close()

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
 from tests.wire import (KafkaSocket, alter_raw, api_versions_request, decode_response,
@@ -21,7 +22,7 @@ TWO_LISTENERS = {
 }
 
 
-POLICY_VIOLATION = (44).to_bytes(2, "big")
+POLICY_VIOLATION = ErrorCode.policy_violation.to_bytes(2, "big")  # as the wire carries it
 
 
 class Probe:

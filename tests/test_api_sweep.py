@@ -29,7 +29,7 @@ from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.protocol.codec import build, encode_entity
 from tests.batches import make_batch
-from tests.test_connection import make_router
+from tests.helpers import make_router
 from workers.fetch_response import FileResponse
 from workers.router import ForwardRequest, InvalidRequest
 

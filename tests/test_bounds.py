@@ -15,6 +15,7 @@ import time
 
 import pytest
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
 from tests.batches import compressed, make_batch
 from tests.harness import BrokerProcess, rss, wait_until
@@ -24,7 +25,6 @@ from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 MIB = 1 << 20
-UNKNOWN_PRODUCER_ID, CORRUPT_MESSAGE, INVALID_RECORD = 59, 2, 87
 
 
 def data_workers(broker) -> list[int]:
@@ -168,7 +168,7 @@ def test_a_retry_after_a_hundred_other_producers_is_not_appended_again():
             assert produce_errors(second.receive()) == [(0, 0)]  # the original offset
             second.send(produce_request("i", make_batch(1, producer_id=99, epoch=0, sequence=5),
                                         correlation_id=201))
-            assert produce_errors(second.receive()) == [(UNKNOWN_PRODUCER_ID, -1)]
+            assert produce_errors(second.receive()) == [(ErrorCode.unknown_producer_id, -1)]
             second.send(fetch_request("i", offset=0))
             _, response = decode_response(1, 12, second.receive())
             assert response.responses[0].partitions[0].high_watermark == 102
@@ -293,7 +293,8 @@ def test_compressed_batches_that_lie_or_explode_are_refused(codec):
         with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
             for n, batch in enumerate((bytes(lying), bomb)):
                 client.send(produce_request("z", batch, correlation_id=n))
-                assert produce_errors(client.receive())[0][0] in (CORRUPT_MESSAGE, INVALID_RECORD)
+                assert produce_errors(client.receive())[0][0] in (ErrorCode.corrupt_message,
+                                                                  ErrorCode.invalid_record)
             client.send(produce_request("z", compressed(make_batch(5), codec), correlation_id=7))
             assert produce_errors(client.receive()) == [(0, 0)]
 
@@ -471,12 +472,12 @@ def test_pending_members_and_member_ids_are_bounded():
             for n in range(2000):  # 2,000 groups, each with a member id handed out
                 client.send(join_request(f"g-{n}", "", "c" * 30000))
                 _, answer = decode_response(11, 5, client.receive())
-                assert int(answer.error_code) == 79  # MEMBER_ID_REQUIRED
+                assert int(answer.error_code) == ErrorCode.member_id_required
                 assert len(answer.member_id) <= 255 + 37
                 ids.append(answer.member_id)
             client.send(join_request("g-0", ids[0], "c"))  # forgotten: only 50 are kept
             _, answer = decode_response(11, 5, client.receive())
-            assert int(answer.error_code) == 25  # UNKNOWN_MEMBER_ID: it joins from the start
+            assert int(answer.error_code) == ErrorCode.unknown_member_id  # it joins from the start
             client.send(join_request("g-1999", ids[-1], "c"))  # the newest is still known
             _, answer = decode_response(11, 5, client.receive())
             assert int(answer.error_code) == 0
@@ -526,4 +527,4 @@ def test_quota_entities_are_bounded_and_one_request_of_thousands_is_cheap():
             _, response = decode_response(49, 1, client.receive())
             assert time.monotonic() - started < 10  # each entry copied every entry before
         codes = [int(item.error_code) for item in response.entries]
-        assert codes.count(0) == 10_000 and codes[-50:] == [42] * 50  # INVALID_REQUEST
+        assert codes.count(0) == 10_000 and codes[-50:] == [ErrorCode.invalid_request] * 50

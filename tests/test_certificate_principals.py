@@ -445,17 +445,14 @@ def test_each_spoof_has_the_name_java_gives_and_the_principal_kafka_maps_it_to()
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    """A CA, the broker's certificate, and a client certificate (PEM files) for each subject."""
+def pems(pki, tmp_path_factory) -> dict[str, str]:
+    """The test CA's and the broker's PEM files, and a client certificate for each subject."""
     directory = tmp_path_factory.mktemp("principals")
-    ca = trustme.CA()
-    paths = {"ca": str(directory / "ca.pem"), "server": str(directory / "server.pem")}
-    ca.cert_pem.write_to_path(paths["ca"])
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(paths["server"])
+    paths = {"ca": pki["ca"], "server": pki["server"]}
     subjects = {"admin": ADMIN, "ops": OPS, "nobody": one((CN, UTF8, u("nobody")))}
     subjects.update({key: der for key, (der, _name, _principal) in SPOOFS.items()})
     for serial, (key, subject) in enumerate(subjects.items(), start=2):
-        paths[key] = _write_pem(directory / f"{key}.pem", *certificate(ca, subject, serial))
+        paths[key] = _write_pem(directory / f"{key}.pem", *certificate(pki.ca, subject, serial))
     return paths
 
 
@@ -471,17 +468,17 @@ def _write_pem(path, cert: bytes, key) -> str:
     return str(path)
 
 
-def mutual_tls(pki, **extra) -> dict[str, str]:
+def mutual_tls(pems, **extra) -> dict[str, str]:
     return {"listeners": "SSL://127.0.0.1:0", "inter.broker.listener.name": "SSL",
-            "ssl.keystore.location": pki["server"], "ssl.client.auth": "required",
-            "ssl.truststore.location": pki["ca"], **extra}
+            "ssl.keystore.location": pems["server"], "ssl.client.auth": "required",
+            "ssl.truststore.location": pems["ca"], **extra}
 
 
-def admin_config(broker, pki, who: str) -> dict:
+def admin_config(broker, pems, who: str) -> dict:
     host, port = broker.listeners["SSL"]
     return {"bootstrap.servers": f"{host}:{port}", "security.protocol": "SSL",
-            "ssl.ca.location": pki["ca"], "ssl.certificate.location": pki[who],
-            "ssl.key.location": pki[who], "socket.timeout.ms": 5000}
+            "ssl.ca.location": pems["ca"], "ssl.certificate.location": pems[who],
+            "ssl.key.location": pems[who], "socket.timeout.ms": 5000}
 
 
 def create_topic_error(config: dict, topic: str) -> str | None:
@@ -498,19 +495,19 @@ def create_topic_error(config: dict, topic: str) -> str | None:
 
 
 @pytest.mark.system
-def test_subjects_made_to_look_like_a_super_user_get_their_own_escaped_principal(pki):
+def test_subjects_made_to_look_like_a_super_user_get_their_own_escaped_principal(pems):
     """ADMIN (CN=admin,OU=ServiceUsers,O=Corp, mapped to `admin`) and OPS (the multi-valued
     CN=ops+UID=1,O=Corp, kept whole) are super users; each spoof is refused CreateTopics and is
     known by the principal Java would give it."""
-    overrides = mutual_tls(pki, **{
+    overrides = mutual_tls(pems, **{
         "ssl.principal.mapping.rules": RULES,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin;User:CN=ops+UID=1,O=Corp"})
     with BrokerProcess(workers=2, overrides=overrides) as broker:
-        assert create_topic_error(admin_config(broker, pki, "admin"), "by-admin") is None
-        assert create_topic_error(admin_config(broker, pki, "ops"), "by-ops") is None
+        assert create_topic_error(admin_config(broker, pems, "admin"), "by-admin") is None
+        assert create_topic_error(admin_config(broker, pems, "ops"), "by-ops") is None
         for spoof in SPOOFS:
-            assert create_topic_error(admin_config(broker, pki, spoof), f"by-{spoof}") == \
+            assert create_topic_error(admin_config(broker, pems, spoof), f"by-{spoof}") == \
                 "TOPIC_AUTHORIZATION_FAILED", spoof
         from broker.shared.events import AuthorizationDenied
 
@@ -554,13 +551,13 @@ def _correlation_ids(answers: list[bytes]) -> list[int]:
 
 
 @pytest.mark.system
-def test_a_certificate_no_rule_maps_is_closed_unserved(pki):
+def test_a_certificate_no_rule_maps_is_closed_unserved(pems):
     """As Kafka: without DEFAULT, a subject no rule matches names no principal on an SSL
     listener; the connection closes without an answer, even to a request sent the moment the
     handshake ended.  On SASL_SSL, SASL names the principal: the rules do not apply."""
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
             'user_alice="alice-secret";')
-    overrides = mutual_tls(pki, **{
+    overrides = mutual_tls(pems, **{
         "listeners": "SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
         "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
@@ -569,8 +566,8 @@ def test_a_certificate_no_rule_maps_is_closed_unserved(pki):
         address = broker.listeners["SSL"]
 
         def context(who: str) -> ssl.SSLContext:
-            made = ssl.create_default_context(cafile=pki["ca"])
-            made.load_cert_chain(pki[who])
+            made = ssl.create_default_context(cafile=pems["ca"])
+            made.load_cert_chain(pems[who])
             return made
 
         versions = api_versions_request(3, correlation_id=5)

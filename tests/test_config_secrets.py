@@ -10,17 +10,17 @@ import os
 import pytest
 
 from tests.harness import BrokerProcess
-from tests.test_tls import client_context, pki, tls_api_versions, tls_settings  # noqa: F401
+from tests.test_tls import client_context, tls_api_versions, tls_settings
 
 pytestmark = pytest.mark.system
 
 
 def test_a_key_store_secret_altered_through_the_admin_api_is_never_written_in_the_clear(
-        pki, tmp_path):  # noqa: F811
+        pki, tmp_path):
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
     from cryptography.hazmat.primitives import serialization
 
-    server = pki["server_cert"]
+    server = pki.server_cert
     password = "not-for-the-log-7f3a"
     key = serialization.load_pem_private_key(server.private_key_pem.bytes(), password=None)
     encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -2,133 +2,13 @@
 
 import os
 import struct
-import tempfile
 
 import pytest
 
-from broker.shared.config import load_config
-from broker.shared.log.settings import LogSettings
-from broker.shared.log.topics import Epoch, TopicRegistry
+from tests.helpers import connect, feed
 from tests.wire import api_versions_request, metadata_request
-from workers.apis import Services, build_apis
-from workers.backpressure import RequestQueue
-from workers.connection import Connection
-from workers.fetch_sessions import FetchSessionCache
 from workers.frame_maps import FrameMaps
-from workers.router import BrokerView, Router
 from workers.mute import MuteState
-
-
-def make_router(log_dir: str) -> Router:
-    """The worker's real router over a log directory of its own (no shared memory)."""
-    view = BrokerView(node_id=0, cluster_id="c", advertised=(("h", 1),))
-    registry = TopicRegistry((log_dir,), LogSettings(), Epoch())
-    props = load_config({}).props
-    sessions = FetchSessionCache(100, 100, 0, 1, props.pybroker_request_max_entries, 100_000)
-    return Router(build_apis(Services(view=view, props=props, registry=registry,
-                                      sessions=sessions)))
-
-
-class FakeTransport:
-    def __init__(self):
-        self.writes, self.reading, self.closed = [], True, False
-        self.unsent = 0  # bytes written and not yet taken by the client
-        self.aborted = False
-
-    def write(self, data):
-        self.writes.append(bytes(data))
-
-    def pause_reading(self):
-        self.reading = False
-
-    def resume_reading(self):
-        self.reading = True
-
-    def close(self):
-        self.closed = True
-
-    def abort(self):
-        self.closed = self.aborted = True
-
-    def is_closing(self):
-        return self.closed
-
-    def get_write_buffer_size(self):
-        return self.unsent
-
-    def get_extra_info(self, name, default=None):
-        return default  # no real socket behind it
-
-    def responses(self):
-        data, out = b"".join(self.writes), []
-        while data:
-            size = struct.unpack_from(">i", data)[0]
-            out.append(struct.unpack_from(">i", data, 4)[0])  # correlation id
-            data = data[4 + size:]
-        return out
-
-
-class FakeWorker:
-    """A ConnectionHost (workers.connection): the real router and request queue, no pool."""
-
-    def __init__(self, max_request_bytes=1 << 20, large_frame_bytes=1024):
-        self._log_dir = tempfile.TemporaryDirectory(prefix="pybroker-conn-test-")
-        self.router = make_router(self._log_dir.name)
-        self.max_request_bytes = max_request_bytes
-        self.large_frame_bytes = large_frame_bytes
-        self.scratch = memoryview(bytearray(4096))
-        self.served, self.invalid, self.closed = [], [], []
-        self.stats = self
-        self.events = None  # no event log
-        self.receive_timeout = 30.0
-        self.max_unsent_bytes = 1 << 20
-        self.send_stall_seconds = 10.0
-        self.sasl_max_receive_bytes = 524288
-        self.queue = RequestQueue(1 << 30, self.stats)  # never full here
-        self.memory = None
-        self.frame_maps = FrameMaps(256 * 1024, 8 << 20)
-
-    def muted(self, reason, change):
-        pass
-
-    def queued_requests(self, count):
-        pass
-
-    def connection_registered(self, conn):
-        pass
-
-    def principal_of(self, listener, transport):
-        return "User:ANONYMOUS"
-
-    def authenticator(self, conn):
-        return None  # a PLAINTEXT listener
-
-    def connection_closed(self, conn, reason):
-        self.closed.append(reason)
-
-    def requests_served(self, conn, api_keys, received_at, parked=False):
-        self.served.extend(api_keys)
-
-    def invalid_request(self, reason):
-        self.invalid.append(reason)
-
-
-def connect(**worker_options):
-    worker, transport = FakeWorker(**worker_options), FakeTransport()
-    conn = Connection(worker, 1, 0, "127.0.0.1:1")
-    conn.connection_made(transport)
-    return conn, transport, worker
-
-
-def feed(conn, data: bytes, chunk: int | None = None):
-    """Deliver `data` the way the event loop would: get_buffer, copy, buffer_updated."""
-    view = memoryview(data)
-    while view:
-        buffer = conn.get_buffer(-1)
-        n = min(len(buffer), len(view), chunk or len(view))
-        buffer[:n] = view[:n]
-        conn.buffer_updated(n)
-        view = view[n:]
 
 
 def test_pipelined_requests_get_one_write_in_order():

@@ -37,7 +37,9 @@ def test_a_worker_answers_its_top_n_whatever_it_holds():
     assert len(row.client_id) == 256 and row.client_id.endswith("…")
 
 
-class FakeWorker:
+class ListedWorker:
+    """A worker as the parent's listing sees it: answers a query from its rows, or never."""
+
     def __init__(self, name: str, listing_of, rows: list | None):
         self.name, self.serving, self._rows, self._listing_of = name, True, rows, listing_of
         self.channel = self
@@ -76,9 +78,9 @@ def test_the_parent_merges_the_top_n_and_names_a_worker_that_did_not_answer(loop
     def listing_of():
         return holder["listing"]
 
-    workers = [FakeWorker("data-0", listing_of, [row(1, 50), row(2, 10)]),
-               FakeWorker("data-1", listing_of, [row(3, 40), row(4, 30)]),
-               FakeWorker("control-0", listing_of, None)]
+    workers = [ListedWorker("data-0", listing_of, [row(1, 50), row(2, 10)]),
+               ListedWorker("data-1", listing_of, [row(3, 40), row(4, 30)]),
+               ListedWorker("control-0", listing_of, None)]
     listing = holder["listing"] = ConnectionListing(loop, workers, ["PLAINTEXT", "CONTROLLER"])
     answer = listing.ask(top=3, by="requests")
     assert [(item["worker"], item["conn_id"]) for item in answer["rows"]] == \

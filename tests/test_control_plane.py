@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.config import ConfigError, load_config
 from tests.batches import make_batch
@@ -24,7 +25,6 @@ CONTROL = {
     "control.plane.listener.name": "CONTROLLER",
 }
 CONTROL_APIS = {3, 17, 18, 19, 20, 29, 30, 31, 32, 33, 35, 36, 37, 44, 48, 49, 50, 51, 60, 65, 66}
-CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -156,17 +156,18 @@ def test_the_control_plane_serves_admin_apis_and_data_listeners_refuse_changes()
             assert cluster.error_code == 0
             assert [(b.host, b.port) for b in cluster.brokers] == [address]
         # Changes: refused on the data listener, served on the control plane.
-        assert alter_raw(client, "0", "max.connections", "100") == CLUSTER_AUTHORIZATION_FAILED
+        assert alter_raw(client, "0", "max.connections", "100") == \
+            ErrorCode.cluster_authorization_failed
         assert alter_client_quota(client, {"client-id": "x"}, "producer_byte_rate", 1e6) == \
-            CLUSTER_AUTHORIZATION_FAILED
+            ErrorCode.cluster_authorization_failed
         created = request(client, 19, 5, create_topics_frame("t1"))
-        assert [t.error_code for t in created.topics] == [CLUSTER_AUTHORIZATION_FAILED]
+        assert [t.error_code for t in created.topics] == [ErrorCode.cluster_authorization_failed]
         assert alter_raw(control, "0", "max.connections", "100") == 0
         assert alter_client_quota(control, {"client-id": "x"}, "producer_byte_rate", 1e6) == 0
         created = request(control, 19, 5, create_topics_frame("t1"))
         assert [t.error_code for t in created.topics] == [0]
         deleted = request(client, 20, 4, delete_topics_frame("t1"))
-        assert [r.error_code for r in deleted.responses] == [CLUSTER_AUTHORIZATION_FAILED]
+        assert [r.error_code for r in deleted.responses] == [ErrorCode.cluster_authorization_failed]
         deleted = request(control, 20, 4, delete_topics_frame("t1"))
         assert [r.error_code for r in deleted.responses] == [0]
         # Reading configuration stays open to data listeners.

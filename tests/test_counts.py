@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from broker.shared.events import EventLog, latency_bucket
 from shm.block import SharedBlock, duration_bucket
-from tests.test_connection import FakeTransport, FakeWorker
+from tests.helpers import FakeTransport, FakeWorker
 from tests.wire import api_versions_request, metadata_request
 from workers import connection, counts, worker
 from workers.connection import Connection

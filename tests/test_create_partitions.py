@@ -4,7 +4,9 @@ event-loop turn (the request never holds the loop), then committed at once."""
 import asyncio
 import datetime
 
-from tests.test_connection import make_router
+from kio.schema.errors import ErrorCode
+
+from tests.helpers import make_router
 from tests.test_group_coordinator import request
 from tests.wire import decode_response
 
@@ -38,4 +40,4 @@ def test_many_new_partitions_are_built_a_slice_per_loop_turn(tmp_path):
                             "timeout": datetime.timedelta(seconds=30), "validate_only": False})
     grown, missing = decode_response(37, 3, router.handle(small, 0)[4:])[1].results
     assert grown.error_code == 0 and registry.get("wide").partitions == 201
-    assert missing.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition

@@ -11,11 +11,12 @@ import os
 import socket
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
 from tests.test_group_coordinator import request
-from tests.test_hostile import create_topics
+from tests.test_hostile import timed_create_topic
 from tests.wire import KafkaSocket, decode_response, frame
 
 pytestmark = pytest.mark.system
@@ -23,14 +24,13 @@ pytestmark = pytest.mark.system
 LIMIT = 320  # RLIMIT_NOFILE of the broker: five descriptors per partition would need 2,500
 PARTITIONS = 500
 PER_REQUEST = 250  # partitions per Produce / Fetch / ListOffsets
-KAFKA_STORAGE_ERROR = 56
 
 
 def open_descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def produce(client: KafkaSocket, topic: str, partitions: range) -> list[int]:
+def produce_to_each(client: KafkaSocket, topic: str, partitions: range) -> list[int]:
     """One batch of two records to each partition; the error codes."""
     client.send(frame(request(0, 9, {
         "transactional_id": None, "acks": 1, "timeout": datetime.timedelta(seconds=10),
@@ -79,10 +79,10 @@ def test_more_partitions_than_descriptors_serve_stop_cleanly_and_restart(tmp_pat
     batch_size = len(make_batch(2))
     with BrokerProcess(workers=2, data_dir=data_dir, open_files=LIMIT,
                        overrides=overrides) as broker:
-        assert create_topics(broker, "wide", PARTITIONS)[0] == 0
+        assert timed_create_topic(broker, "wide", PARTITIONS)[0] == 0
         with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=60) as client:
             for partitions in slices():
-                assert set(produce(client, "wide", partitions)) == {0}
+                assert set(produce_to_each(client, "wide", partitions)) == {0}
             for partitions in slices():
                 assert fetch(client, "wide", partitions) == {
                     index: (0, batch_size) for index in partitions}
@@ -102,7 +102,7 @@ def test_more_partitions_than_descriptors_serve_stop_cleanly_and_restart(tmp_pat
             for partitions in slices():
                 assert fetch(client, "wide", partitions) == {
                     index: (0, batch_size) for index in partitions}
-                assert set(produce(client, "wide", partitions)) == {0}
+                assert set(produce_to_each(client, "wide", partitions)) == {0}
         assert again.stop(timeout=120) == 0
 
 
@@ -114,7 +114,7 @@ def test_a_worker_out_of_descriptors_answers_a_retriable_error_and_lives(tmp_pat
     overrides = {"auto.create.topics.enable": "false"}
     with BrokerProcess(workers=1, data_dir=str(tmp_path), open_files=limit,
                        overrides=overrides) as broker:
-        assert create_topics(broker, "late", 40)[0] == 0
+        assert timed_create_topic(broker, "late", 40)[0] == 0
         (worker,) = broker.worker_pids.values()
         address = broker.listeners["PLAINTEXT"]
         client = KafkaSocket(address, timeout=30)
@@ -125,8 +125,9 @@ def test_a_worker_out_of_descriptors_answers_a_retriable_error_and_lives(tmp_pat
                 wait_until(lambda: open_descriptors(worker) >= limit or broker.metric(
                     "broker_connections", listener="PLAINTEXT") >= len(idle) + 1,
                     message="a connection registered, or the worker full")
-            codes = produce(client, "late", range(40))
-            assert KAFKA_STORAGE_ERROR in codes and set(codes) <= {0, KAFKA_STORAGE_ERROR}
+            codes = produce_to_each(client, "late", range(40))
+            assert ErrorCode.kafka_storage_error in codes
+            assert set(codes) <= {0, ErrorCode.kafka_storage_error}
             wait_until(lambda: broker.metric("broker_log_descriptor_failures_total") > 0,
                        message="the failed opens counted (workers publish once a second)")
         finally:
@@ -134,7 +135,7 @@ def test_a_worker_out_of_descriptors_answers_a_retriable_error_and_lives(tmp_pat
                 sock.close()
         wait_until(lambda: open_descriptors(worker) < limit - 60, timeout=15,
                    message="the idle connections' descriptors released")
-        assert set(produce(client, "late", range(40))) == {0}
+        assert set(produce_to_each(client, "late", range(40))) == {0}
         assert broker.worker_pids == {name: worker for name in broker.worker_pids}  # same one
         assert any("out of descriptors" in line for line in broker.lines)
         client.close()

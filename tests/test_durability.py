@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
@@ -173,7 +174,8 @@ def test_the_parent_applies_retention_on_its_schedule(tmp_path):
         with KafkaSocket(address) as client:  # below the log start: out of range
             client.send(fetch_request("short", offset=0))
             _, response = decode_response(1, 12, client.receive())
-            assert int(response.responses[0].partitions[0].error_code) == 1
+            assert int(response.responses[0].partitions[0].error_code) == \
+                ErrorCode.offset_out_of_range
 
 
 def test_fsync_on_every_append_and_on_a_timer(tmp_path):

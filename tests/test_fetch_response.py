@@ -11,13 +11,13 @@ import uuid
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from broker.shared.log import records
 from broker.shared.log.partition_state import W_HIGH_WATERMARK
 from broker.shared.log.settings import LogSettings
 from broker.shared.log.segment import list_bases
 from broker.shared.log.topics import Epoch, TopicRegistry
-from broker.shared.protocol import errors
 from broker.shared.protocol.context import RequestContext
 from tests.batches import make_batch
 from workers.fetch_response import REGION_BUDGET, FileRegion, FileResponse, encode_fetch, file_piece
@@ -51,7 +51,7 @@ def data_file(tmp_path_factory):
 regions = st.lists(st.tuples(st.integers(0, 60_000), st.integers(1, 5000)), min_size=1, max_size=3)
 partitions = st.fixed_dictionaries({
     "partition_index": st.integers(0, 2**31 - 1),
-    "error_code": st.sampled_from([errors.NONE, errors.ErrorCode.offset_out_of_range]),
+    "error_code": st.sampled_from([ErrorCode.none, ErrorCode.offset_out_of_range]),
     "high_watermark": st.integers(-1, 2**63 - 1),
     "last_stable_offset": st.integers(-1, 2**40),
     "log_start_offset": st.integers(-1, 2**40),
@@ -83,7 +83,7 @@ def test_the_hand_encoding_is_kio_s_for_every_version(data_file, version, answer
         dict(part, records=b"".join(content[at:at + length] for at, length in part["records"]))
         if isinstance(part["records"], list) else part for part in topic["partitions"]])
         for topic in answer]
-    encoded = encode_fetch(CORRELATION, version, throttle, errors.NONE, session, ours)
+    encoded = encode_fetch(CORRELATION, version, throttle, ErrorCode.none, session, ours)
     regions_given = any(isinstance(part["records"], list) for topic in answer
                         for part in topic["partitions"])
     if regions_given:
@@ -95,14 +95,14 @@ def test_the_hand_encoding_is_kio_s_for_every_version(data_file, version, answer
         assert isinstance(encoded, bytes)
     context = RequestContext(CORRELATION, 1, version, 0, None)
     expected = context.respond({"throttle_time": datetime.timedelta(milliseconds=throttle),
-                                "error_code": errors.NONE, "session_id": session,
+                                "error_code": ErrorCode.none, "session_id": session,
                                 "responses": theirs})
     assert encoded == expected
 
 
 def one_partition(pieces: list) -> list:
     return [{"topic": "t", "topic_id": uuid.uuid4(), "partitions": [{
-        "partition_index": 0, "error_code": errors.NONE, "high_watermark": 1,
+        "partition_index": 0, "error_code": ErrorCode.none, "high_watermark": 1,
         "last_stable_offset": 1, "log_start_offset": 0, "aborted_transactions": None,
         "preferred_read_replica": -1, "records": pieces}]}]
 
@@ -111,7 +111,7 @@ def test_a_response_closes_its_descriptors_once(data_file):
     fd, _content = data_file
     before = len(os.listdir("/proc/self/fd"))
     pieces = [file_piece(FakeSegment(fd), 0, 10) for _ in range(3)]
-    response = encode_fetch(CORRELATION, 12, 0, errors.NONE, 0, one_partition(pieces))
+    response = encode_fetch(CORRELATION, 12, 0, ErrorCode.none, 0, one_partition(pieces))
     assert len(os.listdir("/proc/self/fd")) == before + 3  # a dup per region: retention may
     response.close()  # delete the segment meanwhile
     response.close()
@@ -132,7 +132,7 @@ def test_out_of_descriptors_a_region_is_read_instead(data_file, monkeypatch):
     monkeypatch.setattr("workers.fetch_response.os.dup", dup_twice)
     pieces = [file_piece(FakeSegment(fd), at, 10) for at in (0, 10, 20)]
     assert [type(piece) for piece in pieces] == [FileRegion, FileRegion, bytes]
-    response = encode_fetch(CORRELATION, 12, 0, errors.NONE, 0, one_partition(pieces))
+    response = encode_fetch(CORRELATION, 12, 0, ErrorCode.none, 0, one_partition(pieces))
     assert content[:30] in response.materialize()  # the bytes read stand among the regions
     assert len(os.listdir("/proc/self/fd")) == before
 

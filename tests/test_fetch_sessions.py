@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kio.schema.errors import ErrorCode
 
 from broker.shared.config import load_config
 from broker.shared.log.settings import LogSettings
@@ -26,8 +27,6 @@ from workers.apis import Services, build_apis
 from workers.fetch_response import FileResponse
 from workers.fetch_sessions import CachedPartition, FetchSessionCache
 from workers.router import BrokerView, Router
-
-SESSION_NOT_FOUND, INVALID_EPOCH, TOPIC_ID_ERROR = 70, 71, 106
 
 
 class Broker:
@@ -108,14 +107,15 @@ def test_a_full_fetch_with_epoch_0_opens_a_session_and_increments_answer_only_ne
 
 def test_session_errors_as_kafka_answers_them(broker):
     _, session, _ = broker.fetch(0, 0, {"a": {0: 0}})
-    assert broker.fetch(session + 1000, 1, {})[:2] == (SESSION_NOT_FOUND, 0)
-    assert broker.fetch(session, 5, {})[:2] == (INVALID_EPOCH, 0)
-    assert broker.fetch(session, 1, {}, version=13)[:2] == (TOPIC_ID_ERROR, 0)
+    assert broker.fetch(session + 1000, 1, {})[:2] == (ErrorCode.fetch_session_id_not_found, 0)
+    assert broker.fetch(session, 5, {})[:2] == (ErrorCode.invalid_fetch_session_epoch, 0)
+    assert broker.fetch(session, 1, {}, version=13)[:2] == \
+        (ErrorCode.fetch_session_topic_id_error, 0)
     assert broker.fetch(session, 1, {})[:2] == (0, session)  # the errors changed nothing
     # A full fetch naming the session closes it; with epoch -1 no new one is opened.
     assert broker.fetch(session, -1, {"a": {0: 0}})[1] == 0
     assert len(broker.sessions) == 0
-    assert broker.fetch(session, 2, {})[:2] == (SESSION_NOT_FOUND, 0)
+    assert broker.fetch(session, 2, {})[:2] == (ErrorCode.fetch_session_id_not_found, 0)
 
 
 def test_forgotten_partitions_leave_and_an_emptied_session_closes(broker):
@@ -134,7 +134,8 @@ def test_topic_id_sessions_of_fetch_v13(broker):
     assert error == 0 and session and parts["b", 0][0] == 2
     broker.produce("a", 0, 1)
     assert list(broker.fetch(session, 1, {"b": {0: 2}}, version=13)[2]) == [("a", 0)]
-    assert broker.fetch(session, 2, {}, version=12)[:2] == (TOPIC_ID_ERROR, 0)
+    assert broker.fetch(session, 2, {}, version=12)[:2] == \
+        (ErrorCode.fetch_session_topic_id_error, 0)
 
 
 def test_a_partition_in_error_is_answered_until_the_error_is_gone(broker):
@@ -383,8 +384,8 @@ class CountingRelay:
             self.bytes[api_key] += size
 
 
-def consume_all(bootstrap: str, relay: CountingRelay, expected: int, sessions: bool,
-                idle_fetches: int = 30) -> tuple[set, int, int]:
+def consume_through(bootstrap: str, relay: CountingRelay, expected: int, sessions: bool,
+                    idle_fetches: int = 30) -> tuple[set, int, int]:
     """Every record of topic `wide` from the start, then `idle_fetches` fetches that find
     nothing new: (records, Fetch round trips, Fetch bytes both ways)."""
     relay.reset()
@@ -425,10 +426,10 @@ def test_a_consumer_of_500_partitions_gets_the_same_records_for_fewer_bytes_in_a
             producer.flush()
             producer.close()
             bootstrap = f"127.0.0.1:{relay.port}"
-            with_session = consume_all(bootstrap, relay, 3000, sessions=True)
+            with_session = consume_through(bootstrap, relay, 3000, sessions=True)
             epochs = list(relay.fetch_sessions)
             assert broker.metric("broker_incremental_fetch_sessions") >= 1
-            without = consume_all(bootstrap, relay, 3000, sessions=False)
+            without = consume_through(bootstrap, relay, 3000, sessions=False)
             assert {epoch for _session, epoch in relay.fetch_sessions} == {-1}
     finally:
         relay.close()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workers.answer_cache import BoundedCache
-from tests.test_connection import FakeTransport, connect, feed, make_router
+from tests.helpers import FakeTransport, connect, feed, make_router
 from tests.wire import api_versions_request, metadata_request
 from workers import frames
 from workers.connection import Connection

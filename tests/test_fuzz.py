@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from broker.shared.config import ConfigError, load_config, parse_properties
 from broker.shared.log import records
 from tests.batches import make_batch
-from tests.test_connection import connect, feed
+from tests.helpers import connect, feed
 from tests.wire import api_versions_request, metadata_request
 
 VALID = [api_versions_request(3, correlation_id=1), api_versions_request(0, correlation_id=2),

@@ -9,6 +9,7 @@ import datetime
 
 import pytest
 from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
 
 from broker.parent.groups import coordinator as coordinator_module
 from broker.parent.groups.coordinator import GroupCoordinator
@@ -16,10 +17,6 @@ from broker.parent.groups.offsets import OffsetStore
 from broker.shared.config import load_config
 from broker.shared.protocol.codec import build, encode_entity
 from tests.wire import decode_response
-
-E_NONE, UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCING = 0, 25, 22, 27
-MEMBER_ID_REQUIRED, INVALID_SESSION_TIMEOUT, NON_EMPTY, NOT_FOUND = 79, 26, 68, 69
-UNKNOWN_PARTITION, METADATA_TOO_LARGE, INCONSISTENT, FENCED = 3, 12, 23, 82
 
 
 def request(api_key: int, version: int, values: dict, client_id: str = "test") -> bytes:
@@ -82,7 +79,7 @@ class Harness:
     def join_member(self, **options):
         """MEMBER_ID_REQUIRED, then the real join: (member id, Future of the join answer)."""
         first = self.join(**options)
-        assert first.error_code == MEMBER_ID_REQUIRED and first.member_id
+        assert first.error_code == ErrorCode.member_id_required and first.member_id
         return first.member_id, self.join(member_id=first.member_id, **options)
 
     def sync(self, member_id, generation, assignments=()):
@@ -128,17 +125,17 @@ def codes(answer) -> list[int]:
 def test_join_needs_a_member_id_then_forms_a_generation_with_a_leader(harness):
     member, join = harness.join_member()
     joined = harness.wait(join)
-    assert (joined.error_code, joined.generation_id, joined.leader) == (E_NONE, 1, member)
+    assert (joined.error_code, joined.generation_id, joined.leader) == (ErrorCode.none, 1, member)
     assert joined.protocol_name == "range"
     assert [(m.member_id, m.metadata) for m in joined.members] == [(member, b"m")]
     synced = harness.wait(harness.sync(member, 1, [(member, b"all of it")]))
-    assert (synced.error_code, synced.assignment) == (E_NONE, b"all of it")
-    assert harness.heartbeat(member, 1) == E_NONE
-    assert harness.heartbeat(member, 0) == ILLEGAL_GENERATION
-    assert harness.heartbeat("stranger", 1) == UNKNOWN_MEMBER
-    assert harness.join(member_id="never-issued").error_code == UNKNOWN_MEMBER
-    assert harness.join(session=0.01).error_code == INVALID_SESSION_TIMEOUT
-    assert harness.join(protocols=()).error_code == INCONSISTENT
+    assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"all of it")
+    assert harness.heartbeat(member, 1) == ErrorCode.none
+    assert harness.heartbeat(member, 0) == ErrorCode.illegal_generation
+    assert harness.heartbeat("stranger", 1) == ErrorCode.unknown_member_id
+    assert harness.join(member_id="never-issued").error_code == ErrorCode.unknown_member_id
+    assert harness.join(session=0.01).error_code == ErrorCode.invalid_session_timeout
+    assert harness.join(protocols=()).error_code == ErrorCode.inconsistent_group_protocol
 
 
 def test_a_second_member_rebalances_and_only_the_leader_assigns(harness):
@@ -146,7 +143,7 @@ def test_a_second_member_rebalances_and_only_the_leader_assigns(harness):
     harness.wait(join)
     harness.wait(harness.sync(first, 1, [(first, b"p0,p1")]))
     second, join_second = harness.join_member(client_id="other")
-    assert harness.heartbeat(first, 1) == REBALANCING  # told to rejoin
+    assert harness.heartbeat(first, 1) == ErrorCode.rebalance_in_progress  # told to rejoin
     assert not join_second.done()
     rejoin = harness.join(member_id=first)
     leader_view, follower_view = harness.wait(rejoin), harness.wait(join_second)
@@ -178,15 +175,15 @@ def test_an_expired_session_or_a_leave_rebalances_the_rest(harness):
     harness.wait(join_second)
     harness.wait(harness.sync(first, 2, [(first, b"a"), (second, b"b")]))
     harness.settle(0.5)  # wide margins: a loaded CI machine pauses
-    assert harness.heartbeat(first, 2) == E_NONE  # the second member goes silent
+    assert harness.heartbeat(first, 2) == ErrorCode.none  # the second member goes silent
     # The second: 1.4 s silent (expiry is checked every 0.25 s); the first: 0.9 of its 2 s.
     harness.settle(0.9)
-    assert harness.heartbeat(first, 2) == REBALANCING
+    assert harness.heartbeat(first, 2) == ErrorCode.rebalance_in_progress
     alone = harness.wait(harness.join(member_id=first, session=0.3))
     assert (alone.generation_id, [m.member_id for m in alone.members]) == (3, [first])
     left = harness.send(13, 3, {"group_id": "g", "members": [
         {"member_id": first, "group_instance_id": None}]})
-    assert [m.error_code for m in left.members] == [E_NONE]
+    assert [m.error_code for m in left.members] == [ErrorCode.none]
     harness.settle(0.05)
     listed = harness.send(16, 4, {"states_filter": []})
     assert [(g.group_id, g.group_state) for g in listed.groups] == [("g", "Empty")]
@@ -212,28 +209,32 @@ def test_static_member_rejoining_keeps_its_assignment_without_a_rebalance(harnes
     # The old client, still running with the same instance id, is fenced everywhere.
     old = {"group_id": "g", "generation_id": 1, "member_id": member,
            "group_instance_id": "host-1"}
-    assert harness.send(12, 4, old).error_code == FENCED
+    assert harness.send(12, 4, old).error_code == ErrorCode.fenced_instance_id
     assert harness.wait(harness.send(14, 5, dict(old, protocol_type="consumer",
                                                  protocol_name="range",
-                                                 assignments=[]))).error_code == FENCED
-    assert harness.wait(harness.join(member_id=member, instance="host-1")).error_code == FENCED
+                                                 assignments=[]))).error_code == \
+        ErrorCode.fenced_instance_id
+    assert harness.wait(harness.join(member_id=member, instance="host-1")).error_code == \
+        ErrorCode.fenced_instance_id
     left = harness.send(13, 4, {"group_id": "g", "members": [
         {"member_id": member, "group_instance_id": "host-1"}]})
-    assert [m.error_code for m in left.members] == [FENCED]
-    assert harness.heartbeat(again.member_id, 1) == E_NONE  # the new one is untouched
+    assert [m.error_code for m in left.members] == [ErrorCode.fenced_instance_id]
+    assert harness.heartbeat(again.member_id, 1) == ErrorCode.none  # the new one is untouched
 
 
 def test_offset_commits_are_checked_durable_and_expire(harness, monkeypatch):
-    assert codes(harness.commit({("t", 0): 5, ("t", 1): 7})) == [E_NONE, E_NONE]
-    assert codes(harness.commit({("nope", 0): 1})) == [UNKNOWN_PARTITION]
-    assert codes(harness.commit({("t", 9): 1})) == [UNKNOWN_PARTITION]
-    assert codes(harness.commit({("t", 0): 6}, metadata="x" * 5000)) == [METADATA_TOO_LARGE]
+    assert codes(harness.commit({("t", 0): 5, ("t", 1): 7})) == [ErrorCode.none, ErrorCode.none]
+    assert codes(harness.commit({("nope", 0): 1})) == [ErrorCode.unknown_topic_or_partition]
+    assert codes(harness.commit({("t", 9): 1})) == [ErrorCode.unknown_topic_or_partition]
+    assert codes(harness.commit({("t", 0): 6}, metadata="x" * 5000)) == \
+        [ErrorCode.offset_metadata_too_large]
     member, join = harness.join_member()
     harness.wait(join)
     harness.wait(harness.sync(member, 1, [(member, b"")]))
-    assert codes(harness.commit({("t", 0): 8})) == [UNKNOWN_MEMBER]  # group has members
-    assert codes(harness.commit({("t", 0): 8}, 5, member)) == [ILLEGAL_GENERATION]
-    assert codes(harness.commit({("t", 0): 8}, 1, member)) == [E_NONE]
+    # The group has members.
+    assert codes(harness.commit({("t", 0): 8})) == [ErrorCode.unknown_member_id]
+    assert codes(harness.commit({("t", 0): 8}, 5, member)) == [ErrorCode.illegal_generation]
+    assert codes(harness.commit({("t", 0): 8}, 1, member)) == [ErrorCode.none]
     assert harness.committed() == {("t", 0): 8, ("t", 1): 7}
     harness.restart()  # a new coordinator reads them back from the file
     assert harness.committed() == {("t", 0): 8, ("t", 1): 7}
@@ -250,7 +251,7 @@ def test_offset_commits_are_checked_durable_and_expire(harness, monkeypatch):
 
 
 def test_delete_groups_refuses_live_groups(harness):
-    assert codes(harness.commit({("t", 0): 1})) == [E_NONE]
+    assert codes(harness.commit({("t", 0): 1})) == [ErrorCode.none]
     member, join = harness.join_member()
     harness.wait(join)
     harness.wait(harness.sync(member, 1, [(member, b"")]))
@@ -259,11 +260,11 @@ def test_delete_groups_refuses_live_groups(harness):
         answer = harness.send(42, 2, {"groups_names": list(names)})
         return [r.error_code for r in answer.results]
 
-    assert delete("g", "ghost") == [NON_EMPTY, NOT_FOUND]
+    assert delete("g", "ghost") == [ErrorCode.non_empty_group, ErrorCode.group_id_not_found]
     harness.send(13, 3, {"group_id": "g", "members": [{"member_id": member,
                                                        "group_instance_id": None}]})
     harness.settle(0.05)
-    assert delete("g") == [E_NONE]
+    assert delete("g") == [ErrorCode.none]
     assert harness.committed() == {}
     harness.restart()
     assert harness.committed() == {}
@@ -311,7 +312,8 @@ def test_a_retried_sync_answers_the_first_one_too(harness):
     leader, follower = two_member_generation(harness)
     first_try = harness.sync(follower, 2)
     second_try = harness.sync(follower, 2)
-    assert harness.wait(first_try).error_code == REBALANCING  # never left hanging
+    # Never left hanging.
+    assert harness.wait(first_try).error_code == ErrorCode.rebalance_in_progress
     harness.wait(harness.sync(leader, 2, [(leader, b"a"), (follower, b"b")]))
     assert harness.wait(second_try).assignment == b"b"
 
@@ -319,10 +321,10 @@ def test_a_retried_sync_answers_the_first_one_too(harness):
 def test_a_leader_that_never_syncs_is_dropped_after_the_rebalance_timeout(harness):
     leader, follower = two_member_generation(harness, rebalance=0.3)
     waiting = harness.sync(follower, 2)
-    assert harness.wait(waiting, timeout=3).error_code == REBALANCING
+    assert harness.wait(waiting, timeout=3).error_code == ErrorCode.rebalance_in_progress
     again = harness.wait(harness.join(member_id=follower, rebalance=0.3), timeout=3)
     assert (again.generation_id, again.leader) == (3, follower)
-    assert harness.heartbeat(leader, 3) == UNKNOWN_MEMBER
+    assert harness.heartbeat(leader, 3) == ErrorCode.unknown_member_id
 
 
 def test_shutdown_answers_every_waiting_join_and_sync(harness):
@@ -332,7 +334,7 @@ def test_shutdown_answers_every_waiting_join_and_sync(harness):
     _second, join_second = harness.join_member()
     assert not join_second.done()
     harness.coordinator.abort_waiting()
-    assert harness.wait(join_second).error_code == 16  # NOT_COORDINATOR: look again
+    assert harness.wait(join_second).error_code == ErrorCode.not_coordinator  # look again
 
 
 def test_a_stable_group_is_stable_again_after_a_restart(harness):
@@ -341,9 +343,9 @@ def test_a_stable_group_is_stable_again_after_a_restart(harness):
     leader, follower = two_member_generation(harness, rebalance=0.5)
     harness.wait(harness.sync(leader, 2, [(leader, b"a"), (follower, b"b")]))
     harness.restart()
-    assert harness.heartbeat(leader, 2) == harness.heartbeat(follower, 2) == E_NONE
+    assert harness.heartbeat(leader, 2) == harness.heartbeat(follower, 2) == ErrorCode.none
     assert harness.wait(harness.sync(follower, 2)).assignment == b"b"
-    assert codes(harness.commit({("t", 0): 4}, 2, follower)) == [E_NONE]
+    assert codes(harness.commit({("t", 0): 4}, 2, follower)) == [ErrorCode.none]
     (described,) = harness.send(15, 5, {"groups": ["g"],
                                         "include_authorized_operations": False}).groups
     assert described.group_state == "Stable" and described.protocol_data == "range"
@@ -363,10 +365,10 @@ def test_restored_sessions_start_when_the_broker_serves(harness):
     harness.coordinator.close()
     harness.coordinator = harness._coordinator()  # restored, not serving yet
     harness.settle(0.7)
-    assert harness.heartbeat(member, 1) == E_NONE
+    assert harness.heartbeat(member, 1) == ErrorCode.none
     harness.coordinator.start()
     harness.settle(0.7)  # serving, and no heartbeat for longer than the session
-    assert harness.heartbeat(member, 1) == UNKNOWN_MEMBER
+    assert harness.heartbeat(member, 1) == ErrorCode.unknown_member_id
 
 
 def test_a_replaced_static_member_stays_fenced_and_an_empty_group_stays_empty(harness):
@@ -376,14 +378,15 @@ def test_a_replaced_static_member_stays_fenced_and_an_empty_group_stays_empty(ha
     harness.restart()
     assert harness.send(12, 4, {"group_id": "g", "generation_id": 1,
                                 "member_id": joined.member_id,
-                                "group_instance_id": "host-1"}).error_code == FENCED
+                                "group_instance_id": "host-1"}).error_code == \
+        ErrorCode.fenced_instance_id
     assert harness.wait(harness.sync(again.member_id, 1)).assignment == b"mine"
     harness.send(13, 4, {"group_id": "g", "members": [{"member_id": again.member_id,
                                                         "group_instance_id": "host-1"}]})
     harness.restart()
     listed = harness.send(16, 4, {"states_filter": []})
     assert [(g.group_id, g.group_state) for g in listed.groups] == []
-    assert harness.heartbeat(again.member_id, 1) == UNKNOWN_MEMBER
+    assert harness.heartbeat(again.member_id, 1) == ErrorCode.unknown_member_id
 
 
 def test_the_membership_file_is_rewritten_with_the_live_groups(harness, monkeypatch):
@@ -399,11 +402,11 @@ def test_the_membership_file_is_rewritten_with_the_live_groups(harness, monkeypa
     with open(store.path, "rb") as saved:
         assert len(saved.readlines()) <= 2
     harness.restart()
-    assert harness.heartbeat(member, 29) == E_NONE
+    assert harness.heartbeat(member, 29) == ErrorCode.none
 
 
 def test_groups_with_offsets_are_listed_after_a_restart(harness):
-    assert codes(harness.commit({("t", 0): 3})) == [E_NONE]
+    assert codes(harness.commit({("t", 0): 3})) == [ErrorCode.none]
     harness.restart()
     listed = harness.send(16, 4, {"states_filter": []})
     assert [(g.group_id, g.group_state) for g in listed.groups] == [("g", "Empty")]
@@ -456,7 +459,8 @@ def test_a_stale_commit_during_completing_rebalance_hears_who_it_is_first(harnes
         return {p.error_code for t in answer.topics for p in t.partitions}
 
     assert codes(harness.commit({("t", 0): 5}, generation=1, member_id=first)) == \
-        {ILLEGAL_GENERATION}
+        {ErrorCode.illegal_generation}
     assert codes(harness.commit({("t", 0): 5}, generation=2, member_id="nobody")) == \
-        {UNKNOWN_MEMBER}
-    assert codes(harness.commit({("t", 0): 5}, generation=2, member_id=first)) == {REBALANCING}
+        {ErrorCode.unknown_member_id}
+    assert codes(harness.commit({("t", 0): 5}, generation=2, member_id=first)) == \
+        {ErrorCode.rebalance_in_progress}

@@ -11,21 +11,14 @@ import time
 import pytest
 
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import produce
 from tests.wire import KafkaSocket, alter_client_quota, create_topic, frame
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 GROUPS = {"group.initial.rebalance.delay.ms": "100"}
 PARTITIONS = 6
-
-
-def produce(bootstrap: str, topic: str, values: list[str]) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for number, value in enumerate(values):
-        producer.produce(topic, value.encode(), partition=number % PARTITIONS)
-    assert producer.flush(30) == 0
+SPREAD = {"partitions": range(PARTITIONS), "linger_ms": 5}  # how produce() sends here
 
 
 class Member(threading.Thread):
@@ -124,7 +117,7 @@ def test_three_members_share_take_over_and_consume_exactly_once(client):
         topic, group = f"orders-{client}", f"billing-{client}"
         create_topic(broker.bootstrap, topic, PARTITIONS)
         first = [f"a{n}" for n in range(300)]
-        produce(broker.bootstrap, topic, first)
+        produce(broker.bootstrap, topic, first, **SPREAD)
         seen: list = []
         members = [Member(client, broker.bootstrap, topic, group, seen) for _ in range(3)]
         for member in members:
@@ -138,7 +131,7 @@ def test_three_members_share_take_over_and_consume_exactly_once(client):
         wait_until(lambda: sorted(len(m.assigned) for m in members) == [3, 3], timeout=60,
                    message=f"assignments {[m.assigned for m in members]}")
         second = [f"b{n}" for n in range(300)]
-        produce(broker.bootstrap, topic, second)
+        produce(broker.bootstrap, topic, second, **SPREAD)
         wait_until(lambda: len(seen) >= 600, timeout=30)
         time.sleep(0.5)  # room for a duplicate to show up
         for member in members:
@@ -148,7 +141,7 @@ def test_three_members_share_take_over_and_consume_exactly_once(client):
         assert broker.metric("broker_requests_total", api="OffsetCommit", listener="PLAINTEXT") > 0
         # A restarted consumer resumes from the committed offsets: only what is new.
         third = [f"c{n}" for n in range(12)]
-        produce(broker.bootstrap, topic, third)
+        produce(broker.bootstrap, topic, third, **SPREAD)
         later: list = []
         restarted = Member(client, broker.bootstrap, topic, group, later)
         restarted.start()
@@ -227,7 +220,7 @@ def test_killed_worker_or_broker_loses_no_committed_offset(tmp_path):
         create_topic(broker.bootstrap, topic, PARTITIONS)
         survivor = RawMember(broker.listeners["PLAINTEXT"], "survivors")
         survivor.join_and_sync(b"its assignment")
-        produce(broker.bootstrap, topic, [f"x{n}" for n in range(120)])
+        produce(broker.bootstrap, topic, [f"x{n}" for n in range(120)], **SPREAD)
         seen: list = []
         members = [Member("kafka-python", broker.bootstrap, topic, group, seen)
                    for _ in range(3)]
@@ -243,7 +236,7 @@ def test_killed_worker_or_broker_loses_no_committed_offset(tmp_path):
         wait_until(lambda: broker.metric("broker_worker_up", worker="data-0") == 1, timeout=15)
         assert committed(broker.listeners["PLAINTEXT"], group, topic) == \
             {p: 20 for p in range(PARTITIONS)}
-        produce(broker.bootstrap, topic, [f"y{n}" for n in range(60)])
+        produce(broker.bootstrap, topic, [f"y{n}" for n in range(60)], **SPREAD)
         wait_until(lambda: len(seen) >= 180, timeout=60)
         wait_until(lambda: committed(broker.listeners["PLAINTEXT"], group, topic) ==
                    {p: 30 for p in range(PARTITIONS)}, timeout=60)

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, rss, wait_until
@@ -21,8 +22,6 @@ from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_reques
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 MIB = 1 << 20
-INVALID_RECORD, KAFKA_STORAGE_ERROR, LEADER_NOT_AVAILABLE = 87, 56, 5
-INVALID_TOPIC, INVALID_PARTITIONS = 17, 37
 INT_MAX = 2**31 - 1
 
 
@@ -131,7 +130,7 @@ def test_inconsistent_batches_are_refused_and_the_partition_keeps_serving(broker
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(produce_request("t", patched_batch(3, **fields), correlation_id=1))
         [(code, base)] = produce_errors(client.receive())
-        assert base == -1 and code in (INVALID_RECORD, 2)  # 2: CORRUPT_MESSAGE
+        assert base == -1 and code in (ErrorCode.invalid_record, ErrorCode.corrupt_message)
         client.send(produce_request("t", make_batch(2), correlation_id=2))
         assert produce_errors(client.receive()) == [(0, before)]
     assert log_end(broker) == before + 2
@@ -166,11 +165,11 @@ def test_a_partition_recovery_cannot_repair_goes_offline_and_the_rest_serves(tmp
             client.send(metadata_request(12, topics=["bad", "good"]))
             _, response = decode_response(3, 12, client.receive())
             by_name = {topic.name: topic.partitions[0] for topic in response.topics}
-            assert int(by_name["bad"].error_code) == LEADER_NOT_AVAILABLE
+            assert int(by_name["bad"].error_code) == ErrorCode.leader_not_available
             assert by_name["bad"].leader_id == -1 and list(by_name["bad"].offline_replicas) == [0]
             assert int(by_name["good"].error_code) == 0
             client.send(produce_request("bad", make_batch(1), correlation_id=2))
-            assert produce_errors(client.receive()) == [(KAFKA_STORAGE_ERROR, -1)]
+            assert produce_errors(client.receive()) == [(ErrorCode.kafka_storage_error, -1)]
             client.send(produce_request("good", make_batch(1), correlation_id=3))
             assert produce_errors(client.receive()) == [(0, 0)]
         assert broker.metric("broker_worker_restarts_total") == 0
@@ -221,7 +220,8 @@ def test_a_describe_configs_of_5000_resources_is_answered_and_the_worker_kept(br
                                            "include_documentation": False})))
         _, response = decode_response(32, 4, client.receive())
         assert len(response.results) == 5000
-        assert {result.error_code for result in response.results} == {3}  # UNKNOWN_TOPIC
+        assert {result.error_code for result in response.results} == \
+            {ErrorCode.unknown_topic_or_partition}
         client.send(metadata_request(12, correlation_id=6, topics=["t"]))  # same connection
         assert struct.unpack_from(">i", client.receive())[0] == 6
 
@@ -355,7 +355,9 @@ def test_metadata_names_repeated_are_answered_once(broker):
     assert [topic.name for topic in response.topics] == ["t"]
 
 
-def create_topics(broker, name: str, partitions: int, timeout: float = 60) -> tuple[int, float]:
+def timed_create_topic(broker, name: str, partitions: int,
+                       timeout: float = 60) -> tuple[int, float]:
+    """CreateTopics v5 of one topic on a raw connection: (error code, seconds to the answer)."""
     from kafka.protocol.admin.topics import CreateTopicsRequest
 
     request = CreateTopicsRequest[5](topics=[
@@ -390,7 +392,7 @@ def delete_topics(broker, names: list[str]) -> list[int]:
 
 
 def test_create_topics_with_an_absurd_partition_count_is_refused(broker):
-    assert create_topics(broker, "huge", INT_MAX)[0] == INVALID_PARTITIONS
+    assert timed_create_topic(broker, "huge", INT_MAX)[0] == ErrorCode.invalid_partitions
 
 
 def test_creating_2000_partitions_never_holds_a_worker(broker):
@@ -398,7 +400,7 @@ def test_creating_2000_partitions_never_holds_a_worker(broker):
 
     result = {}
     creator = threading.Thread(target=lambda: result.update(
-        answer=create_topics(broker, "wide", 2000)))
+        answer=timed_create_topic(broker, "wide", 2000)))
     creator.start()
     pings = 0
     while creator.is_alive() and pings < 200:
@@ -416,7 +418,7 @@ def test_deleting_2000_partitions_leaves_their_files_to_the_parent(broker):
     parent's maintenance thread within seconds, not in the worker's loop."""
     from kafka.protocol.admin.topics import DeleteTopicsRequest
 
-    if create_topics(broker, "wide-gone", 2000)[0] != 0:
+    if timed_create_topic(broker, "wide-gone", 2000)[0] != 0:
         raise AssertionError("could not create the topic to delete")
     request = DeleteTopicsRequest[4](topic_names=["wide-gone"], timeout_ms=30000)
     request.with_header(correlation_id=9, client_id="admin")
@@ -454,7 +456,8 @@ def test_one_create_topics_builds_a_bounded_number_of_partitions(broker):
     response = create_many(broker, [("budget-a", 6000), ("budget-b", 6000), ("twice", 1),
                                     ("twice", 1)])
     codes = {topic.name: int(topic.error_code) for topic in response.topics}
-    assert codes == {"budget-a": 0, "budget-b": 89, "twice": 42}
+    assert codes == {"budget-a": 0, "budget-b": ErrorCode.throttling_quota_exceeded,
+                     "twice": ErrorCode.invalid_request}
     assert response.throttle_time.total_seconds() > 0
     assert delete_topics(broker, ["budget-a"]) == [0]
 
@@ -484,7 +487,7 @@ def test_list_offsets_refuses_duplicate_partitions_without_looking_them_up(broke
     with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=10) as client:
         client.send(frame(bytes(request.encode(header=True))))
         _, response = decode_response(2, 4, client.receive())
-    assert {int(p.error_code) for p in response.topics[0].partitions} == {42}
+    assert {int(p.error_code) for p in response.topics[0].partitions} == {ErrorCode.invalid_request}
 
 
 def test_a_stored_batch_that_lies_about_its_count_cannot_drive_a_lookup(tmp_path):
@@ -543,12 +546,12 @@ def test_fetch_v4_to_v6_are_answered(broker, version):
 
 
 def test_a_topic_name_ending_in_a_newline_is_refused_and_leaves_nothing(broker):
-    assert create_topics(broker, "evil\n", 1)[0] == INVALID_TOPIC
+    assert timed_create_topic(broker, "evil\n", 1)[0] == ErrorCode.invalid_topic_exception
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         for n in range(3):  # Metadata auto-creation, three times
             client.send(metadata_request(4, correlation_id=n, topics=["evil\n"]))
             _, response = decode_response(3, 4, client.receive())
-            assert int(response.topics[0].error_code) == INVALID_TOPIC
+            assert int(response.topics[0].error_code) == ErrorCode.invalid_topic_exception
     log_dir = os.path.join(broker.data_dir, "logs")
     assert not [name for name in os.listdir(log_dir) if "evil" in name or "staging" in name]
 

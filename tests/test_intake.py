@@ -16,7 +16,7 @@ import uvloop
 from broker.parent.acceptor import bind_listener
 from broker.shared import ipc
 from broker.shared.config import Listener
-from tests.test_connection import FakeWorker
+from tests.helpers import FakeWorker
 from tests.wire import api_versions_request
 from workers.connection import Connection
 from workers.intake import Intake

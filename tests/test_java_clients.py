@@ -19,6 +19,7 @@ import subprocess
 import uuid
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from loadtest.apache_kafka import ApacheKafka, java_command, tool
 from tests.batches import make_batch
@@ -346,8 +347,6 @@ def test_scenario(request, run, scenario):
 
 # --- raw-wire regressions for what the Java clients found ---------------------------------------
 
-UNKNOWN_TOPIC_ID, GROUP_ID_NOT_FOUND = 100, 69
-
 
 def test_metadata_by_topic_id_ignores_the_empty_names_the_java_client_sends(broker):
     """Admin.describeTopics(TopicCollection.ofTopicIds(...)) sends Metadata v12 with name ""
@@ -367,7 +366,7 @@ def test_metadata_by_topic_id_ignores_the_empty_names_the_java_client_sends(brok
         assert (found.error_code, found.name, found.topic_id) == (0, "by-id", named.topic_id)
         assert [p.partition_index for p in found.partitions] == [0, 1]
         assert (missing.error_code, missing.name, missing.topic_id) == (
-            UNKNOWN_TOPIC_ID, None, unknown)
+            ErrorCode.unknown_topic_id, None, unknown)
 
 
 def test_describe_groups_v6_answers_an_unknown_group_with_group_id_not_found(broker):
@@ -378,7 +377,7 @@ def test_describe_groups_v6_answers_an_unknown_group_with_group_id_not_found(bro
         values = {"groups": ["no-such-group"], "include_authorized_operations": False}
         (v6,) = ask(sock, 15, 6, values)[1].groups
         assert (v6.error_code, v6.error_message, v6.group_state) == (
-            GROUP_ID_NOT_FOUND, "Group no-such-group not found.", "Dead")
+            ErrorCode.group_id_not_found, "Group no-such-group not found.", "Dead")
         (v5,) = ask(sock, 15, 5, values)[1].groups
         assert (v5.error_code, v5.group_state) == (0, "Dead")
 

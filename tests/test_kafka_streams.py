@@ -21,6 +21,7 @@ import pytest
 
 from loadtest.apache_kafka import ApacheKafka, java_command
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import create_topics
 
 pytestmark = pytest.mark.system
 
@@ -246,15 +247,6 @@ class TheirBroker:
         self.kafka.stop()
 
 
-def create_topics(bootstrap: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(INPUT, PARTITIONS, 1),
-                                       NewTopic(OUTPUT, PARTITIONS, 1)]).values():
-        future.result(30)
-
-
 def internal_topics(bootstrap: str) -> dict[str, dict[str, str]]:
     """The application's own topics as the broker lists them: name -> partitions and the
     configs that make them what they are."""
@@ -315,7 +307,7 @@ def run_word_count(broker, directory: str, lines: list[str], kills: list[tuple[f
     what) the broker, the application or both are killed with SIGKILL and started again on
     their data.  Then every assertion of exactly-once."""
     expected = collections.Counter(word for line in lines for word in line.split())
-    create_topics(broker.bootstrap)
+    create_topics(broker.bootstrap, INPUT, OUTPUT, partitions=PARTITIONS, timeout=30)
     app = WordCountApp(broker.bootstrap, directory, APP_SETTINGS).start()
     counts = None
     try:

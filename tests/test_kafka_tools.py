@@ -23,9 +23,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from loadtest import apache_kafka
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import create_topics, produce
 from tests.test_acls import STANDARD
 from tests.test_parent_amplification import ask, stable_group
 from tests.wire import KafkaSocket, alter_raw
@@ -124,25 +126,10 @@ def admin(broker):
     return AdminClient({"bootstrap.servers": broker.bootstrap})
 
 
-def create_topics(broker, partitions: int, *names: str) -> None:
-    from confluent_kafka.admin import NewTopic
-
-    client = admin(broker)  # held: the futures fail once their client is collected
-    for future in client.create_topics([NewTopic(name, partitions, 1) for name in names]).values():
-        future.result(timeout=20)
-
-
-def produce(broker, topic: str, count: int, partitions: int) -> None:
-    """`count` records spread round the partitions, each acknowledged."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
-    failed = []
-    for index in range(count):
-        producer.produce(topic, key=b"k%d" % index, value=b"v%d" % index,
-                         partition=index % partitions,
-                         on_delivery=lambda error, _m: failed.append(error) if error else None)
-    assert producer.flush(20) == 0 and failed == []
+def numbered(count: int) -> dict[str, list[bytes]]:
+    """`count` records' keys k0.. and values v0.., as tests.helpers.produce takes them."""
+    return {"keys": [b"k%d" % i for i in range(count)],
+            "values": [b"v%d" % i for i in range(count)]}
 
 
 def commit(broker, group: str, positions: dict[tuple[str, int], int]) -> None:
@@ -173,9 +160,9 @@ def test_the_short_set_topics_configs_groups_offsets_and_verifiable_clients(brok
     """Seven invocations in five chains at once: kafka-topics --create, kafka-configs
     --describe of the broker, kafka-consumer-groups --describe then --reset-offsets,
     kafka-get-offsets, and the verifiable producer then consumer."""
-    create_topics(broker, 2, "short-groups")
-    create_topics(broker, 3, "short-verifiable")
-    produce(broker, "short-groups", 10, 2)
+    create_topics(broker.bootstrap, "short-groups", partitions=2)
+    create_topics(broker.bootstrap, "short-verifiable", partitions=3)
+    produce(broker.bootstrap, "short-groups", partitions=range(2), **numbered(10))
     commit(broker, "short-group", {("short-groups", 0): 3, ("short-groups", 1): 5})
     for layer, value in ((NODE, "5000"), ("", "6000")):  # this broker's, the cluster default
         assert alter_raw(broker.listeners["PLAINTEXT"], layer, "max.connections", value) == 0
@@ -300,7 +287,6 @@ def end_offsets(acked) -> dict[int, int]:
 # --- what the tools found, held by Python clients and raw requests -------------------------------
 
 DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 2, 3, 4, 5  # Kafka's config sources
-GROUP_ID_NOT_FOUND, INVALID_PARTITIONS, DUPLICATE_RESOURCE, POLICY_VIOLATION = 69, 37, 92, 44
 
 
 def describe_broker(sock, name: str, keys) -> dict[str, tuple]:
@@ -342,7 +328,7 @@ def test_offsets_by_time_begin_at_the_log_start_offset_and_latest_tiered_is_none
     from confluent_kafka import Producer, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    create_topics(broker, 2, "regress-times")
+    create_topics(broker.bootstrap, "regress-times", partitions=2)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     now = int(time.time() * 1000)
     for partition, count in ((0, 4), (1, 2)):
@@ -383,12 +369,12 @@ def test_records_of_a_compacted_topic_cannot_be_deleted(broker):
         NewTopic("regress-both", 1, 1, config={"cleanup.policy": "compact,delete"})])
     for future in futures.values():
         future.result(timeout=20)
-    produce(broker, "regress-compacted", 3, 1)
-    produce(broker, "regress-both", 3, 1)
+    produce(broker.bootstrap, "regress-compacted", partitions=range(1), **numbered(3))
+    produce(broker.bootstrap, "regress-both", partitions=range(1), **numbered(3))
     refused = client.delete_records([TopicPartition("regress-compacted", 0, 1)])
     with pytest.raises(KafkaException) as error:
         next(iter(refused.values())).result(timeout=20)
-    assert error.value.args[0].code() == POLICY_VIOLATION
+    assert error.value.args[0].code() == ErrorCode.policy_violation
     start = client.list_offsets({TopicPartition("regress-compacted", 0): OffsetSpec.earliest()})
     assert next(iter(start.values())).result(timeout=20).offset == 0  # kept
     allowed = client.delete_records([TopicPartition("regress-both", 0, 1)])
@@ -409,16 +395,17 @@ def test_refusals_in_kafkas_words_and_a_missing_group_is_not_found(broker):
     with pytest.raises(KafkaException) as refused:
         client.alter_user_scram_credentials(both)["twice"].result(timeout=20)
     assert (refused.value.args[0].code(), refused.value.args[0].str()) == \
-        (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-    create_topics(broker, 2, "regress-shrink")
+        (ErrorCode.duplicate_resource,
+         "A user credential cannot be altered twice in the same request")
+    create_topics(broker.bootstrap, "regress-shrink", partitions=2)
     with pytest.raises(KafkaException) as refused:
         client.create_partitions([NewPartitions("regress-shrink", 1)])["regress-shrink"] \
             .result(timeout=20)
     assert (refused.value.args[0].code(), refused.value.args[0].str()) == (
-        INVALID_PARTITIONS, "The topic regress-shrink currently has 2 partition(s); 1 would not "
-                            "be an increase.")
+        ErrorCode.invalid_partitions,
+        "The topic regress-shrink currently has 2 partition(s); 1 would not be an increase.")
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:
-        for version, code in ((5, 0), (6, GROUP_ID_NOT_FOUND)):
+        for version, code in ((5, 0), (6, ErrorCode.group_id_not_found)):
             group = ask(sock, 15, version, {"groups": ["no-such-group"],
                                             "include_authorized_operations": False})[1].groups[0]
             assert (group.error_code, group.group_state) == (code, "Dead")
@@ -500,7 +487,7 @@ def scram_lines(text: str) -> dict[str, set[str]]:
 
 @pytest.mark.long
 def test_configs_of_topics_brokers_quotas_and_scram_users(broker):
-    create_topics(broker, 1, "long-configs")
+    create_topics(broker.bootstrap, "long-configs", partitions=1)
 
     def configs_of(*entity: str, describe_all: bool = False) -> dict[str, str]:
         printed = out(broker, "kafka-configs", "--describe", *entity,
@@ -704,8 +691,8 @@ def consumed(consumer: Background) -> int:
 @pytest.mark.long
 def test_consumer_groups_live_then_reset_every_way_delete_offsets_and_delete(broker):
     topic, group = "long-groups", "long-live"
-    create_topics(broker, 3, topic)
-    produce(broker, topic, 30, 3)
+    create_topics(broker.bootstrap, topic, partitions=3)
+    produce(broker.bootstrap, topic, partitions=range(3), **numbered(30))
     with Background(broker, "kafka-verifiable-consumer", "--topic", topic, "--group-id", group,
                     "--verbose") as live:
         wait_until(lambda: consumed(live) == 30 and last_commits(live.events()) ==
@@ -776,7 +763,7 @@ def test_transactions_list_describe_producers_and_find_hanging(broker):
     from confluent_kafka import Producer
 
     topic, transactional_id = "long-txn", "long-tx"
-    create_topics(broker, 1, topic)
+    create_topics(broker.bootstrap, topic, partitions=1)
     producer = Producer({"bootstrap.servers": broker.bootstrap,
                          "transactional.id": transactional_id, "transaction.timeout.ms": 60000})
     producer.init_transactions(20)
@@ -823,7 +810,7 @@ def test_transactions_list_describe_producers_and_find_hanging(broker):
 @pytest.mark.long
 def test_console_producer_and_consumer_with_keys_headers_and_a_group(broker):
     topic, group = "long-console", "long-console-group"
-    create_topics(broker, 2, topic)
+    create_topics(broker.bootstrap, topic, partitions=2)
     keyed = "".join(f"k{index}\tv{index}\n" for index in range(4))
     with_headers = "h1:a,h2:b\tk4\tv4\n"
     together(
@@ -855,7 +842,7 @@ def test_delete_records_get_offsets_every_way_log_dirs_and_api_versions(broker):
     from confluent_kafka import Producer
 
     topic = "long-records"
-    create_topics(broker, 2, topic)
+    create_topics(broker.bootstrap, topic, partitions=2)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     base = int(time.time() * 1000) - 60_000
     for index in range(5):
@@ -931,7 +918,7 @@ def test_verifiable_consumers_in_a_group_read_every_record_once_across_a_rebalan
     exactly once, committing as they go."""
     kind = "static" if static else "dynamic"
     topic, group, count = f"long-verifiable-{kind}", f"long-verifiable-{kind}", 3000
-    create_topics(broker, 4, topic)
+    create_topics(broker.bootstrap, topic, partitions=4)
 
     def member(number: int) -> tuple[str, ...]:
         instance = ("--group-instance-id", f"{group}-{number}") if static else ()

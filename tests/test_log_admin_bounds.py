@@ -9,9 +9,9 @@ import threading
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.log.producers import ProducerState
-from broker.shared.protocol import errors
 from broker.shared.protocol.codec import build, encode_entity, response_class
 from tests.harness import BrokerProcess
 from tests.test_bounds import new_producers
@@ -20,7 +20,6 @@ from tests.wire import KafkaSocket, api_versions_request, create_topic, decode_r
 from workers import producers_response
 
 DESCRIBE_PRODUCERS, DELETE_RECORDS, DESCRIBE_LOG_DIRS = 61, 21, 35
-THROTTLING_QUOTA_EXCEEDED = 89
 
 
 # --- the hand-encoded answer ---------------------------------------------------------------
@@ -38,7 +37,7 @@ THROTTLING_QUOTA_EXCEEDED = 89
 def test_the_describe_producers_answer_is_the_one_kio_encodes(topics):
     kio_values = {"throttle_time": datetime.timedelta(0), "topics": [
         {"name": name, "partitions": [
-            {"partition_index": index, "error_code": errors.ErrorCode(code),
+            {"partition_index": index, "error_code": ErrorCode(code),
              "error_message": message, "active_producers": [
                  {"producer_id": state.producer_id, "producer_epoch": state.epoch,
                   "last_sequence": state.last_sequence, "last_timestamp": state.last_timestamp,
@@ -124,8 +123,8 @@ def test_one_describe_producers_answer_is_bounded_by_the_request_entry_bound():
             parts = answer.topics[0].partitions
             assert [(p.partition_index, p.error_code.value, len(p.active_producers))
                     for p in parts] == [(0, 0, 700), (1, 0, 700),
-                                        (2, THROTTLING_QUOTA_EXCEEDED, 0),
-                                        (3, THROTTLING_QUOTA_EXCEEDED, 0)]
+                                        (2, ErrorCode.throttling_quota_exceeded, 0),
+                                        (3, ErrorCode.throttling_quota_exceeded, 0)]
             assert "pybroker.request.max.entries" in parts[2].error_message
             _, again = describe_producers(client, [("many", [2, 3])])
             assert [len(p.active_producers) for p in again.topics[0].partitions] == [700, 700]

@@ -16,6 +16,7 @@ import struct
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
 from tests.test_group_coordinator import request
@@ -25,8 +26,6 @@ pytestmark = pytest.mark.system  # every test here starts a broker
 
 GROUPS = {"group.initial.rebalance.delay.ms": "0"}
 METADATA = 110_000  # a member's metadata, as in the review's attack
-NONE, INVALID_REQUEST, UNSUPPORTED_VERSION, DUPLICATE_RESOURCE = 0, 42, 35, 92
-UNKNOWN_MEMBER_ID, MEMBER_ID_REQUIRED, GROUP_SUBSCRIBED_TO_TOPIC = 25, 79, 86
 
 
 def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
@@ -50,12 +49,12 @@ def join(sock: KafkaSocket, group: str, metadata: bytes):
 def stable_group(sock: KafkaSocket, group: str, metadata: bytes = b"m" * METADATA) -> str:
     """A group of one member, Stable (its metadata is described only then, as Kafka)."""
     joined = join(sock, group, metadata)
-    assert joined.error_code == NONE
+    assert joined.error_code == ErrorCode.none
     synced = ask(sock, 14, 2, {"group_id": group, "generation_id": joined.generation_id,
                                "member_id": joined.member_id,
                                "assignments": [{"member_id": joined.member_id,
                                                 "assignment": b"a"}]})[1]
-    assert synced.error_code == NONE
+    assert synced.error_code == ErrorCode.none
     return joined.member_id
 
 
@@ -129,7 +128,7 @@ def test_offset_fetch_answers_each_group_and_partition_once():
                 "group_instance_id": None, "topics": [{"name": "t", "partitions": [{
                     "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
                     "committed_metadata": "x" * 4000}]}]})[1]
-            assert committed.topics[0].partitions[0].error_code == NONE
+            assert committed.topics[0].partitions[0].error_code == ErrorCode.none
             size, fetched, took = ask(sock, 9, 7, {
                 "group_id": "g", "topics": [{"name": "t", "partition_indexes": [0] * 40_000}],
                 "require_stable": False})
@@ -173,14 +172,14 @@ def test_alter_configs_refuses_a_resource_or_key_named_twice_as_kafka(shared):
             {"name": "max.connections", "config_operation": 0, "value": "1000"}]}
         _, answer, took = ask(sock, 44, 1, {"resources": [change] * 3000,
                                             "validate_only": False})
-        assert {result.error_code for result in answer.responses} == {INVALID_REQUEST}
+        assert {result.error_code for result in answer.responses} == {ErrorCode.invalid_request}
         assert len(answer.responses) == 3000 and took < 2.0
         twice = dict(change, configs=change["configs"] * 2)
         _, answer, _ = ask(sock, 44, 1, {"resources": [twice], "validate_only": False})
-        assert answer.responses[0].error_code == INVALID_REQUEST
+        assert answer.responses[0].error_code == ErrorCode.invalid_request
         assert answer.responses[0].error_message == "Error due to duplicate config keys"
         _, answer, _ = ask(sock, 44, 1, {"resources": [change], "validate_only": False})
-        assert answer.responses[0].error_code == NONE  # once is fine
+        assert answer.responses[0].error_code == ErrorCode.none  # once is fine
 
 
 def test_describe_client_quotas_checks_its_filter_as_kafka(shared):
@@ -194,18 +193,18 @@ def test_describe_client_quotas_checks_its_filter_as_kafka(shared):
                     "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}
                    for n in range(2000)]
         _, altered, _ = ask(sock, 49, 1, {"entries": entries, "validate_only": False})
-        assert {entry.error_code for entry in altered.entries} == {NONE}
+        assert {entry.error_code for entry in altered.entries} == {ErrorCode.none}
         user_a = {"entity_type": "user", "match_type": 0, "match": "a"}
         _, described, took = ask(sock, 48, 1, {"components": [user_a] * 50_000,
                                                "strict": False})
-        assert described.error_code == INVALID_REQUEST and took < 2.0
+        assert described.error_code == ErrorCode.invalid_request and took < 2.0
         assert described.error_message == \
             "Entity type user cannot appear more than once in the filter."
         _, described, _ = ask(sock, 48, 1, {"components": [
             {"entity_type": "group", "match_type": 2, "match": None}], "strict": False})
-        assert described.error_code == UNSUPPORTED_VERSION
+        assert described.error_code == ErrorCode.unsupported_version
         _, described, _ = ask(sock, 48, 1, {"components": [user_a], "strict": False})
-        assert described.error_code == NONE and len(described.entries) == 2000
+        assert described.error_code == ErrorCode.none and len(described.entries) == 2000
 
 
 def test_scram_credentials_name_each_user_once_in_linear_time(shared):
@@ -215,7 +214,7 @@ def test_scram_credentials_name_each_user_once_in_linear_time(shared):
     with KafkaSocket(broker.listeners["PLAINTEXT"], 60) as sock:
         _, described, took = ask(sock, 50, 0, {"users": [{"name": "alice"}] * 50_000})
         assert [(r.user, r.error_code) for r in described.results] == \
-            [("alice", DUPLICATE_RESOURCE)] and took < 2.0
+            [("alice", ErrorCode.duplicate_resource)] and took < 2.0
         _, described, _ = ask(sock, 50, 0, {"users": [{"name": "bob"}]})
         assert described.results[0].error_message == \
             "Attempt to describe a user credential that does not exist: bob"
@@ -223,7 +222,7 @@ def test_scram_credentials_name_each_user_once_in_linear_time(shared):
         _, altered, took = ask(sock, 51, 0, {"deletions": [deletion] * 50_000,
                                              "upsertions": []})
         assert [(r.user, r.error_code) for r in altered.results] == \
-            [("alice", DUPLICATE_RESOURCE)] and took < 2.0
+            [("alice", ErrorCode.duplicate_resource)] and took < 2.0
 
 
 def test_delete_groups_and_offset_delete_answer_each_once_and_write_only_what_is_held():
@@ -243,12 +242,12 @@ def test_delete_groups_and_offset_delete_answer_each_once_and_write_only_what_is
             written = os.path.getsize(offsets_file)
             _, deleted, took = ask(sock, 47, 0, {"group_id": "g", "topics": [
                 {"name": "t", "partitions": [{"partition_index": 1}] * 50_000}]})
-            assert deleted.error_code == NONE and took < 2.0
+            assert deleted.error_code == ErrorCode.none and took < 2.0
             assert [(p.partition_index, p.error_code) for p in deleted.topics[0].partitions] \
-                == [(1, NONE)]
+                == [(1, ErrorCode.none)]
             assert os.path.getsize(offsets_file) == written
             _, deleted, _ = ask(sock, 42, 2, {"groups_names": ["h", "h", "h"]})
-            assert [(r.group_id, r.error_code) for r in deleted.results] == [("h", NONE)]
+            assert [(r.group_id, r.error_code) for r in deleted.results] == [("h", ErrorCode.none)]
 
 
 @contextlib.contextmanager
@@ -284,7 +283,7 @@ def test_a_leave_naming_many_instances_does_not_scan_the_group_for_each():
             group_of(broker.listeners["PLAINTEXT"], "big", 1000) as sock:
         leaving = [{"member_id": f"m{n}", "group_instance_id": f"i{n}"} for n in range(99_000)]
         _, left, took = ask(sock, 13, 5, {"group_id": "big", "members": leaving})
-        assert {member.error_code for member in left.members} == {UNKNOWN_MEMBER_ID}
+        assert {member.error_code for member in left.members} == {ErrorCode.unknown_member_id}
         _, _, unknown_group = ask(sock, 13, 5, {"group_id": "none", "members": leaving})
         assert took < 2 * unknown_group + 0.5  # the members cost nothing per name
 
@@ -339,7 +338,7 @@ def test_a_join_costs_the_same_in_a_group_of_thousands():
                     "rebalance_timeout": datetime.timedelta(seconds=60), "member_id": "",
                     "group_instance_id": None, "protocol_type": "consumer",
                     "protocols": [{"name": "range", "metadata": b"m"}]})
-                assert joined.error_code == MEMBER_ID_REQUIRED
+                assert joined.error_code == ErrorCode.member_id_required
                 took += seconds
             return took
 
@@ -375,7 +374,7 @@ def test_offset_delete_reads_the_subscriptions_once_a_generation():
                 {"partition_index": 0}]} for name in ("t", "u")]}
             _, deleted, _ = ask(sock, 47, 0, deletion)
             assert [(t.name, t.partitions[0].error_code) for t in deleted.topics] == \
-                [("t", GROUP_SUBSCRIBED_TO_TOPIC), ("u", NONE)]
+                [("t", ErrorCode.group_subscribed_to_topic), ("u", ErrorCode.none)]
             # Twenty more members of 1 MB each: 500,000 empty topic names apiece.
             heavy = struct.pack(">hi", 0, 500_000) + bytes(1_000_000)
             joining = [KafkaSocket(address, 60) for _ in range(20)]
@@ -390,7 +389,8 @@ def test_offset_delete_reads_the_subscriptions_once_a_generation():
                     "groups": ["g"], "include_authorized_operations": False}
                 )[1].groups[0].members) == 21, timeout=30)
                 _, deleted, took = ask(sock, 47, 0, deletion)
-                assert deleted.topics[0].partitions[0].error_code == GROUP_SUBSCRIBED_TO_TOPIC
+                assert deleted.topics[0].partitions[0].error_code == \
+                    ErrorCode.group_subscribed_to_topic
                 _, _, without_members = ask(sock, 47, 0, dict(deletion, group_id="h"))
                 assert took < 2 * without_members + 0.5, (took, without_members)
             finally:

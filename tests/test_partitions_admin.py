@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import produce
 
 pytestmark = pytest.mark.system  # every test here uses a broker
 
@@ -18,15 +19,6 @@ def broker():
     # A group forms without Kafka's 3 s wait for more members: the admin APIs are under test.
     with BrokerProcess(workers=2, overrides={"group.initial.rebalance.delay.ms": "0"}) as running:
         yield running
-
-
-def produce(bootstrap: str, topic: str, count: int, partition: int = 0, **extra) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **extra})
-    for index in range(count):
-        producer.produce(topic, value=f"{topic}-{index}".encode(), partition=partition)
-    assert producer.flush(30) == 0
 
 
 def test_partitions_added_while_a_group_consumes_are_assigned_after_the_refresh(broker):
@@ -39,7 +31,7 @@ def test_partitions_added_while_a_group_consumes_are_assigned_after_the_refresh(
                          "auto.offset.reset": "earliest",
                          "topic.metadata.refresh.interval.ms": 1000})
     consumer.subscribe(["grow"])
-    produce(broker.bootstrap, "grow", 1)
+    produce(broker.bootstrap, "grow", ["grow-0"])
     seen, deadline = set(), time.monotonic() + 30
     while not seen and time.monotonic() < deadline:
         message = consumer.poll(0.5)
@@ -48,7 +40,7 @@ def test_partitions_added_while_a_group_consumes_are_assigned_after_the_refresh(
     admin.create_partitions([NewPartitions("grow", 3)])["grow"].result(timeout=20)
     with pytest.raises(KafkaException, match="INVALID_PARTITIONS"):
         admin.create_partitions([NewPartitions("grow", 2)])["grow"].result(timeout=20)
-    produce(broker.bootstrap, "grow", 2, partition=2)
+    produce(broker.bootstrap, "grow", ["grow-0", "grow-1"], partitions=(2,))
     while len(seen) < 3 and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
@@ -66,7 +58,8 @@ def test_delete_records_offset_delete_log_dirs_and_producers(broker):
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("trim", 1, 1)])["trim"].result(timeout=20)
-    produce(broker.bootstrap, "trim", 10, **{"enable.idempotence": True})
+    produce(broker.bootstrap, "trim", [f"trim-{i}" for i in range(10)],
+            **{"enable.idempotence": True})
     [deleted] = admin.delete_records([TopicPartition("trim", 0, 6)]).values()
     assert deleted.result(timeout=20).low_watermark == 6
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "trimmers",

@@ -378,16 +378,11 @@ class SparkDaemon:
 def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
     """--master spark://...: a real master and worker (separate JVMs, executors in their own
     processes); the answer is the one local mode gives."""
-    import socket
     import subprocess
     import sys
 
     from tests.harness import wait_until
-
-    def free_port():
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return probe.getsockname()[1]
+    from tests.helpers import free_port
 
     directory = write(tmp_path / "events", [
         accepted(0), *[rejected(1, ip="10.6.6.6") for _ in range(12)],

@@ -10,17 +10,15 @@ import os
 import pytest
 
 from broker.shared.pool import QueueFull, SharedPool, initialise_pool
-from shm.block import SharedBlock
 
 LIMIT = 1000
+BLOCK_LAYOUT = {"slots": 2, "listeners": 1, "pool_ring": 16}
 
 
-@pytest.fixture
-def block(tmp_path):
-    created = SharedBlock.create(str(tmp_path / "block"), slots=2, listeners=1, pool_ring=16)
-    initialise_pool(created, LIMIT, {})
-    yield created
-    created.close()
+@pytest.fixture(autouse=True)
+def pool(block):
+    """Every test's block holds a pool of LIMIT bytes."""
+    initialise_pool(block, LIMIT, {})
 
 
 def die_during(block, slot: int, action) -> None:

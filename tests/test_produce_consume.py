@@ -5,17 +5,16 @@ import time
 
 import pytest
 
-from tests.harness import BrokerProcess
-
-pytestmark = pytest.mark.system  # every test here starts a broker
+pytestmark = pytest.mark.system  # every test here uses a broker
 
 COUNT = 300
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with BrokerProcess(workers=2) as running:
-        yield running
+@pytest.fixture
+def broker(default_broker):
+    """The shared default broker (tests/conftest.py): these tests neither restart it, change
+    its configuration, nor count what other tests leave on it."""
+    return default_broker
 
 
 def expected(topic):

@@ -4,6 +4,7 @@ for some of its records names them (record_errors), as Kafka does."""
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.batches import compressed, make_batch
 from tests.harness import BrokerProcess
@@ -12,8 +13,6 @@ from tests.wire import (KafkaSocket, decode_response, fetch_request, metadata_re
                         produce_errors, produce_request)
 
 pytestmark = pytest.mark.system  # every test here starts a broker
-
-CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNKNOWN_TOPIC, INVALID_RECORD = 2, 10, 3, 87
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +42,10 @@ def flip_last_byte(batch: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("records, topic, code", [
-    (flip_last_byte(make_batch(2)), "t", CORRUPT_MESSAGE),
-    (make_batch(1, value_size=3000), "t", MESSAGE_TOO_LARGE),
-    (make_batch(1) + make_batch(1), "t", INVALID_RECORD),
-    (make_batch(1), "missing", UNKNOWN_TOPIC),
+    (flip_last_byte(make_batch(2)), "t", ErrorCode.corrupt_message),
+    (make_batch(1, value_size=3000), "t", ErrorCode.message_too_large),
+    (make_batch(1) + make_batch(1), "t", ErrorCode.invalid_record),
+    (make_batch(1), "missing", ErrorCode.unknown_topic_or_partition),
 ])
 def test_refused_batches_leave_the_log_untouched(broker, records, topic, code):
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
@@ -62,7 +61,8 @@ def test_unknown_topic_is_not_created_when_auto_create_is_off(broker):
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(metadata_request(12, topics=["missing"]))
         _, response = decode_response(3, 12, client.receive())
-        assert [(t.name, int(t.error_code)) for t in response.topics] == [("missing", UNKNOWN_TOPIC)]
+        assert [(t.name, int(t.error_code)) for t in response.topics] == \
+            [("missing", ErrorCode.unknown_topic_or_partition)]
 
 
 def test_acks_0_gets_no_response_and_a_failure_closes_the_connection(broker):
@@ -78,7 +78,7 @@ def test_acks_0_gets_no_response_and_a_failure_closes_the_connection(broker):
 def test_invalid_acks_is_refused(broker):
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(produce_request("t", make_batch(1), acks=2, correlation_id=9))
-        assert produce_errors(client.receive()) == [(21, -1)]  # INVALID_REQUIRED_ACKS
+        assert produce_errors(client.receive()) == [(ErrorCode.invalid_required_acks, -1)]
 
 
 KEYLESS = (0, 7, 13)  # the records of `partly_keyless` without a key
@@ -103,7 +103,7 @@ def test_a_compacted_topic_names_each_record_without_a_key(broker, version, code
         _, response = decode_response(0, version, client.receive())
         (answer,) = response.responses[0].partition_responses
         assert (answer.error_code, answer.base_offset, answer.log_start_offset) == \
-            (INVALID_RECORD, -1, 0)
+            (ErrorCode.invalid_record, -1, 0)
         assert [(error.batch_index, error.batch_index_error_message)
                 for error in answer.record_errors] == [(index, where) for index in KEYLESS]
         assert answer.error_message == (
@@ -151,7 +151,7 @@ def test_the_records_listed_are_bounded_and_all_are_counted(broker):
         client.send(produce_request("table", batch, correlation_id=12))
         _, response = decode_response(0, 9, client.receive())
     (answer,) = response.responses[0].partition_responses
-    assert answer.error_code == INVALID_RECORD
+    assert answer.error_code == ErrorCode.invalid_record
     assert [error.batch_index for error in answer.record_errors] == list(range(RECORD_ERRORS))
     assert answer.error_message.startswith(
         "One or more records have been rejected due to 5000 record errors in total")

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import free_port
 from tests.test_admission import served_probes
 from tests.wire import KafkaSocket, api_versions_request
 
@@ -155,12 +156,6 @@ def test_dashboard_panels_have_a_datasource_a_unit_and_legends():
 
 
 # --- a broker scraped by a real Prometheus ---------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 class PrometheusServer:
     """/usr/bin/prometheus on 127.0.0.1 with a config and rules written to `workdir`; only the

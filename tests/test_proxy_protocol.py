@@ -16,6 +16,7 @@ import pytest
 
 from broker.shared.config import ConfigError, load_config
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import free_port
 from tests.test_proxy_header import v2
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response,
                         peer_closed)
@@ -43,12 +44,6 @@ def v1_header(ip: str, port: int = 40000) -> bytes:
 def v2_header(ip: str, port: int = 40000) -> bytes:
     return v2(1, 0x11, socket.inet_aton(ip) + socket.inet_aton("127.0.0.1")
               + struct.pack(">HH", port, 9092))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

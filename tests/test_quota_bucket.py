@@ -13,14 +13,7 @@ from shm.block import SharedBlock
 
 SECOND = 10**9
 T0 = 1_000 * SECOND
-
-
-@pytest.fixture
-def block(tmp_path):
-    made = SharedBlock.create(str(tmp_path / "block"), slots=3, listeners=1, quota_entities=16,
-                              quota_windows=11)
-    yield made
-    made.close()
+BLOCK_LAYOUT = {"slots": 3, "listeners": 1, "quota_entities": 16, "quota_windows": 11}
 
 
 def workers(block, count=3, samples=2, burst=None, max_throttle=10.0):

@@ -10,19 +10,18 @@ import struct
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.parent.refusal_answer import api_versions_refusal
 from tests.harness import BrokerProcess, wait_until
 from tests.wire import KafkaSocket, api_versions_request, decode_response, metadata_request
-
-POLICY_VIOLATION = 44
 
 
 def test_the_refusal_is_an_api_versions_v0_answer_with_the_error():
     frame = api_versions_refusal(b"\x00\x00\x00\x09")
     assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
     correlation, body = decode_response(18, 0, frame[4:])
-    assert correlation == 9 and body.error_code == POLICY_VIOLATION
+    assert correlation == 9 and body.error_code == ErrorCode.policy_violation
     assert [key.api_key for key in body.api_keys] == [18]
 
 
@@ -50,7 +49,7 @@ def test_a_refused_api_versions_is_answered_then_closed_after_the_delay(limited)
         client.send(api_versions_request(version=3, correlation_id=21))
         correlation, body = decode_response(18, 0, client.receive())
         answered = time.monotonic()
-        assert correlation == 21 and body.error_code == POLICY_VIOLATION
+        assert correlation == 21 and body.error_code == ErrorCode.policy_violation
         client.sock.settimeout(5)
         assert client.sock.recv(16) == b""  # then closed, not at once
         assert time.monotonic() - answered >= 0.8

@@ -8,14 +8,13 @@ import struct
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
 from tests.test_proxy_protocol import BALANCER, balancer_socket, v1_header, v2_header
-from tests.test_sasl import (SASL_AUTHENTICATION_FAILED, _authenticate, _string,  # noqa: F401
-                             pki, sasl_broker)
+from tests.test_sasl import _authenticate, _string, sasl_broker
 from tests.wire import KafkaSocket, api_versions_request, peer_closed, raw_request
 
-POLICY_VIOLATION = 44
 HELD_MS = 3000  # how long the broker holds a refused connection: longer than any wait below
 PROMPT = 0.5  # a reconnect after a reported close is admitted within this
 
@@ -35,7 +34,7 @@ def admitted_within(address, seconds: float) -> KafkaSocket:
         if code == 0:
             return client
         client.close()
-        assert code == POLICY_VIOLATION
+        assert code == ErrorCode.policy_violation
         if time.monotonic() > deadline:
             raise AssertionError(f"refused for {seconds}s though the IP holds no connection")
         time.sleep(0.005)
@@ -70,7 +69,7 @@ def test_a_refused_connection_held_by_the_broker_leaves_the_slot_free():
         address = broker.listeners["PLAINTEXT"]
         holder = admitted_within(address, PROMPT)
         code, refused = first_answer(address)
-        assert code == POLICY_VIOLATION
+        assert code == ErrorCode.policy_violation
         holder.close()
         admitted_within(address, PROMPT).close()  # while the refused one is still held
         assert not peer_closed(refused.sock, wait=0.1)
@@ -105,7 +104,7 @@ def test_a_connection_refused_for_its_user_frees_its_slots_at_once(pki):
         code, alice = plain_login(address, "alice", "alice-secret", source)
         assert code == 0
         code, refused = plain_login(address, "alice", "alice-secret", source)
-        assert code == SASL_AUTHENTICATION_FAILED
+        assert code == ErrorCode.sasl_authentication_failed
         assert broker.metric("broker_connections", listener="SASL_PLAINTEXT") == 1
         code, admin = plain_login(address, "admin", "admin-secret", source)
         assert code == 0, "the refused connection still counts against its IP"

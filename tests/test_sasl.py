@@ -15,7 +15,7 @@ import struct
 import time
 
 import pytest
-import trustme
+from kio.schema.errors import ErrorCode
 
 from broker.shared.config import ConfigError, load_config
 from broker.shared.events import AuthenticationFailed, decode_line
@@ -26,17 +26,6 @@ from tests.wire import KafkaSocket, api_versions_request, metadata_request, peer
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'username="admin" password="admin-secret" user_admin="admin-secret" '
         'user_alice="alice-secret";')
-SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE = 58, 34
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
-        str(directory / "server.pem"))
-    return {"ca": str(directory / "ca.pem"), "server": str(directory / "server.pem")}
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +258,7 @@ def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
             assert struct.unpack_from(">h", sock.receive(), 4)[0] == 0
             code, body = _authenticate(sock, b"\x00alice\x00not-her-password")
             answered = time.monotonic()
-            assert code == SASL_AUTHENTICATION_FAILED
+            assert code == ErrorCode.sasl_authentication_failed
             assert b"invalid username or password" in body
             assert peer_closed(sock.sock, wait=5)
             assert time.monotonic() - answered >= 0.6  # the delay, then the close
@@ -312,11 +301,11 @@ def test_a_request_before_authentication_closes_the_connection(broker):
                          r"yet\) 524288")
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:  # no SASL here: Kafka's answer
         sock.send(raw_request(17, 1, 2, _string("PLAIN")))
-        assert struct.unpack_from(">h", sock.receive(), 4)[0] == ILLEGAL_SASL_STATE
+        assert struct.unpack_from(">h", sock.receive(), 4)[0] == ErrorCode.illegal_sasl_state
     with socket.create_connection(broker.listeners["SASL_PLAINTEXT"], timeout=5) as raw:
         raw.sendall(raw_request(17, 1, 2, _string("GSSAPI")))  # not enabled: the list
         data = raw.recv(65536)
-        assert struct.unpack_from(">h", data, 8)[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+        assert struct.unpack_from(">h", data, 8)[0] == ErrorCode.unsupported_sasl_mechanism
 
 
 @pytest.mark.system
@@ -426,7 +415,7 @@ def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
             sock.send(raw_request(17, 1, 4, _string("PLAIN")))  # again, as admin: refused
             sock.receive()
             assert _authenticate(sock, b"\x00admin\x00admin-secret")[0] == \
-                SASL_AUTHENTICATION_FAILED
+                ErrorCode.sasl_authentication_failed
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
             sock.send(raw_request(17, 1, 2, _string("PLAIN")))
             sock.receive()
@@ -470,7 +459,7 @@ def test_connections_per_principal_are_limited_across_workers_and_changed_at_run
         assert [code for _sock, code, _body in held] == [0, 0]
         sock, code, body = _plain_session(address, "alice", "alice-secret")
         answered = time.monotonic()
-        assert code == SASL_AUTHENTICATION_FAILED
+        assert code == ErrorCode.sasl_authentication_failed
         assert b"Connection limit of user alice reached: 2" in body
         assert peer_closed(sock.sock, wait=5) and time.monotonic() - answered >= 0.3
         sock.close()
@@ -489,7 +478,7 @@ def test_connections_per_principal_are_limited_across_workers_and_changed_at_run
 
         first = _plain_session(address, "carol", "carol-secret")
         second = _plain_session(address, "carol", "carol-secret")
-        assert first[1] == 0 and second[1] == SASL_AUTHENTICATION_FAILED
+        assert first[1] == 0 and second[1] == ErrorCode.sasl_authentication_failed
         assert b"Connection creation rate of user carol" in second[2]
 
         resource = ConfigResource("broker", "0", incremental_configs=[ConfigEntry(
@@ -573,13 +562,13 @@ def test_a_refused_user_gets_the_authentication_failure_naming_the_limit():
         claims[0][1].set_result(verdict(conn_id=1, refused="per_user_limit", limit=3))
         loop.run_until_complete(asyncio.sleep(0))
         body = answer.result()
-        assert _code(body) == SASL_AUTHENTICATION_FAILED
+        assert _code(body) == ErrorCode.sasl_authentication_failed
         assert b"Connection limit of user alice reached: 3" in body
         assert auth.user is None and results == [("alice", "per_user_limit")]
         assert auth.handle(raw_request(3, 12, 3)[4:], 0) is None  # nothing more is answered
         wrong = _authenticator_with_claims()
-        assert _code(_plain_exchange(wrong[1], "guess")) == \
-            SASL_AUTHENTICATION_FAILED  # a wrong password is not asked about: answered at once
+        # A wrong password is not asked about: answered at once.
+        assert _code(_plain_exchange(wrong[1], "guess")) == ErrorCode.sasl_authentication_failed
         assert wrong[2] == [] and wrong[1].conn.closed == "authentication_failed"
         wrong[0].close()
     finally:
@@ -656,7 +645,7 @@ def test_a_reauthentication_may_change_neither_mechanism_nor_principal(pki):
                 token = b"\x00alice\x00alice-secret" if then == "PLAIN" else \
                     b"n,,n=alice,r=abcdefghijklmnop"
                 code, body = _authenticate(sock, token)
-                assert code == SASL_AUTHENTICATION_FAILED, (first, then)
+                assert code == ErrorCode.sasl_authentication_failed, (first, then)
                 assert f"SASL mechanism '{then}' requested by client is not supported for " \
                        f"re-authentication of mechanism '{first}'".encode() in body
                 assert peer_closed(sock.sock, wait=5)
@@ -667,10 +656,10 @@ def test_a_reauthentication_may_change_neither_mechanism_nor_principal(pki):
             assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
             assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
             assert _served(sock, 21)
-            assert _sasl_handshake(sock, "SCRAM-SHA-256", 22) == ILLEGAL_SASL_STATE
+            assert _sasl_handshake(sock, "SCRAM-SHA-256", 22) == ErrorCode.illegal_sasl_state
             assert _served(sock, 23)
             sock.send(raw_request(36, 1, 24, struct.pack(">i", 1) + b"x"))  # outside one
-            assert struct.unpack_from(">h", sock.receive(), 4)[0] == ILLEGAL_SASL_STATE
+            assert struct.unpack_from(">h", sock.receive(), 4)[0] == ErrorCode.illegal_sasl_state
             assert _served(sock, 25)
         assert broker.metric("broker_connections_closed_total", listener="SASL_PLAINTEXT",
                              reason="authentication_failed") == len(changes)
@@ -687,11 +676,12 @@ def test_sasl_requests_out_of_order_are_answered_then_closed(pki):
             assert _sasl_handshake(sock, "GSSAPI") == 33  # UNSUPPORTED_SASL_MECHANISM
             assert peer_closed(sock.sock, wait=5)
         with KafkaSocket(address) as sock:
-            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == ILLEGAL_SASL_STATE
+            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == \
+                ErrorCode.illegal_sasl_state
             assert peer_closed(sock.sock, wait=5)
         with KafkaSocket(address) as sock:
             assert _sasl_handshake(sock, "PLAIN") == 0
-            assert _sasl_handshake(sock, "PLAIN", 3) == ILLEGAL_SASL_STATE
+            assert _sasl_handshake(sock, "PLAIN", 3) == ErrorCode.illegal_sasl_state
             assert peer_closed(sock.sock, wait=5)
         wait_until(lambda: broker.metric("broker_connections_closed_total",
                                          listener="SASL_PLAINTEXT",

@@ -10,6 +10,7 @@ import socket
 import struct
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
@@ -17,7 +18,6 @@ from tests.wire import (KafkaSocket, alter_client_quota, alter_raw, api_versions
                         create_topic, decode_response, produce_request)
 
 pytestmark = pytest.mark.system
-POLICY_VIOLATION = 44
 LIMITED = "127.0.0.3"  # the address with a per-IP limit of 1 (the admin helpers use 127.0.0.1)
 
 
@@ -64,7 +64,7 @@ def test_a_shadowed_per_ip_limit_counts_then_enforces_after_a_dynamic_switch(bro
                              reason="per_ip_limit") == 0
         # The switch, from 127.0.0.1 (no limit there); the limited address is refused after.
         assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "false") == 0
-        assert first_answer_error(broker) == POLICY_VIOLATION  # enforced now
+        assert first_answer_error(broker) == ErrorCode.policy_violation  # enforced now
         assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
                              reason="per_ip_limit") == 1
     finally:

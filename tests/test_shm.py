@@ -12,13 +12,6 @@ from shm.block import (AUTH_RESULTS, CLOSE_REASONS, DURATION_BUCKETS, HEADER_BYT
                        WORKER_GAUGES, WORKER_MAXIMA, SharedBlock, duration_bucket)
 
 
-@pytest.fixture
-def block(tmp_path):
-    created = SharedBlock.create(str(tmp_path / "block"), slots=3, listeners=2)
-    yield created
-    created.close()
-
-
 def test_header_describes_the_layout(block):
     with open(block.path, "rb") as handle:
         raw = handle.read()

@@ -28,30 +28,14 @@ from tests.wire import api_versions_request, peer_closed
 TLS_ONLY = {"listeners": "SSL://127.0.0.1:0", "inter.broker.listener.name": "SSL"}
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    """A CA, the broker's certificate for 127.0.0.1, and a client certificate for alice."""
-    directory = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    alice = ca.issue_cert("alice@example.com", common_name="alice",
-                          organization_name="Example", organization_unit_name="Payments")
-    paths = {"ca": directory / "ca.pem", "server": directory / "server.pem",
-             "alice": directory / "alice.pem"}
-    ca.cert_pem.write_to_path(str(paths["ca"]))
-    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
-    alice.private_key_and_cert_chain_pem.write_to_path(str(paths["alice"]))
-    return {"ca": ca, "server_cert": server, "paths": {k: str(v) for k, v in paths.items()}}
-
-
 def tls_settings(pki, **extra) -> dict[str, str]:
-    return dict(TLS_ONLY, **{"ssl.keystore.location": pki["paths"]["server"]}, **extra)
+    return dict(TLS_ONLY, **{"ssl.keystore.location": pki["server"]}, **extra)
 
 
 def client_context(pki, cert: str | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=pki["paths"]["ca"])
+    context = ssl.create_default_context(cafile=pki["ca"])
     if cert is not None:
-        context.load_cert_chain(pki["paths"][cert])
+        context.load_cert_chain(pki[cert])
     return context
 
 
@@ -123,7 +107,7 @@ def test_iana_cipher_names_become_openssl_names():
 def test_bad_tls_settings_name_the_key(pki, tmp_path, extra, message):
     raw = dict(TLS_ONLY, **{"log.dirs": str(tmp_path)})
     if extra.pop("SERVER", False):
-        raw["ssl.keystore.location"] = pki["paths"]["server"]
+        raw["ssl.keystore.location"] = pki["server"]
     raw.update(extra)
     with pytest.raises(ConfigError) as caught:
         load_config(raw)
@@ -153,13 +137,13 @@ def test_confluent_kafka_and_kafka_python_produce_and_consume_over_ssl(pki):
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         host, port = broker.listeners["SSL"]
         common = {"bootstrap.servers": f"{host}:{port}", "security.protocol": "SSL",
-                  "ssl.ca.location": pki["paths"]["ca"]}
+                  "ssl.ca.location": pki["ca"]}
         producer = Producer(dict(common, **{"enable.idempotence": True}))
         for index in range(200):
             producer.produce("secure", value=f"record-{index}".encode())
         assert producer.flush(30) == 0
         legacy = KafkaProducer(bootstrap_servers=f"{host}:{port}", security_protocol="SSL",
-                               ssl_cafile=pki["paths"]["ca"], ssl_check_hostname=True)
+                               ssl_cafile=pki["ca"], ssl_check_hostname=True)
         for index in range(200, 250):
             legacy.send("secure", f"record-{index}".encode())
         legacy.flush(30)
@@ -182,7 +166,7 @@ def test_inline_encrypted_key_and_pkcs12_key_stores(pki, tmp_path):
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
 
-    server = pki["server_cert"]
+    server = pki.server_cert
     key = serialization.load_pem_private_key(server.private_key_pem.bytes(), password=None)
     encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                   serialization.BestAvailableEncryption(b"s3cret")).decode()
@@ -196,7 +180,7 @@ def test_inline_encrypted_key_and_pkcs12_key_stores(pki, tmp_path):
 
         host, port = broker.listeners["SSL"]
         admin = AdminClient({"bootstrap.servers": f"{host}:{port}", "security.protocol": "SSL",
-                             "ssl.ca.location": pki["paths"]["ca"]})
+                             "ssl.ca.location": pki["ca"]})
         entries = admin.describe_configs([ConfigResource("broker", "0")])
         configs = next(iter(entries.values())).result(timeout=20)
         # Never shown: Kafka declares all three PASSWORD, the certificate chain too.
@@ -222,7 +206,7 @@ def test_inline_encrypted_key_and_pkcs12_key_stores(pki, tmp_path):
 def test_mutual_tls_maps_the_client_certificate_to_its_principal(pki):
     overrides = tls_settings(pki, **{
         "listener.name.ssl.ssl.client.auth": "required",
-        "ssl.truststore.location": pki["paths"]["ca"],
+        "ssl.truststore.location": pki["ca"],
         "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=.*$/$1/U,DEFAULT",
         "pybroker.max.connections.per.user.overrides": "ALICE:1",
         "connection.failed.authentication.delay.ms": "500"})
@@ -298,7 +282,7 @@ def test_a_stalled_handshake_is_closed_at_its_deadline_without_holding_the_accep
 @pytest.mark.system
 def test_plaintext_and_tls_mixed_up_are_named_in_the_log(pki):
     overrides = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-                 "ssl.keystore.location": pki["paths"]["server"]}
+                 "ssl.keystore.location": pki["server"]}
     with BrokerProcess(workers=1, overrides=overrides) as broker:
         with socket.create_connection(broker.listeners["SSL"], timeout=5) as sock:
             sock.sendall(api_versions_request(3))  # a Kafka request where a ClientHello belongs
@@ -324,7 +308,7 @@ def test_tls_with_the_memory_pool_serves_large_requests_and_returns_every_byte(p
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         host, port = broker.listeners["SSL"]
         producer = Producer({"bootstrap.servers": f"{host}:{port}", "security.protocol": "SSL",
-                             "ssl.ca.location": pki["paths"]["ca"],
+                             "ssl.ca.location": pki["ca"],
                              "message.max.bytes": 2 << 20, "linger.ms": 5})
         for _ in range(40):
             producer.produce("big", value=b"x" * 900_000)
@@ -339,7 +323,7 @@ def test_a_certificate_rotated_on_sighup_serves_new_handshakes_and_keeps_open_co
     import signal
 
     keystore = tmp_path / "broker.pem"
-    keystore.write_bytes(open(pki["paths"]["server"], "rb").read())
+    keystore.write_bytes(open(pki["server"], "rb").read())
     with BrokerProcess(workers=2, overrides=dict(TLS_ONLY, **{
             "ssl.keystore.location": str(keystore)})) as broker:
         address = broker.listeners["SSL"]

@@ -5,16 +5,16 @@ idempotent producers unaffected, and a batch grown past max.message.bytes refuse
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.log import records
 from tests.batches import compressed, make_batch
 from tests.harness import BrokerProcess
-from tests.wire import KafkaSocket, decode_response, fetch_request, produce_request
+from tests.wire import KafkaSocket, decode_response, fetch_request, produce_batch
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-MESSAGE_TOO_LARGE, DUPLICATE_SEQUENCE_OK, OUT_OF_ORDER_SEQUENCE = 10, 0, 45
 TOPICS = {  # name: (its own configs, the codec its batches are stored in; None: as produced)
     "as-produced": ({"compression.type": "producer"}, None),
     "zstd": ({"compression.type": "zstd", "max.message.bytes": str(4 << 20)}, ZSTD),
@@ -37,14 +37,6 @@ def broker():
                             + [NewTopic("zstd-3", 3, 1, topic_configs={"compression.type": "zstd"})])
         admin.close()
         yield running
-
-
-def produce(client, topic: str, batch: bytes, correlation: int = 1):
-    """(error code, base offset)."""
-    client.send(produce_request(topic, batch, correlation_id=correlation))
-    _, response = decode_response(0, 9, client.receive())
-    (answer,) = response.responses[0].partition_responses
-    return int(answer.error_code), answer.base_offset
 
 
 def stored(client, topic: str, offset: int) -> bytes:
@@ -71,7 +63,7 @@ def test_batches_are_stored_in_the_topics_codec(broker, topic, codec):
     plain = make_batch(5, producer_id=-1)
     sent = compressed(plain, codec) if codec else plain
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
-        code, offset = produce(client, topic, sent)
+        code, offset = produce_batch(client, topic, sent)
         assert code == 0
         batch = stored(client, topic, offset)
     header, original = records.read_header(batch, 0), records.read_header(sent, 0)
@@ -101,7 +93,7 @@ def test_a_topics_codec_can_be_changed_and_is_described(broker):
         with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
             deadline = time.monotonic() + 10  # every process applies it at its next look
             while True:
-                code, offset = produce(client, "as-produced", make_batch(3))
+                code, offset = produce_batch(client, "as-produced", make_batch(3))
                 assert code == 0
                 if records.read_header(stored(client, "as-produced", offset), 0).attributes \
                         & 7 == ZSTD or time.monotonic() > deadline:
@@ -158,11 +150,13 @@ def test_an_idempotent_producer_keeps_its_sequence_through_recompression(broker)
 
     batch = make_batch(4, producer_id=777, epoch=0, sequence=0)
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
-        code, offset = produce(client, "zstd", batch)
+        code, offset = produce_batch(client, "zstd", batch)
         assert code == 0
-        assert produce(client, "zstd", batch, correlation=3) == (DUPLICATE_SEQUENCE_OK, offset)
+        # A duplicate: no error, and the offset the first one got.
+        assert produce_batch(client, "zstd", batch, correlation_id=3) == (ErrorCode.none, offset)
         gap = make_batch(1, producer_id=777, epoch=0, sequence=9)
-        assert produce(client, "zstd", gap, correlation=4)[0] == OUT_OF_ORDER_SEQUENCE
+        assert produce_batch(client, "zstd", gap, correlation_id=4)[0] == \
+            ErrorCode.out_of_order_sequence_number
         header = records.read_header(stored(client, "zstd", offset), 0)
     assert (header.producer_id, header.producer_epoch, header.base_sequence,
             header.attributes & 7) == (777, 0, 0, ZSTD)
@@ -184,7 +178,7 @@ def test_a_large_batch_is_recompressed_in_slices(broker):
     plain = make_batch(3000, value_size=1000)
     assert len(plain) > 3 * records.COMPRESS_SLICE
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
-        code, offset = produce(client, "zstd", plain)
+        code, offset = produce_batch(client, "zstd", plain)
         assert code == 0
         batch = stored(client, "zstd", offset)
     assert records.read_header(batch, 0).attributes & 7 == ZSTD and len(batch) < len(plain)
@@ -228,5 +222,5 @@ def test_a_batch_grown_past_max_message_bytes_is_refused(broker):
     dense = compressed(make_batch(100, value_size=1000), ZSTD)
     assert len(dense) < 20000 < len(records_of(dense))
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
-        assert produce(client, "uncompressed", dense) == (MESSAGE_TOO_LARGE, -1)
-        assert produce(client, "uncompressed", compressed(make_batch(3), ZSTD))[0] == 0
+        assert produce_batch(client, "uncompressed", dense) == (ErrorCode.message_too_large, -1)
+        assert produce_batch(client, "uncompressed", compressed(make_batch(3), ZSTD))[0] == 0

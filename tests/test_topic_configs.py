@@ -179,11 +179,11 @@ def test_topic_configs_round_trip_and_survive_a_restart(tmp_path):
         assert (described["flush.ms"].value, described["segment.jitter.ms"].value) == ("0", "10")
 
 
-@pytest.fixture(scope="module")
-def broker():
-    """One broker for the tests that neither restart it nor change its configuration."""
-    with BrokerProcess(workers=2) as running:
-        yield running
+@pytest.fixture
+def broker(default_broker):
+    """The shared default broker (tests/conftest.py): these tests neither restart it, change
+    its configuration, nor count what other tests leave on it."""
+    return default_broker
 
 
 def _state_word(running: BrokerProcess, topic: str, word: int) -> int:

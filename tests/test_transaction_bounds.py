@@ -12,17 +12,18 @@ import os
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.events import TransactionalIdRefused
 from tests.harness import BrokerProcess, wait_until
-from tests.test_acls import JAAS, STANDARD, binding, client, create_acls, create_topics
+from tests.helpers import create_topics
+from tests.test_acls import JAAS, STANDARD, binding, client, create_acls
 from tests.test_group_coordinator import request
 from tests.test_sasl import _plain_session
 from tests.wire import KafkaSocket, create_topic, decode_response, frame
 
 pytestmark = pytest.mark.system
 
-NONE, NOT_AVAILABLE, INVALID_REQUEST = 0, 15, 42
 TOPIC = "t"
 
 
@@ -63,8 +64,8 @@ class TxnClient:
     def busy(self, txn: str) -> None:
         """A new id with a transaction in progress (nothing may forget it)."""
         code, producer_id, epoch = self.init(txn)
-        assert code == NONE, (txn, code)
-        assert self.add(txn, (producer_id, epoch)) == {NONE}
+        assert code == ErrorCode.none, (txn, code)
+        assert self.add(txn, (producer_id, epoch)) == {ErrorCode.none}
 
     def end(self, txn: str, producer: tuple[int, int], commit: bool) -> int:
         return self.ask(26, 3, {"transactional_id": txn, "producer_id": producer[0],
@@ -93,7 +94,7 @@ def test_one_address_cannot_hold_every_transactional_id_and_a_refused_producer_r
         hog = TxnClient.at(broker, "127.0.0.2")
         for index in range(4):
             hog.busy(f"hog-{index}")
-        assert hog.init("hog-4")[0] == NOT_AVAILABLE
+        assert hog.init("hog-4")[0] == ErrorCode.coordinator_not_available
         other = TxnClient.at(broker, "127.0.0.3")
         for index in range(4):
             other.busy(f"other-{index}")  # another address still gets its share
@@ -111,7 +112,7 @@ def test_one_address_cannot_hold_every_transactional_id_and_a_refused_producer_r
         producers = []
         for index in range(4):
             code, producer_id, epoch = local.init(f"local-{index}")
-            assert local.add(f"local-{index}", (producer_id, epoch)) == {NONE}
+            assert local.add(f"local-{index}", (producer_id, epoch)) == {ErrorCode.none}
             producers.append((producer_id, epoch))
         producer = Producer({"bootstrap.servers": broker.bootstrap,
                              "transactional.id": "late", "retry.backoff.ms": 50})
@@ -120,7 +121,8 @@ def test_one_address_cannot_hold_every_transactional_id_and_a_refused_producer_r
                 producer.init_transactions(2)
             error = refused.value.args[0]
             assert error.retriable() and not error.fatal(), error
-            assert local.end("local-0", producers[0], commit=False) == NONE  # one idle now
+            # One idle now.
+            assert local.end("local-0", producers[0], commit=False) == ErrorCode.none
             producer.init_transactions(10)  # the same producer asks again: it takes its place
             assert "late" in local.listed() and "local-0" not in local.listed()
         finally:
@@ -145,7 +147,7 @@ def test_one_principal_cannot_hold_every_transactional_id():
         alice, bob = (TxnClient(sock) for sock, _code, _body in sessions.values())
         for index in range(4):
             alice.busy(f"alice-{index}")
-        assert alice.init("alice-4")[0] == NOT_AVAILABLE
+        assert alice.init("alice-4")[0] == ErrorCode.coordinator_not_available
         for index in range(4):
             bob.busy(f"bob-{index}")
         broker.wait_for_line(r"User:alice refused a transactional id: its share")
@@ -175,19 +177,20 @@ def test_a_full_table_forgets_the_heaviest_holders_idle_id_then_refuses():
             fillers[number // 4].busy(f"filler-{number}")
         assert len(light.listed()) == 40
         newcomer = TxnClient.at(broker, "127.0.0.4")
-        assert newcomer.init("new-0")[0] == NONE
+        assert newcomer.init("new-0")[0] == ErrorCode.none
         listed = light.listed()
         assert {"light-0", "light-1", "new-0"} <= listed and "heavy-0" not in listed
         broker.wait_for_line(r"idle transactional id 'heavy-0' forgotten for a new one of "
                              r"User:ANONYMOUS@127\.0\.0\.4: a full table")
         assert broker.metric("broker_transactional_ids_forgotten_total", reason="full") == 1
         for name, producer in light_ids.items():
-            assert light.add(name, producer) == {NONE}
+            assert light.add(name, producer) == {ErrorCode.none}
         for name in ("heavy-1", "heavy-2", "heavy-3"):
-            assert heavy.add(name, heavy_ids[name]) == {NONE}
+            assert heavy.add(name, heavy_ids[name]) == {ErrorCode.none}
         code, producer_id, epoch = newcomer.init("new-0")
-        assert newcomer.add("new-0", (producer_id, epoch)) == {NONE}
-        assert TxnClient.at(broker, "127.0.0.5").init("late")[0] == NOT_AVAILABLE
+        assert newcomer.add("new-0", (producer_id, epoch)) == {ErrorCode.none}
+        assert TxnClient.at(broker, "127.0.0.5").init("late")[0] == \
+            ErrorCode.coordinator_not_available
         assert broker.metric("broker_transactional_ids_refused_total", reason="full") == 1
 
 
@@ -210,7 +213,7 @@ def test_the_parent_spends_little_per_id_of_a_full_table():
                     datetime.timedelta(minutes=5), "producer_id": -1, "producer_epoch": -1})))
             codes = {decode_response(22, 4, client.sock.receive())[1].error_code
                      for _ in names}
-            assert codes == {NONE}
+            assert codes == {ErrorCode.none}
             return time.perf_counter() - started
 
         below = pipelined(holders[0], [f"h0-{n}" for n in range(count)])
@@ -247,7 +250,7 @@ def test_describe_transactions_answers_an_id_named_many_times_once():
         create_topic(broker.bootstrap, TOPIC, partitions=8)
         client = TxnClient.at(broker)
         code, producer_id, epoch = client.init("app")
-        assert client.add("app", (producer_id, epoch), partitions=range(8)) == {NONE}
+        assert client.add("app", (producer_id, epoch), partitions=range(8)) == {ErrorCode.none}
         (state,) = client.describe(*["app"] * 10_000)
         assert state.transactional_id == "app" and len(state.topics[0].partitions) == 8
         client.close()
@@ -261,9 +264,10 @@ def test_a_transaction_spans_a_bounded_number_of_partitions():
         create_topic(broker.bootstrap, TOPIC, partitions=6)
         client = TxnClient.at(broker)
         code, producer_id, epoch = client.init("app")
-        assert client.add("app", (producer_id, epoch), partitions=range(3)) == {NONE}
-        assert client.add("app", (producer_id, epoch), partitions=[3, 4]) == {INVALID_REQUEST}
-        assert client.add("app", (producer_id, epoch), partitions=[3]) == {NONE}
+        assert client.add("app", (producer_id, epoch), partitions=range(3)) == {ErrorCode.none}
+        assert client.add("app", (producer_id, epoch), partitions=[3, 4]) == \
+            {ErrorCode.invalid_request}
+        assert client.add("app", (producer_id, epoch), partitions=[3]) == {ErrorCode.none}
         (state,) = client.describe("app")
         assert sorted(state.topics[0].partitions) == [0, 1, 2, 3]
         client.close()
@@ -276,8 +280,8 @@ def test_an_ended_transaction_holds_no_partitions():
         create_topic(broker.bootstrap, TOPIC, partitions=6)
         client = TxnClient.at(broker)
         code, producer_id, epoch = client.init("app")
-        assert client.add("app", (producer_id, epoch), partitions=range(6)) == {NONE}
-        assert client.end("app", (producer_id, epoch), commit=True) == NONE
+        assert client.add("app", (producer_id, epoch), partitions=range(6)) == {ErrorCode.none}
+        assert client.end("app", (producer_id, epoch), commit=True) == ErrorCode.none
         client.close()
         path = os.path.join(broker.data_dir, "logs", ".pybroker-transactions.jsonl")
         with open(path, encoding="utf-8") as lines:
@@ -330,5 +334,5 @@ def _described_topics(broker, user: str) -> list[str]:
         (state,) = TxnClient(sock).describe("app")
     finally:
         sock.close()
-    assert state.error_code == NONE and state.transaction_state == "Ongoing"
+    assert state.error_code == ErrorCode.none and state.transaction_state == "Ongoing"
     return sorted(topic.topic for topic in state.topics)

@@ -5,6 +5,7 @@ import asyncio
 import datetime
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
@@ -19,8 +20,6 @@ from tests.batches import make_batch
 from tests.test_group_coordinator import request
 from tests.wire import decode_response
 
-E_NONE, INVALID_EPOCH, MAPPING, TXN_STATE, TIMEOUT = 0, 47, 49, 48, 50
-FENCED, UNSTABLE, NOT_FOUND, CONCURRENT = 90, 88, 105, 51
 TOPIC = "t"
 
 
@@ -109,7 +108,7 @@ class Harness:
         producer_id, epoch = producer
         values = {"transactional_id": txn, "producer_id": producer_id, "producer_epoch": epoch,
                   "group_id": group}
-        assert self.send(25, 3, values).error_code == E_NONE
+        assert self.send(25, 3, values).error_code == ErrorCode.none
         answer = self.send(28, 3, dict(values, generation_id=-1, member_id="",
                                        group_instance_id=None, topics=[{
                                            "name": TOPIC, "partitions": [{
@@ -154,21 +153,21 @@ def test_illegal_state_moves_raise():
 
 def test_a_commit_writes_a_marker_to_every_partition_and_moves_the_lso(harness):
     code, producer_id, epoch = harness.init()
-    assert (code, epoch) == (E_NONE, 0)
+    assert (code, epoch) == (ErrorCode.none, 0)
     producer = (producer_id, epoch)
-    assert harness.add(producer, [0, 1]) == {0: E_NONE, 1: E_NONE}
+    assert harness.add(producer, [0, 1]) == {0: ErrorCode.none, 1: ErrorCode.none}
     first = harness.produce(producer, 0)
     partition = harness.registry.partition(TOPIC, 0)
     assert partition.last_stable_offset == first < partition.high_watermark
     assert harness.describe().transaction_state == "Ongoing"
-    assert harness.end(producer, commit=True) == E_NONE
+    assert harness.end(producer, commit=True) == ErrorCode.none
     assert partition.last_stable_offset == partition.high_watermark
     for index in (0, 1):
         assert control_batches(harness.registry.partition(TOPIC, index)) == [producer]
     assert control_batches(harness.registry.partition(TOPIC, 2)) == []
     assert harness.describe().transaction_state == "CompleteCommit"
-    assert harness.end(producer, commit=True) == E_NONE  # a retry
-    assert harness.end(producer, commit=False) == TXN_STATE
+    assert harness.end(producer, commit=True) == ErrorCode.none  # a retry
+    assert harness.end(producer, commit=False) == ErrorCode.invalid_txn_state
 
 
 def test_an_abort_is_listed_for_read_committed_fetches(harness):
@@ -176,7 +175,7 @@ def test_an_abort_is_listed_for_read_committed_fetches(harness):
     producer = (producer_id, epoch)
     harness.add(producer, [0])
     first = harness.produce(producer, 0)
-    assert harness.end(producer, commit=False) == E_NONE
+    assert harness.end(producer, commit=False) == ErrorCode.none
     partition = harness.registry.partition(TOPIC, 0)
     assert partition.aborted_transactions(0, partition.high_watermark) == [(producer_id, first)]
 
@@ -187,30 +186,31 @@ def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction(harness):
     harness.add(old, [0])
     harness.produce(old, 0)
     code, same_id, new_epoch = harness.init()
-    assert (code, same_id, new_epoch) == (E_NONE, producer_id, epoch + 2)  # abort, then init
+    # An abort, then an init.
+    assert (code, same_id, new_epoch) == (ErrorCode.none, producer_id, epoch + 2)
     partition = harness.registry.partition(TOPIC, 0)
     assert control_batches(partition) == [(producer_id, epoch + 1)]
     assert partition.last_stable_offset == partition.high_watermark
-    assert harness.add(old, [1]) == {1: FENCED}
-    assert harness.add(old, [1], version=1) == {1: INVALID_EPOCH}
-    assert harness.end(old, commit=True) == FENCED
+    assert harness.add(old, [1]) == {1: ErrorCode.producer_fenced}
+    assert harness.add(old, [1], version=1) == {1: ErrorCode.invalid_producer_epoch}
+    assert harness.end(old, commit=True) == ErrorCode.producer_fenced
     zombie = partition.append(transactional(make_batch(1, producer_id, epoch, 5)))
     assert zombie.error == "invalid_producer_epoch"
-    assert harness.add((producer_id, new_epoch), [1]) == {1: E_NONE}
+    assert harness.add((producer_id, new_epoch), [1]) == {1: ErrorCode.none}
 
 
 def test_requests_of_an_unknown_producer_or_a_bad_timeout_are_refused(harness):
-    assert harness.add((7, 0), [0]) == {0: MAPPING}
-    assert harness.end((7, 0), commit=True) == MAPPING
-    assert harness.init(timeout_ms=0)[0] == TIMEOUT
-    assert harness.init(timeout_ms=900_001)[0] == TIMEOUT
-    assert harness.describe_code("nobody") == NOT_FOUND
+    assert harness.add((7, 0), [0]) == {0: ErrorCode.invalid_producer_id_mapping}
+    assert harness.end((7, 0), commit=True) == ErrorCode.invalid_producer_id_mapping
+    assert harness.init(timeout_ms=0)[0] == ErrorCode.invalid_transaction_timeout
+    assert harness.init(timeout_ms=900_001)[0] == ErrorCode.invalid_transaction_timeout
+    assert harness.describe_code("nobody") == ErrorCode.transactional_id_not_found
 
 
 def test_offsets_in_a_transaction_are_visible_only_after_its_commit(harness):
     _, producer_id, epoch = harness.init()
     producer = (producer_id, epoch)
-    assert harness.commit_offset(producer, 0, 42) == [E_NONE]
+    assert harness.commit_offset(producer, 0, 42) == [ErrorCode.none]
 
     def fetched(stable: bool):
         answer = harness.send(9, 8, {"groups": [{"group_id": "g", "topics": [
@@ -218,20 +218,20 @@ def test_offsets_in_a_transaction_are_visible_only_after_its_commit(harness):
         (part,) = answer.groups[0].topics[0].partitions
         return part.error_code, part.committed_offset
 
-    assert fetched(stable=False) == (E_NONE, -1)
-    assert fetched(stable=True)[0] == UNSTABLE
+    assert fetched(stable=False) == (ErrorCode.none, -1)
+    assert fetched(stable=True)[0] == ErrorCode.unstable_offset_commit
     harness.restart()  # pending offsets are durable too
-    assert fetched(stable=True)[0] == UNSTABLE
-    assert harness.end(producer, commit=True) == E_NONE
-    assert fetched(stable=True) == (E_NONE, 42)
+    assert fetched(stable=True)[0] == ErrorCode.unstable_offset_commit
+    assert harness.end(producer, commit=True) == ErrorCode.none
+    assert fetched(stable=True) == (ErrorCode.none, 42)
     harness.restart()
-    assert fetched(stable=False) == (E_NONE, 42)
+    assert fetched(stable=False) == (ErrorCode.none, 42)
 
 
 def test_an_aborted_transaction_drops_its_offsets(harness):
     _, producer_id, epoch = harness.init()
-    assert harness.commit_offset((producer_id, epoch), 1, 9) == [E_NONE]
-    assert harness.end((producer_id, epoch), commit=False) == E_NONE
+    assert harness.commit_offset((producer_id, epoch), 1, 9) == [ErrorCode.none]
+    assert harness.end((producer_id, epoch), commit=False) == ErrorCode.none
     assert harness.offsets.get("g") == {} and harness.offsets.pending_partitions("g") == set()
 
 
@@ -263,11 +263,11 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(harne
     assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", epoch + 1)
     partition = harness.registry.partition(TOPIC, 1)
     assert partition.aborted_transactions(0, partition.high_watermark) == [(producer_id, first)]
-    assert harness.end(producer, commit=True) == FENCED
+    assert harness.end(producer, commit=True) == ErrorCode.producer_fenced
     # KIP-360: the producer whose transaction the coordinator aborted comes back with its
     # id and epoch and gets the bumped epoch (Kafka's last epoch), once.
     assert harness.init(timeout_ms=1000, producer_id=producer_id, epoch=epoch) == (
-        E_NONE, producer_id, epoch + 1)
+        ErrorCode.none, producer_id, epoch + 1)
 
 
 def test_idle_ids_expire_and_are_forgotten_across_restarts(harness):
@@ -277,7 +277,7 @@ def test_idle_ids_expire_and_are_forgotten_across_restarts(harness):
     assert harness.coordinator.expire_ids(now=txn.updated_ms + limit - 1) == 0
     assert harness.coordinator.expire_ids(now=txn.updated_ms + limit + 1) == 1
     harness.restart()
-    assert harness.describe_code("app") == NOT_FOUND
+    assert harness.describe_code("app") == ErrorCode.transactional_id_not_found
 
 
 def test_list_transactions_filters_by_state_and_producer(harness):
@@ -298,8 +298,8 @@ def test_the_number_of_transactional_ids_is_bounded(tmp_path):
     try:
         _, producer_id, epoch = harness.init("a")
         harness.add((producer_id, epoch), [0], txn="a")  # in a transaction: never forgotten
-        assert harness.init("b")[0] == E_NONE
-        assert harness.init("c")[0] == E_NONE  # takes idle "b"'s place
+        assert harness.init("b")[0] == ErrorCode.none
+        assert harness.init("c")[0] == ErrorCode.none  # takes idle "b"'s place
         assert set(harness.coordinator.transactions) == {"a", "c"}
         harness.add(harness.init("c")[1:], [1], txn="c")
         assert harness.init("d")[0] == 15  # COORDINATOR_NOT_AVAILABLE: all busy
@@ -315,14 +315,14 @@ def test_the_batched_form_adds_and_verifies_partitions(harness):
             "transactional_id": "app", "producer_id": producer_id, "producer_epoch": epoch,
             "verify_only": verify_only, "topics": [{"name": TOPIC,
                                                     "partitions": list(partitions)}]}]})
-        assert answer.error_code == E_NONE
+        assert answer.error_code == ErrorCode.none
         (result,) = answer.results_by_transaction
         return {r.partition_index: r.partition_error_code
                 for t in result.topic_results for r in t.results_by_partition}
 
-    assert batched([0], verify_only=True) == {0: TXN_STATE}  # no transaction yet
-    assert batched([0, 1], verify_only=False) == {0: E_NONE, 1: E_NONE}
-    assert batched([1, 2], verify_only=True) == {1: E_NONE, 2: TXN_STATE}
+    assert batched([0], verify_only=True) == {0: ErrorCode.invalid_txn_state}  # no transaction yet
+    assert batched([0, 1], verify_only=False) == {0: ErrorCode.none, 1: ErrorCode.none}
+    assert batched([1, 2], verify_only=True) == {1: ErrorCode.none, 2: ErrorCode.invalid_txn_state}
 
 
 def test_a_transaction_open_at_a_crash_is_aborted_after_its_timeout(harness):
@@ -346,12 +346,13 @@ def test_markers_a_partition_cannot_take_are_owed_until_it_can(harness):
     harness.produce(producer, 1)
     offline = harness.registry.partition(TOPIC, 1)
     offline.state[13] = 1  # W_OFFLINE: its files could not be recovered
-    assert harness.end(producer, commit=True) == E_NONE  # decided: the Prepare line is written
+    # Decided: the Prepare line is written.
+    assert harness.end(producer, commit=True) == ErrorCode.none
     assert harness.describe().transaction_state == "PrepareCommit"
     assert control_batches(harness.registry.partition(TOPIC, 0)) == [producer]
-    assert harness.end(producer, commit=True) == CONCURRENT
-    assert harness.add(producer, [2]) == {2: CONCURRENT}
-    assert harness.init()[0] == CONCURRENT
+    assert harness.end(producer, commit=True) == ErrorCode.concurrent_transactions
+    assert harness.add(producer, [2]) == {2: ErrorCode.concurrent_transactions}
+    assert harness.init()[0] == ErrorCode.concurrent_transactions
     assert harness.coordinator.retry_markers() == 1
     offline.state[13] = 0  # back (a restart recovered it)
     assert harness.coordinator.retry_markers() == 0
@@ -374,7 +375,7 @@ def test_a_failed_complete_line_is_written_by_a_later_round(harness, monkeypatch
         real_append(lines)
 
     monkeypatch.setattr(harness.coordinator.file, "append", full_disk_once)
-    assert harness.end(producer, commit=True) == E_NONE  # decided and marked
+    assert harness.end(producer, commit=True) == ErrorCode.none  # decided and marked
     assert harness.coordinator.transactions["app"].state is TxnState.PREPARE_COMMIT
     assert harness.coordinator.retry_markers() == 0
     assert harness.describe().transaction_state == "CompleteCommit"
@@ -394,7 +395,7 @@ def test_a_transaction_no_coordinator_state_covers_is_aborted_after_two_sweeps(h
     assert partition.aborted_transactions(0, partition.high_watermark) == [(4242, first)]
     assert partition.last_stable_offset == legit  # the covered transaction still holds it
     assert harness.coordinator.abort_hanging() == 0
-    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert harness.end((producer_id, epoch), commit=True) == ErrorCode.none
     assert partition.last_stable_offset == partition.high_watermark
 
 
@@ -409,11 +410,12 @@ def test_a_transaction_over_many_partitions_is_marked_a_slice_per_turn(harness):
         "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [
             {"name": "wide", "partitions": wanted}]})
     assert {r.partition_error_code for t in answer.results_by_topic_v3_and_below
-            for r in t.results_by_partition} == {E_NONE}
-    assert harness.end((producer_id, epoch), commit=True) == E_NONE  # decided, not all marked
+            for r in t.results_by_partition} == {ErrorCode.none}
+    # Decided, not all marked.
+    assert harness.end((producer_id, epoch), commit=True) == ErrorCode.none
     marked = [bool(control_batches(harness.registry.partition("wide", p))) for p in wanted]
     assert sum(marked) == MARKERS_PER_TURN
-    assert harness.end((producer_id, epoch), commit=True) == CONCURRENT
+    assert harness.end((producer_id, epoch), commit=True) == ErrorCode.concurrent_transactions
     for _ in range(3):  # two more turns of the loop finish it
         harness.loop.run_until_complete(asyncio.sleep(0))
     assert all(control_batches(harness.registry.partition("wide", p)) for p in wanted)
@@ -426,7 +428,7 @@ def test_the_transaction_log_stays_small_under_many_transactions(harness):
     _, producer_id, epoch = harness.init()
     for _ in range(module.COMPACT_MIN):
         harness.add((producer_id, epoch), [0])
-        assert harness.end((producer_id, epoch), commit=True) == E_NONE
+        assert harness.end((producer_id, epoch), commit=True) == ErrorCode.none
     assert harness.coordinator.file.lines < module.COMPACT_MIN
     harness.restart()
     assert harness.describe().transaction_state == "CompleteCommit"
@@ -435,19 +437,22 @@ def test_the_transaction_log_stays_small_under_many_transactions(harness):
 def test_a_zombie_cannot_fence_the_instance_that_replaced_it(harness):
     _, producer_id, epoch = harness.init()  # instance A
     assert harness.init()[2] == epoch + 1  # instance B (no id given): A is fenced
-    assert harness.init(producer_id=producer_id, epoch=epoch)[0] == FENCED  # A again
-    assert harness.init(producer_id=producer_id, epoch=epoch, version=3)[0] == INVALID_EPOCH
+    # A again.
+    assert harness.init(producer_id=producer_id, epoch=epoch)[0] == ErrorCode.producer_fenced
+    assert harness.init(producer_id=producer_id, epoch=epoch, version=3)[0] == \
+        ErrorCode.invalid_producer_epoch
     # B's own bump (KIP-360) works, and a retry of it (its answer lost) gets the same epoch.
-    assert harness.init(producer_id=producer_id, epoch=epoch + 1) == (E_NONE, producer_id,
+    assert harness.init(producer_id=producer_id, epoch=epoch + 1) == (ErrorCode.none, producer_id,
                                                                        epoch + 2)
-    assert harness.init(producer_id=producer_id, epoch=epoch + 1) == (E_NONE, producer_id,
+    assert harness.init(producer_id=producer_id, epoch=epoch + 1) == (ErrorCode.none, producer_id,
                                                                        epoch + 2)
 
 
 def test_idempotent_producers_always_get_a_new_id(harness):
     answer = harness.send(22, 4, {"transactional_id": None, "transaction_timeout":
                                   datetime.timedelta(0), "producer_id": 5, "producer_epoch": 7})
-    assert answer.error_code == E_NONE and answer.producer_id != 5 and answer.producer_epoch == 0
+    assert answer.error_code == ErrorCode.none
+    assert answer.producer_id != 5 and answer.producer_epoch == 0
 
 
 def test_fencing_at_the_last_epoch_keeps_the_producer_id(harness):
@@ -479,21 +484,22 @@ def test_many_partitions_that_cannot_take_markers_do_not_spin_the_loop(harness):
     attempts = []
     real = harness.coordinator._marked
     harness.coordinator._marked = lambda *args: attempts.append(1) or real(*args)
-    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert harness.end((producer_id, epoch), commit=True) == ErrorCode.none
     for _ in range(10):
         harness.loop.run_until_complete(asyncio.sleep(0))
     assert len(attempts) == count  # each tried once, then left for the next round
-    assert harness.end((producer_id, epoch), commit=False) == TXN_STATE  # not the decision
+    # Not the decision.
+    assert harness.end((producer_id, epoch), commit=False) == ErrorCode.invalid_txn_state
 
 
 def test_a_plain_commit_after_the_transactional_one_is_not_overwritten(harness):
     _, producer_id, epoch = harness.init()
-    assert harness.commit_offset((producer_id, epoch), 0, 5) == [E_NONE]
+    assert harness.commit_offset((producer_id, epoch), 0, 5) == [ErrorCode.none]
     harness.send(8, 8, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                         "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
                             {"partition_index": 0, "committed_offset": 9,
                              "committed_leader_epoch": -1, "committed_metadata": None}]}]})
-    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert harness.end((producer_id, epoch), commit=True) == ErrorCode.none
     assert harness.offsets.get("g")[(TOPIC, 0)].offset == 9
     harness.restart()
     assert harness.offsets.get("g")[(TOPIC, 0)].offset == 9
@@ -501,9 +507,9 @@ def test_a_plain_commit_after_the_transactional_one_is_not_overwritten(harness):
 
 def test_deleting_a_group_drops_the_offsets_a_transaction_had_pending(harness):
     _, producer_id, epoch = harness.init()
-    assert harness.commit_offset((producer_id, epoch), 0, 3) == [E_NONE]
+    assert harness.commit_offset((producer_id, epoch), 0, 3) == [ErrorCode.none]
     harness.offsets.delete_group("g")
-    assert harness.end((producer_id, epoch), commit=True) == E_NONE
+    assert harness.end((producer_id, epoch), commit=True) == ErrorCode.none
     assert harness.offsets.get("g") == {}
     harness.restart()
     assert harness.offsets.get("g") == {} and harness.offsets.pending_partitions("g") == set()
@@ -516,14 +522,14 @@ def test_a_holder_at_its_share_replaces_its_own_idle_ids_and_waits_when_all_are_
         a, b = {"peer": "10.0.0.1:1"}, {"peer": "10.0.0.2:1"}
         harness.init("a-0", **a)
         _, producer_id, epoch = harness.init("a-1", **a)
-        assert harness.init("a-2", **a)[0] == E_NONE  # a-0, its least recently used, goes
+        assert harness.init("a-2", **a)[0] == ErrorCode.none  # a-0, its least recently used, goes
         assert set(harness.coordinator.transactions) == {"a-1", "a-2"}
         harness.add((producer_id, epoch), [0], txn="a-1")
         _, producer_id, epoch = harness.init("a-2", **a)
         harness.add((producer_id, epoch), [1], txn="a-2")
         assert harness.init("a-3", **a)[0] == 15  # both busy: COORDINATOR_NOT_AVAILABLE
-        assert harness.init("b-0", **b)[0] == E_NONE  # another address is not held back
-        assert harness.init("a-3", user="alice", **a)[0] == E_NONE  # nor another principal
+        assert harness.init("b-0", **b)[0] == ErrorCode.none  # another address is not held back
+        assert harness.init("a-3", user="alice", **a)[0] == ErrorCode.none  # nor another principal
         assert harness.coordinator.bounds.refused == {"share": 1, "full": 0}
         assert harness.coordinator.bounds.forgotten["share"] == 1
     finally:
@@ -545,7 +551,7 @@ def test_taking_over_an_id_counts_in_the_new_holders_share_and_shares_survive_a_
         holdings = harness.coordinator.holdings
         assert holdings.held == {("ANONYMOUS", "10.0.0.1"): 1, ("ANONYMOUS", "10.0.0.2"): 2}
         assert harness.init("shared", **b)[0] == 15
-        assert harness.init("shared", user="bob", **b)[0] == E_NONE  # bob has room
+        assert harness.init("shared", user="bob", **b)[0] == ErrorCode.none  # bob has room
         assert holdings.held == {("ANONYMOUS", "10.0.0.2"): 2, ("bob", ""): 1}
     finally:
         harness.close()
@@ -586,7 +592,6 @@ def test_the_transaction_lists_and_descriptions_are_kios_bytes():
     from broker.parent.transactions.answers import (describe_transactions_body,
                                                     list_transactions_body)
     from broker.shared.protocol.codec import build, encode_entity, response_class
-    from broker.shared.protocol.errors import ErrorCode
 
     def kio(api_key: int, version: int, values: dict) -> bytes:
         return encode_entity(build(response_class(api_key, version), values))
@@ -629,8 +634,9 @@ def test_a_description_past_the_answer_bound_is_refused_before_it_is_built(tmp_p
         ids = [f"app-{number}" for number in range(300)]
         for txn in ids:
             code, producer_id, epoch = harness.init(txn)
-            assert code == E_NONE
-            assert set(harness.add((producer_id, epoch), range(3), txn=txn).values()) == {E_NONE}
+            assert code == ErrorCode.none
+            assert set(harness.add((producer_id, epoch), range(3), txn=txn).values()) == \
+                {ErrorCode.none}
         few = harness.send(65, 0, {"transactional_ids": ids[:50]}).transaction_states
         assert [len(state.topics[0].partitions) for state in few] == [3] * 50
         with pytest.raises(ResponseTooLarge):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import consume_all
 from tests.test_group_coordinator import request
 from tests.wire import KafkaSocket, create_topic, decode_response, frame
 
@@ -34,32 +35,6 @@ def producer(broker, transactional_id: str, **extra):
     return made
 
 
-def consume_all(broker, topic: str, isolation: str, expected: int, group: str,
-                timeout: float = 20) -> list[bytes]:
-    """Values read from the beginning until `expected` arrived and nothing more came for a
-    while (a read_committed consumer must also get past aborted records and markers)."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "isolation.level": isolation,
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    values, deadline, quiet_until = [], time.monotonic() + timeout, None
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-                quiet_until = None
-            if len(values) >= expected:
-                quiet_until = quiet_until or time.monotonic() + 1.0
-                if time.monotonic() > quiet_until:
-                    break
-    finally:
-        consumer.close()
-    return values
-
-
 def describe_transaction(broker, transactional_id: str):
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(frame(request(65, 0, {"transactional_ids": [transactional_id]})))
@@ -76,8 +51,8 @@ def test_read_committed_sees_committed_records_only(broker):
             made.produce("orders", f"{outcome}-{number}".encode(), partition=number % 3)
         made.flush(10)
         made.commit_transaction(10) if outcome == "commit" else made.abort_transaction(10)
-    committed = consume_all(broker, "orders", "read_committed", 60, "committed")
-    everything = consume_all(broker, "orders", "read_uncommitted", 90, "uncommitted")
+    committed = consume_all(broker.bootstrap, "orders", "read_committed", 60, "committed")
+    everything = consume_all(broker.bootstrap, "orders", "read_uncommitted", 90, "uncommitted")
     assert len(committed) == 60 and all(v.startswith(b"commit-") for v in committed)
     assert sorted(everything) == sorted(committed + [f"abort-{n}".encode() for n in range(30)])
     assert describe_transaction(broker, "orders-app").transaction_state == "CompleteCommit"
@@ -127,7 +102,8 @@ def test_a_zombie_is_fenced_by_a_new_producer_with_its_id(broker):
     with pytest.raises(KafkaException) as raised:
         zombie.commit_transaction(10)
     assert raised.value.args[0].fatal()
-    assert consume_all(broker, "fencing", "read_committed", 1, "fencing") == [b"successor"]
+    assert consume_all(broker.bootstrap, "fencing", "read_committed", 1, "fencing") == \
+        [b"successor"]
 
 
 def test_kafka_python_transactions_interoperate(broker):
@@ -146,7 +122,7 @@ def test_kafka_python_transactions_interoperate(broker):
         made.abort_transaction()
     finally:
         made.close()
-    values = consume_all(broker, "python-txn", "read_committed", 10, "python-reader")
+    values = consume_all(broker.bootstrap, "python-txn", "read_committed", 10, "python-reader")
     assert sorted(values) == sorted(f"kept-{n}".encode() for n in range(10))
 
 
@@ -164,7 +140,8 @@ def test_a_transaction_left_open_is_aborted_after_its_timeout(broker):
     after.commit_transaction(10)
     assert broker.metric("broker_transactions_ended_total", outcome="timed_out") >= 1
     # The read_committed consumer is not stuck behind the abandoned transaction.
-    assert consume_all(broker, "abandoned", "read_committed", 1, "abandoned") == [b"later"]
+    assert consume_all(broker.bootstrap, "abandoned", "read_committed", 1, "abandoned") == \
+        [b"later"]
 
 
 def test_consume_transform_produce_is_exactly_once_across_a_killed_broker(tmp_path):
@@ -197,7 +174,8 @@ def test_consume_transform_produce_is_exactly_once_across_a_killed_broker(tmp_pa
             assert app.wait(120) == 0, app.stdout.read()
         finally:
             app.kill()
-        values = consume_all(second, "sink", "read_committed", total, "checker", timeout=60)
+        values = consume_all(second.bootstrap, "sink", "read_committed", total, "checker",
+                             timeout=60)
     assert len(values) == total
     assert sorted(values) == sorted(b"T" + value for value in _source_values(total))
 
@@ -262,7 +240,7 @@ def test_aiokafka_transactions_interoperate(broker):
             await made.stop()
 
     asyncio.run(run())
-    values = consume_all(broker, "aio-txn", "read_committed", 10, "aio-reader")
+    values = consume_all(broker.bootstrap, "aio-txn", "read_committed", 10, "aio-reader")
     assert sorted(values) == sorted(f"kept-{n}".encode() for n in range(10))
 
 
@@ -324,5 +302,5 @@ def test_a_transactional_batch_outside_any_transaction_cannot_stall_read_committ
     made.begin_transaction()
     made.produce("hanging", b"after")
     made.commit_transaction(10)
-    assert consume_all(broker, "hanging", "read_committed", 1, "hanging") == [b"after"]
+    assert consume_all(broker.bootstrap, "hanging", "read_committed", 1, "hanging") == [b"after"]
     assert broker.metric("broker_transactions_ended_total", outcome="hanging") == 1

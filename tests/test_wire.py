@@ -5,6 +5,7 @@ import struct
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
 from tests.wire import (KafkaSocket, api_versions_request, decode_response, frame, metadata_request,
@@ -57,7 +58,7 @@ def test_unsupported_api_versions_version_gets_a_v0_answer(broker):
         client.send(raw_request(18, 77, correlation_id=5, rest=b"\x00\x00"))
         correlation, response = decode_response(18, 0, client.receive())
         assert correlation == 5
-        assert response.error_code == 35  # UNSUPPORTED_VERSION
+        assert response.error_code == ErrorCode.unsupported_version
         assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(18, 0, 4)]
         client.send(api_versions_request(3, correlation_id=6))  # the connection stays usable
         assert decode_response(18, 3, client.receive())[0] == 6
@@ -69,7 +70,8 @@ def test_invalid_client_software_name_gets_invalid_request(broker):
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(frame(header + body))
         correlation, response = decode_response(18, 3, client.receive())
-        assert correlation == 8 and response.error_code == 42 and response.api_keys == ()
+        assert correlation == 8 and response.error_code == ErrorCode.invalid_request
+        assert response.api_keys == ()
 
 
 def test_metadata_names_this_broker_and_unknown_topics(broker):
@@ -80,7 +82,8 @@ def test_metadata_names_this_broker_and_unknown_topics(broker):
             correlation, response = decode_response(3, version, client.receive())
             assert correlation == version
             assert [(b.node_id, b.host, b.port) for b in response.brokers] == [(0, host, port)]
-            assert [(t.name, t.error_code) for t in response.topics] == [("nope", 3)]
+            assert [(t.name, t.error_code) for t in response.topics] == \
+                [("nope", ErrorCode.unknown_topic_or_partition)]
 
 
 def test_pipelined_requests_are_answered_in_order(broker):

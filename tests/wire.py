@@ -139,6 +139,14 @@ def produce_errors(body: bytes, version: int = 9) -> list[tuple[int, int]]:
             for p in topic.partition_responses]
 
 
+def produce_batch(client: KafkaSocket, topic: str, batch: bytes,
+                  correlation_id: int = 1) -> tuple[int, int]:
+    """Produce one batch to partition 0 of `topic`: (error code, base offset)."""
+    client.send(produce_request(topic, batch, correlation_id=correlation_id))
+    (answer,) = produce_errors(client.receive())
+    return answer
+
+
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
