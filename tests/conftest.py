@@ -48,3 +48,16 @@ def default_broker():
     other tests leave on it (connections, topics)."""
     with harness.BrokerProcess(workers=2) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def broker(request):
+    """The broker of a module that does not define its own: the shared `default_broker`, or a
+    broker of two workers of the module's own where it needs one nothing else touched
+    (`FRESH_BROKER = True`) or sets keys (`BROKER_OVERRIDES = {key: value}`)."""
+    overrides = getattr(request.module, "BROKER_OVERRIDES", None)
+    if overrides is None and not getattr(request.module, "FRESH_BROKER", False):
+        yield request.getfixturevalue("default_broker")
+        return
+    with harness.BrokerProcess(workers=2, overrides=overrides) as running:
+        yield running

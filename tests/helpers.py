@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from broker.shared.config import load_config
-from broker.shared.log.partition import LogSettings
+from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from workers.apis import Services, build_apis
 from workers.backpressure import RequestQueue

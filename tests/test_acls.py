@@ -1,4 +1,4 @@
-"""ACL authorization (issue 17): Kafka's decision, its filters and validation, the audit, and
+"""ACL authorization: Kafka's decision, its filters and validation, the audit, and
 real clients over SASL against a broker with `authorizer.class.name` set.
 
 Real clients: confluent-kafka (AdminClient create/describe/delete_acls, producer, consumer),
@@ -438,7 +438,7 @@ def test_acls_survive_a_worker_kill_and_a_restart_and_kafka_python_manages_them(
         bob.close()
 
 
-# --- authorized operations (issue 18, 9a: found by librdkafka's own suite) ------------------
+# --- authorized operations ------------------
 
 def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
     """Metadata v10 (topic and cluster), Metadata v13 (topic), DescribeCluster and

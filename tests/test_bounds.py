@@ -1,4 +1,4 @@
-"""Nothing grows without bound, nothing acknowledged is lost or written twice (issue 14).
+"""Nothing grows without bound, nothing acknowledged is lost or written twice.
 
 Black-box regressions on real brokers on 127.0.0.1, one per finding, and the bound table of
 ARCHITECTURE.md pushed to its bounds: the documented answer comes back and memory stays flat.

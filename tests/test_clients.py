@@ -9,10 +9,8 @@ from tests.harness import BrokerProcess
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with BrokerProcess(workers=2) as running:
-        yield running
+# Its tests see a broker with no topic at all (tests/conftest.py `broker`).
+FRESH_BROKER = True
 
 
 def test_kafka_python_consumer_sees_the_cluster(broker):

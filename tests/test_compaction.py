@@ -1,4 +1,4 @@
-"""Log compaction (issue 18, item 6): the latest record per key in closed segments, offsets
+"""Log compaction: the latest record per key in closed segments, offsets
 unchanged, tombstones gone after delete.retention.ms, codecs kept, crash-safe swaps; and a
 real client reading a compacted topic back."""
 

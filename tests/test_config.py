@@ -34,7 +34,7 @@ def test_defaults_are_kafkas():
 
 
 def test_the_listen_backlog_absorbs_bursts_unless_set(tmp_path):
-    """Kafka's 50 drops SYNs while the parent hands off (issue 21): min(somaxconn, 4096)."""
+    """Kafka's 50 drops SYNs while the parent hands off: min(somaxconn, 4096)."""
     from broker.shared.config import listen_backlog
 
     somaxconn = tmp_path / "somaxconn"

@@ -1,4 +1,4 @@
-"""Connection bursts and many connections (issue 21, items 3 and 4) against a real broker."""
+"""Connection bursts and many connections against a real broker."""
 
 import resource
 import socket

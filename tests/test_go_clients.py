@@ -25,12 +25,9 @@ RECORDS = 200
 PARTITIONS = [0, 1, 2]
 
 
-@pytest.fixture(scope="module")
-def broker():
-    # Members that join an empty group together form it at once, as with Kafka's default
-    # delay they would after it; the group tests then take a fraction of a second.
-    with BrokerProcess(workers=2, overrides={"group.initial.rebalance.delay.ms": "0"}) as running:
-        yield running
+# Members that join an empty group together form it at once, as with Kafka's default delay
+# they would after it; the group tests then take a fraction of a second.
+BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 
 
 def run(program: str, broker: BrokerProcess, scenario: str, topic: str, *extra: str) -> dict:

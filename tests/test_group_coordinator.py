@@ -431,7 +431,7 @@ def offsets_record(topic, partition, offset):
 
 
 def test_list_groups_filters_are_case_insensitive(harness):
-    """Issue 18: ListGroups v5 compares states and types as Kafka does, ignoring case."""
+    """ListGroups v5 compares states and types as Kafka does, ignoring case."""
     first, join = harness.join_member()
     harness.wait(join)
     harness.wait(harness.sync(first, 1, [(first, b"x")]))
@@ -444,7 +444,7 @@ def test_list_groups_filters_are_case_insensitive(harness):
 
 
 def test_a_stale_commit_during_completing_rebalance_hears_who_it_is_first(harness):
-    """Issue 18: in CompletingRebalance a commit from an old generation or an unknown member
+    """In CompletingRebalance a commit from an old generation or an unknown member
     gets ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (librdkafka rejoins); only a member of the
     current generation gets REBALANCE_IN_PROGRESS."""
     first, join = harness.join_member()

@@ -1,6 +1,6 @@
 """Hostile clients against a real broker: none of them crashes, wedges or stalls it.
 
-One regression test per finding of the adversarial review (issue 13), each on a broker
+One regression test per finding of the adversarial review, each on a broker
 process on 127.0.0.1.  After every test the broker must still be up, have restarted no worker
 (`broker_worker_restarts_total` 0 through the whole module) and answer a new client.
 """

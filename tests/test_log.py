@@ -166,7 +166,7 @@ def test_timestamps_find_offsets(registry):
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
 def test_timestamp_lookups_read_the_records_of_compressed_batches(registry, codec):
-    """Issue 18: inside one batch (compressed or not) the lookup finds the record, not the
+    """Inside one batch (compressed or not) the lookup finds the record, not the
     batch; MAX_TIMESTAMP (KIP-734) is the record carrying the largest stamp."""
     registry.create("t", 1)
     partition = registry.partition("t", 0)
@@ -461,7 +461,7 @@ def test_a_snappy_java_frame_cut_inside_a_block_length_is_a_corrupt_message():
 
 
 def test_delete_records_moves_the_log_start_and_survives_a_restart(tmp_path):
-    """DeleteRecords (issue 18): the log start offset moves, whole segments below it go, a
+    """DeleteRecords: the log start offset moves, whole segments below it go, a
     restart (recovery from the files) keeps it, and it never moves back."""
     settings = LogSettings(segment_bytes=300, index_interval_bytes=64)
     registry = TopicRegistry((str(tmp_path),), settings, Epoch())

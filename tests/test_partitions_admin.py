@@ -1,4 +1,4 @@
-"""What real applications need from a broker (issue 18): CreatePartitions, DeleteRecords,
+"""What real applications need from a broker: CreatePartitions, DeleteRecords,
 OffsetDelete, DescribeLogDirs and DescribeProducers, with confluent-kafka's and kafka-python's
 admin clients, and consumers that see the result."""
 
@@ -8,17 +8,14 @@ import time
 
 import pytest
 
-from tests.harness import BrokerProcess, wait_until
+from tests.harness import wait_until
 from tests.helpers import produce
 
 pytestmark = pytest.mark.system  # every test here uses a broker
 
 
-@pytest.fixture(scope="module")
-def broker():
-    # A group forms without Kafka's 3 s wait for more members: the admin APIs are under test.
-    with BrokerProcess(workers=2, overrides={"group.initial.rebalance.delay.ms": "0"}) as running:
-        yield running
+# A group forms without Kafka's 3 s wait for more members: the admin APIs are under test.
+BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 
 
 def test_partitions_added_while_a_group_consumes_are_assigned_after_the_refresh(broker):

@@ -10,13 +10,6 @@ pytestmark = pytest.mark.system  # every test here uses a broker
 COUNT = 300
 
 
-@pytest.fixture
-def broker(default_broker):
-    """The shared default broker (tests/conftest.py): these tests neither restart it, change
-    its configuration, nor count what other tests leave on it."""
-    return default_broker
-
-
 def expected(topic):
     return [(b"k%d" % i, b"%s-%d" % (topic.encode(), i), [("h", b"%d" % i)]) for i in range(COUNT)]
 

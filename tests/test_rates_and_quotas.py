@@ -198,7 +198,7 @@ def test_quota_sensors_are_reused_after_idling_and_never_shared(tmp_path):
         block.close()
 
 
-# --- per-principal limits (issue 16, item 7) ---------------------------------------------------
+# --- per-principal limits ---------------------------------------------------
 
 def _authenticated(q: ConnectionQuotas, conn_id: int, user: str, now: float = 0.0,
                    listener: int = 0) -> Verdict:
@@ -275,7 +275,7 @@ def test_per_user_limits_are_dynamic_keys_with_overrides(tmp_path):
         load_config(raw)
 
 
-# --- shadow mode (issue 19, item 3) ---------------------------------------------------------
+# --- shadow mode ---------------------------------------------------------
 
 
 def test_shadowed_connection_limits_admit_and_name_what_they_would_have_done():

@@ -1,4 +1,4 @@
-"""Legible refusals (issue 19, item 4): a connection over its IP's limit has its first
+"""Legible refusals: a connection over its IP's limit has its first
 request answered (ApiVersions: POLICY_VIOLATION, in v0's layout) and is closed a delay later;
 what kafka-python and confluent-kafka make of it."""
 

@@ -1,4 +1,4 @@
-"""SASL listeners (issue 16, second part): PLAIN from JAAS, SCRAM credentials managed through
+"""SASL listeners: PLAIN from JAAS, SCRAM credentials managed through
 the admin API, failed authentication answered then closed after the configured delay.
 
 Real clients: confluent-kafka (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), kafka-python and aiokafka

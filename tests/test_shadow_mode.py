@@ -1,4 +1,4 @@
-"""Shadow mode (issue 19, item 3): limits that observe only.  Connections over a shadowed
+"""Shadow mode: limits that observe only.  Connections over a shadowed
 per-IP limit are admitted and counted as dry runs until the limit is switched to enforce
 (dynamically); a client over a shadowed quota is not throttled, its would-be throttle is
 counted, and once switched it is throttled."""

@@ -1,4 +1,4 @@
-"""SSL listeners (issue 16, first part): Kafka's ssl.* keys, handshakes in the workers, client
+"""SSL listeners: Kafka's ssl.* keys, handshakes in the workers, client
 certificates mapped to principals, and the plaintext/TLS mix-ups named in the log.
 
 Certificates are made at test time with trustme; the clients are confluent-kafka, kafka-python

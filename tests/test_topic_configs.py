@@ -179,13 +179,6 @@ def test_topic_configs_round_trip_and_survive_a_restart(tmp_path):
         assert (described["flush.ms"].value, described["segment.jitter.ms"].value) == ("0", "10")
 
 
-@pytest.fixture
-def broker(default_broker):
-    """The shared default broker (tests/conftest.py): these tests neither restart it, change
-    its configuration, nor count what other tests leave on it."""
-    return default_broker
-
-
 def _state_word(running: BrokerProcess, topic: str, word: int) -> int:
     """A word of partition 0's state file (broker.shared.log.partition), as the broker left it."""
     from broker.shared.log.partition_state import STATE_FILE

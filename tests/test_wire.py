@@ -47,8 +47,8 @@ def test_api_versions_lists_only_what_is_served(broker):
                 (19, 2, 7), (20, 1, 6), (22, 0, 4), (32, 1, 4), (44, 0, 1), (48, 0, 1),
                 (49, 0, 1), (60, 0, 2), (8, 2, 9), (9, 1, 9), (11, 0, 7), (12, 0, 4), (13, 0, 5),
                 (14, 0, 5), (15, 0, 6), (16, 0, 5), (42, 0, 2),
-                (17, 0, 1), (36, 0, 2), (50, 0, 0), (51, 0, 0),  # SASL and SCRAM (issue 16)
-                (29, 1, 3), (30, 1, 3), (31, 1, 3),  # ACLs (issue 17)
+                (17, 0, 1), (36, 0, 2), (50, 0, 0), (51, 0, 0),  # SASL and SCRAM
+                (29, 1, 3), (30, 1, 3), (31, 1, 3),  # ACLs
                 (21, 0, 2), (33, 0, 2), (35, 1, 4), (37, 0, 3), (47, 0, 0), (61, 0, 0),  # 18
                 (24, 0, 5), (25, 0, 4), (26, 0, 4), (28, 0, 5), (65, 0, 0), (66, 0, 1)}  # 22
 
@@ -179,7 +179,7 @@ def _with_unknown_tags(request: bytes) -> bytes:
 
 
 def test_unknown_tagged_fields_are_skipped_as_the_protocol_says(broker):
-    """Issue 18: a newer client's tagged fields (KIP-482) are skipped, in a request a worker
+    """A newer client's tagged fields (KIP-482) are skipped, in a request a worker
     serves and in one it forwards to the parent (DescribeConfigs v4)."""
     from tests.wire import describe_configs_request
 

@@ -1,4 +1,4 @@
-"""Zero-copy fetch (issue 21) on a real broker: answers sent from the segment files by
+"""Zero-copy fetch on a real broker: answers sent from the segment files by
 os.sendfile keep their order with other answers, carry exactly the segment's bytes, and
 release everything when a client goes away mid-answer or the topic is deleted under it.
 
