@@ -27,7 +27,7 @@ import time
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, memory
-from tests.test_group_coordinator import request as group_request
+from tests.wire import request as group_request
 from tests.wire import KafkaSocket, create_topic, decode_response, frame, produce_request
 
 CLIENTS, GROUPS, PRODUCERS = 10_000, 2_000, 1_000

@@ -445,8 +445,8 @@ def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
     DescribeGroups v5 fill in authorized operations when asked: all the resource type knows
     (topic 8 operations, cluster 7, group 3), as Kafka does without an authorizer."""
     from tests.helpers import make_router
-    from tests.test_group_coordinator import Harness, request
-    from tests.wire import decode_response
+    from tests.test_group_coordinator import Harness
+    from tests.wire import decode_response, request
 
     router = make_router(str(tmp_path / "logs"))
     router.apis[19].services.registry.create("t", 1)

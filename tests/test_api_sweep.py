@@ -125,7 +125,7 @@ def test_a_create_partitions_built_over_several_turns_is_asked_inside_the_loop(s
     one loop turn builds): a worker always has a running loop, and so does the sweep now."""
     import datetime
 
-    from tests.test_group_coordinator import request
+    from tests.wire import request
 
     router, _parent, loop = services
     create = request(19, 5, {"topics": [{"name": "grown", "num_partitions": 1,

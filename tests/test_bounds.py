@@ -452,7 +452,7 @@ def test_a_respawn_that_fails_is_retried_until_it_works():
 
 
 def join_request(group: str, member_id: str, client_id: str, version: int = 5) -> bytes:
-    from tests.test_group_coordinator import request
+    from tests.wire import request
 
     return frame(request(11, version, {
         "group_id": group, "session_timeout": __import__("datetime").timedelta(seconds=30),

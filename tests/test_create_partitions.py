@@ -7,7 +7,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from tests.helpers import make_router
-from tests.test_group_coordinator import request
+from tests.wire import request
 from tests.wire import decode_response
 
 

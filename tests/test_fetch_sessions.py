@@ -21,7 +21,7 @@ from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import make_batch
 from tests.harness import BrokerProcess
-from tests.test_group_coordinator import request
+from tests.wire import request
 from tests.wire import create_topic, decode_response
 from workers.apis import Services, build_apis
 from workers.fetch_response import FileResponse

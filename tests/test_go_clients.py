@@ -164,7 +164,7 @@ def test_sarama_group_commits_what_it_marked(broker, version):
 
 def ask(broker: BrokerProcess, api_key: int, version: int, values: dict):
     """One request built by kio from `values`, on its own connection; the decoded answer."""
-    from tests.test_group_coordinator import request
+    from tests.wire import request
     from tests.wire import KafkaSocket, decode_response, frame
 
     with KafkaSocket(("127.0.0.1", broker.port)) as client:

@@ -8,22 +8,13 @@ import asyncio
 import datetime
 
 import pytest
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from broker.parent.groups import coordinator as coordinator_module
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
 from broker.shared.config import load_config
-from broker.shared.protocol.codec import build, encode_entity
-from tests.wire import decode_response
-
-
-def request(api_key: int, version: int, values: dict, client_id: str = "test") -> bytes:
-    cls = load_request_schema(api_key, version)
-    header = build(cls.__header_schema__, {"request_api_key": api_key, "request_api_version":
-                                           version, "correlation_id": 7, "client_id": client_id})
-    return encode_entity(header) + encode_entity(build(cls, values))
+from tests.wire import decode_response, request
 
 
 class Harness:

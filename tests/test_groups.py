@@ -178,7 +178,7 @@ class RawMember:
         self.member_id, self.generation = "", -1
 
     def _ask(self, api_key: int, version: int, values: dict):
-        from tests.test_group_coordinator import request
+        from tests.wire import request
         from tests.wire import decode_response
 
         with KafkaSocket(self.address, timeout=15) as client:
@@ -286,7 +286,7 @@ def test_group_requests_of_a_client_over_its_request_quota_are_throttled(shared)
 
 def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
     """One raw group request of the client id "sessions" (no quota), decoded."""
-    from tests.test_group_coordinator import request
+    from tests.wire import request
     from tests.wire import decode_response
 
     sock.send(frame(request(api_key, version, values, client_id="sessions")))

@@ -211,7 +211,7 @@ def test_a_batch_just_under_message_max_bytes_is_fetched_whole(broker):
 
 def test_a_describe_configs_of_5000_resources_is_answered_and_the_worker_kept(broker):
     """5,000 topics that do not exist: a 300 KB answer, carried in chunks from the parent."""
-    from tests.test_group_coordinator import request
+    from tests.wire import request
 
     resources = [{"resource_type": 2, "resource_name": f"no.such.topic.{i}",
                   "configuration_keys": None} for i in range(5000)]

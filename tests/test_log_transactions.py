@@ -10,7 +10,7 @@ from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatch
 
 from broker.shared.log import producers as producer_table
-from broker.shared.log import records, transactions
+from broker.shared.log import control_batches, records
 from broker.shared.log.partition_state import W_DIRTY
 from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
@@ -185,7 +185,7 @@ def test_markers_are_kafkas_control_batches(partition, commit, kind):
     assert record.offset == offset and record.headers == []
     assert struct.unpack(">hh", record.key) == (0, kind)
     assert struct.unpack(">hi", record.value) == (0, 13)
-    assert transactions.control_type(data) == kind
+    assert control_batches.control_type(data) == kind
     with pytest.raises(records.BatchError, match="control batches"):
         records.validate(data, 10**6)  # a client still may not write one
 
@@ -293,7 +293,7 @@ def test_an_old_format_producer_file_is_reset(tmp_path):
 def test_a_writer_killed_after_placing_a_marker_is_repaired(partition):
     appended(partition, make_batch(1))
     appended(partition, txn_batch(2, 6, 0, 0))  # 1..2
-    marker = transactions.marker_batch(6, 0, False, 0, int(time.time() * 1000))
+    marker = control_batches.marker_batch(6, 0, False, 0, int(time.time() * 1000))
     with partition.locked():  # the marker is placed, then the writer dies
         partition.state[W_DIRTY] = 12345
         partition._place(marker, records.read_header(marker))
@@ -321,7 +321,7 @@ def test_a_writer_killed_before_recording_a_transaction_start_is_repaired(partit
 
 def test_a_torn_marker_is_cut_and_the_transaction_stays_open(partition):
     appended(partition, txn_batch(2, 6, 0, 0))
-    marker = transactions.marker_batch(6, 0, False, 0, int(time.time() * 1000))
+    marker = control_batches.marker_batch(6, 0, False, 0, int(time.time() * 1000))
     segment_path = os.path.join(partition.directory, f"{partition.active_base:020d}.log")
     with partition.locked():  # half of the marker reached the file
         partition.state[W_DIRTY] = 12345
@@ -351,7 +351,7 @@ def test_retention_and_delete_records_keep_the_index_usable(partition):
 
 
 def test_aborts_below_the_log_start_leave_the_cache_and_the_rest_are_still_listed(partition):
-    from broker.shared.log.transactions import AbortedIndex
+    from broker.shared.log.control_batches import AbortedIndex
 
     firsts = []
     for number in range(2 * AbortedIndex.TRIM_AT_LEAST):

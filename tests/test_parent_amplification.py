@@ -19,7 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
-from tests.test_group_coordinator import request
+from tests.wire import request
 from tests.wire import KafkaSocket, create_topic, decode_response, frame
 
 pytestmark = pytest.mark.system  # every test here starts a broker

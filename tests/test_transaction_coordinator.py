@@ -17,7 +17,7 @@ from broker.shared.log import records
 from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import make_batch
-from tests.test_group_coordinator import request
+from tests.wire import request
 from tests.wire import decode_response
 
 TOPIC = "t"

@@ -11,7 +11,7 @@ import pytest
 
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import consume_all
-from tests.test_group_coordinator import request
+from tests.wire import request
 from tests.wire import KafkaSocket, create_topic, decode_response, frame
 
 pytestmark = pytest.mark.system

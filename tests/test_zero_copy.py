@@ -17,7 +17,7 @@ import pytest
 from broker.shared.log import records
 from tests.batches import make_batch
 from tests.harness import BrokerProcess
-from tests.test_group_coordinator import request
+from tests.wire import request
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response, frame,
                         metadata_request, produce_errors, produce_request)
 

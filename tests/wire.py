@@ -6,8 +6,10 @@ import socket
 import struct
 
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
-from kio.index import load_response_schema
+from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
+
+from broker.shared.protocol.codec import build, encode_entity
 
 
 def api_versions_request(version: int = 3, correlation_id: int = 1, client_id: str = "test") -> bytes:
@@ -30,6 +32,14 @@ def metadata_request(version: int = 12, correlation_id: int = 1, topics=None) ->
         include_cluster_authorized_operations=False)
     request.with_header(correlation_id=correlation_id, client_id="test")
     return frame(bytes(request.encode(header=True)))
+
+
+def request(api_key: int, version: int, values: dict, client_id: str = "test") -> bytes:
+    """A request (header and body, no size) encoded by kio from its values, correlation id 7."""
+    cls = load_request_schema(api_key, version)
+    header = build(cls.__header_schema__, {"request_api_key": api_key, "request_api_version":
+                                           version, "correlation_id": 7, "client_id": client_id})
+    return encode_entity(header) + encode_entity(build(cls, values))
 
 
 def raw_request(api_key: int, api_version: int, correlation_id: int, rest: bytes = b"") -> bytes:

@@ -20,7 +20,7 @@ def fetch_session_costs(rounds: int = 3, requests: int = 300) -> dict[str, dict]
     from broker.shared.log.settings import LogSettings
     from broker.shared.log.topics import Epoch, TopicRegistry
     from tests.batches import make_batch
-    from tests.test_group_coordinator import request
+    from tests.wire import request
     from workers.apis import Services, build_apis
     from workers.fetch_sessions import FetchSessionCache
     from workers.router import BrokerView, Router

@@ -89,7 +89,7 @@ class _Queue:
 def _fuzz_worker():
     """The test suite's FakeWorker, completed with what a connection may ask of its host:
     a memory pool, forwarding to a parent that answers at once, the request queue."""
-    from tests.test_connection import FakeWorker
+    from tests.helpers import FakeWorker
 
     class Worker(FakeWorker):
         def __init__(self):
@@ -117,7 +117,7 @@ def _fuzz_worker():
 
 
 def framing(data: bytes) -> None:
-    from tests.test_connection import FakeTransport
+    from tests.helpers import FakeTransport
     from workers.connection import Connection
     from workers.pooled_connection import PooledConnection
 
@@ -261,7 +261,7 @@ def handlers(data: bytes) -> None:
 def _services():
     if "services" not in _WORKERS:
         from tests.test_api_sweep import Parent
-        from tests.test_connection import make_router
+        from tests.helpers import make_router
 
         _WORKERS["services"] = (make_router(tempfile.mkdtemp(prefix="fuzz-worker-")),
                                 Parent(tempfile.mkdtemp(prefix="fuzz-parent-")),
@@ -374,9 +374,10 @@ def _lookups_agree(batches, data: bytes, stamps) -> None:
 def _control_type_is_bounded(data: bytes) -> None:
     """A stored batch read as a transaction marker (the repair's replay): ABORT, COMMIT or
     None, whatever the bytes."""
-    from broker.shared.log import transactions
+    from broker.shared.log import control_batches
 
-    if transactions.control_type(data) not in (None, transactions.ABORT, transactions.COMMIT):
+    if control_batches.control_type(data) not in (None, control_batches.ABORT,
+                                                  control_batches.COMMIT):
         raise Finding("a control type outside ABORT and COMMIT")
 
 

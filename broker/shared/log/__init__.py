@@ -11,7 +11,7 @@ recovery.py        a partition's state rebuilt from its files (start-up, a write
 retention.py       the log start: retention by size and age, DeleteRecords, its checkpoint
 time_lookup.py     ListOffsets by timestamp and the largest timestamp, via the time index
 producers.py       the idempotent-producer table, a mapped file of its own per partition
-transactions.py    transaction markers, the aborted-transaction index, the LSO's word
+control_batches.py transaction markers, the aborted-transaction index, the LSO's word
 records.py         record batches: parse, validate (CRC32C, per record), rewrite the header
 _recordwalk.c      the per-record walk of records.py in C (the produce path)
 record_errors.py   Kafka's record_errors (KIP-467): which records broke which rule

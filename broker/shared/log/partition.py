@@ -5,7 +5,7 @@ an exclusive `flock` on the partition's state file, which every process also map
 partition_state.py).  `Partition` appends, reads and coordinates; its collaborators hold the
 other roles: the open segments (segment_cache.py), the rebuild from the files (recovery.py),
 lookups by time (time_lookup.py), retention and DeleteRecords (retention.py), the producer
-table (producers.py) and the aborted-transaction index (transactions.py).
+table (producers.py) and the aborted-transaction index (control_batches.py).
 
 Write order inside the lock makes readers safe without taking it: batch bytes, then the index
 entry and its count, then size and log end offset, then the high watermark (single node:
@@ -49,7 +49,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from broker.shared.log import records, recovery, retention, transactions
+from broker.shared.log import control_batches, records, recovery, retention
 from broker.shared.log.files import OpenFiles, default_capacity, is_exhaustion
 from broker.shared.log.partition_state import (
     W_ABORTED_COUNT, W_ABORTED_VERSION, W_ACTIVE_BASE, W_ACTIVE_SIZE, W_APPENDS, W_DIRTY,
@@ -97,7 +97,7 @@ class Partition:
         self.producers = ProducerTable(directory, settings.producer_expiration_ms,
                                        settings.max_producers, self.state,
                                        W_PRODUCERS_GENERATION)
-        self.aborted = transactions.AbortedIndex(directory, files)
+        self.aborted = control_batches.AbortedIndex(directory, files)
         self.segments = SegmentCache(directory, files, self.state_file)
         self._segment = self.segments.get  # the handle on the segment at a base
         self.on_offline = None  # called once marked offline (the registry bumps the epoch)
@@ -311,7 +311,7 @@ class Partition:
         for an ABORT, add it to the aborted-transaction index.  A producer with no transaction
         open here still gets its marker (as Kafka), but no index entry.  A marker older than
         the epoch the table knows is refused: "invalid_producer_epoch"."""
-        marker = transactions.marker_batch(producer_id, producer_epoch, commit,
+        marker = control_batches.marker_batch(producer_id, producer_epoch, commit,
                                            coordinator_epoch, int(time.time() * 1000))
         header = records.read_header(marker)
         with self.locked():
@@ -337,13 +337,13 @@ class Partition:
         table, index it if aborted, then let the LSO move up (see the docstring's order)."""
         first = self.producers.end(producer_id, epoch)
         if first is not None and not commit:
-            transactions.index_abort(self.state, self.aborted, producer_id, first,
+            control_batches.index_abort(self.state, self.aborted, producer_id, first,
                                      marker_offset)
         ongoing = self.state[W_ONGOING_FIRST]
         # It was the earliest: the next one is now.  Or the table had forgotten it (a reset
         # after a crash mid-rewrite): the word may be stale, and this marker heals it.
         if ongoing and (first is None or ongoing == first + 1):
-            self.state[W_ONGOING_FIRST] = transactions.ongoing_word(self.producers)
+            self.state[W_ONGOING_FIRST] = control_batches.ongoing_word(self.producers)
 
     def aborted_ranges(self) -> dict[int, list[tuple[int, int]]]:
         """producer id -> (first offset, marker offset) of each of its aborted transactions

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from broker.shared.log import compaction, records, transactions
+from broker.shared.log import compaction, control_batches, records
 from broker.shared.log.partition_state import (STATE_MAGIC, W_ABORTED_COUNT, W_ABORTED_VERSION,
                                                W_ACTIVE_BASE, W_ACTIVE_SIZE, W_APPENDS, W_DIRTY,
                                                W_HIGH_WATERMARK, W_INDEX_ENTRIES, W_LOG_END,
@@ -67,7 +67,7 @@ def repair(partition: Partition) -> int:
             _replay_transactional(partition, segment, batch_position, batch, aborts)
     segment.truncate(position, entries, max(0, entries - 1))
     _repair_aborted(partition, next_offset, aborts)
-    state[W_ONGOING_FIRST] = transactions.ongoing_word(partition.producers)  # before the HW
+    state[W_ONGOING_FIRST] = control_batches.ongoing_word(partition.producers)  # before the HW
     state[W_SEGMENT_MAX_TS] = greatest
     # Retention deletes whole segments; DeleteRecords may have moved it further.
     state[W_LOG_START] = min(log_start_on_disk(partition.directory, bases), next_offset)
@@ -104,11 +104,11 @@ def inconsistency(partition: Partition) -> str | None:
         return "offsets out of order"
     if size and not state[W_INDEX_ENTRIES]:
         return "an active segment without index entries"
-    path = os.path.join(directory, transactions.ABORTED_FILE)
-    entries = os.path.getsize(path) // transactions.ENTRY.size if os.path.exists(path) else 0
+    path = os.path.join(directory, control_batches.ABORTED_FILE)
+    entries = os.path.getsize(path) // control_batches.ENTRY.size if os.path.exists(path) else 0
     if entries != state[W_ABORTED_COUNT]:
         return "the aborted-transaction index differs from the state"
-    if state[W_ONGOING_FIRST] != transactions.ongoing_word(partition.producers):
+    if state[W_ONGOING_FIRST] != control_batches.ongoing_word(partition.producers):
         return "the ongoing transactions differ from the state"
     return None
 
@@ -144,14 +144,14 @@ def _replay_transactional(partition: Partition, segment: Segment, position: int,
     if not batch.attributes & records.CONTROL:
         producers.begin_if_none(producer_id, epoch, batch.base_offset)
         return
-    kind = transactions.control_type(segment.read(position, batch.size))
+    kind = control_batches.control_type(segment.read(position, batch.size))
     if kind is None:
         return
     first = producers.first_offset(producer_id)
     if first is not None and first >= batch.base_offset:
         return
     first = producers.end(producer_id, epoch)
-    if first is not None and kind == transactions.ABORT:
+    if first is not None and kind == control_batches.ABORT:
         aborts.append((producer_id, first, batch.base_offset))
 
 
@@ -165,4 +165,4 @@ def _repair_aborted(partition: Partition, log_end: int, aborts: list) -> None:
     index.truncate(kept)
     state[W_ABORTED_COUNT] = kept
     for producer_id, first, last in aborts:
-        transactions.index_abort(state, index, producer_id, first, last)
+        control_batches.index_abort(state, index, producer_id, first, last)
