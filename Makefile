@@ -36,7 +36,7 @@ $(KAFKA_STAMP): compat/pom.xml $(shell find compat/src -name '*.java' 2>/dev/nul
 	mvn -q -B -f compat/pom.xml package
 	touch $@
 
-# The Go clients' checks (franz-go and Sarama, tests/test_go_clients.py) in compat/bin, built
+# The Go clients' checks (franz-go and Sarama, tests/compat/test_go_clients.py) in compat/bin, built
 # from compat/go with the module versions its go.sum pins, fetched from the Go module proxy.
 go-clients:
 	@command -v go >/dev/null 2>&1 || { echo "the Go client tests need Go: install it with" \

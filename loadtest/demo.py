@@ -11,7 +11,7 @@ runs throughout, plays three incidents, each bounded in time and count, aimed at
   3. a large-request burst: loadtest.flood, 12 connections x 2 x 1 MiB Produce (client id
      "flood"), which exhausts the memory pool;
 then stops the broker, runs `python -m pipeline` on its event log and prints the report path.
-tests/test_report.py plays the same incident, shorter (`Phases`).
+tests/observability/test_report.py plays the same incident, shorter (`Phases`).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ import threading
 import time
 import urllib.request
 
+# The checkout: the broker runs from it, and the tests find its tools under it.
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LISTENING = re.compile(r"listening listener=(\S+) address=(\S+):(\d+)")
 _METRICS = re.compile(r"metrics listening address=(\S+):(\d+)")
 _READY = re.compile(r"broker ready .* pid=(\d+)")

@@ -1,4 +1,4 @@
-"""A consume-transform-produce application, exactly once (tests/test_transactions.py runs it):
+"""A consume-transform-produce application, exactly once (tests/transactions/test_transactions.py runs it):
 `python -m tests.transform_app BOOTSTRAP SOURCE SINK TOTAL SECONDS`.
 
 It reads SOURCE as group "transform" (read_committed), writes b"T" + value to SINK and commits

@@ -245,7 +245,7 @@ def handlers(data: bytes) -> None:
     """`data` is a whole request frame (a captured one, mutated)."""
     from workers.router import ForwardRequest, InvalidRequest
 
-    from tests.test_api_sweep import ask
+    from tests.requests.test_api_sweep import ask
 
     router, parent, loop = _services()
     try:
@@ -260,7 +260,7 @@ def handlers(data: bytes) -> None:
 
 def _services():
     if "services" not in _WORKERS:
-        from tests.test_api_sweep import Parent
+        from tests.requests.test_api_sweep import Parent
         from tests.helpers import make_router
 
         _WORKERS["services"] = (make_router(tempfile.mkdtemp(prefix="fuzz-worker-")),

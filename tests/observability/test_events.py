@@ -13,7 +13,7 @@ from broker.shared.config import ConfigError, load_config
 from broker.shared.events import EventLog, decode_line
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
-from tests.test_pipeline import spark  # noqa: F401  (the session-wide Spark fixture)
+from tests.observability.test_pipeline import spark  # noqa: F401  (the session-wide Spark fixture)
 from tests.wire import KafkaSocket, alter_client_quota, create_topic, produce_request
 
 

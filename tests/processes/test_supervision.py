@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.harness import BrokerProcess, wait_until
+from tests.harness import PROJECT, BrokerProcess, wait_until
 from tests.wire import KafkaSocket, api_versions_request
 
 pytestmark = pytest.mark.system  # every test here starts a broker
@@ -158,7 +158,7 @@ def test_worker_that_cannot_boot_halts_the_broker(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "__main__.py").write_text("import sys\nsys.exit(3)\n")
-    project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    project = PROJECT
     env = {"PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{project}"}
     broker = BrokerProcess(workers=2, data_dir=str(tmp_path / "data"), env=env)
     broker.proc = subprocess.Popen(broker.argv, stderr=subprocess.PIPE, text=True, env=broker.env,

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess, wait_until
+from tests.harness import PROJECT, BrokerProcess, wait_until
 from tests.helpers import free_port
-from tests.test_admission import served_probes
+from tests.admission.test_admission import served_probes
 from tests.wire import KafkaSocket, api_versions_request
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(PROJECT)
 SCRAPE_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 RULES_TEST = ROOT / "deploy" / "prometheus" / "rules_test.yml"

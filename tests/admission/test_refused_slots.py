@@ -11,8 +11,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
-from tests.test_proxy_protocol import BALANCER, balancer_socket, v1_header, v2_header
-from tests.test_sasl import _authenticate, _string, sasl_broker
+from tests.admission.test_proxy_protocol import BALANCER, balancer_socket, v1_header, v2_header
+from tests.security.test_sasl import _authenticate, _string, sasl_broker
 from tests.wire import KafkaSocket, api_versions_request, peer_closed, raw_request
 
 HELD_MS = 3000  # how long the broker holds a refused connection: longer than any wait below

@@ -17,7 +17,9 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.harness import PROJECT
+
+ROOT = Path(PROJECT)
 PACKAGES = ("broker", "workers", "shm", "loadtest", "pipeline", "tests")
 DOCUMENTS = ("README.md", "ARCHITECTURE.md", "Makefile", "pyproject.toml")
 ISSUE_NUMBER = re.compile(r"\bissues? #?\d+\b|\(item \d+\)", re.IGNORECASE)

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from loadtest.apache_kafka import ApacheKafka, java_command, tool
 from tests.batches import make_batch
 from tests.harness import BrokerProcess
-from tests.test_parent_amplification import ask
+from tests.requests.test_parent_amplification import ask
 from tests.wire import KafkaSocket, create_topic, produce_request
 
 pytestmark = pytest.mark.system  # every test here starts a broker

@@ -16,11 +16,11 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.harness import BrokerProcess
+from tests.harness import PROJECT, BrokerProcess
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
-BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compat", "bin")
+BIN = os.path.join(PROJECT, "compat", "bin")
 RECORDS = 200
 PARTITIONS = [0, 1, 2]
 

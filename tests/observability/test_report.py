@@ -13,7 +13,7 @@ import pytest
 from pipeline import compare, words
 from pipeline.aggregate import Thresholds
 from pipeline.report import Report, page, write_html
-from tests import test_pipeline
+from tests.observability import test_pipeline
 
 spark = test_pipeline.spark  # the session-wide Spark fixture: one JVM for every test
 

@@ -17,9 +17,9 @@ from kio.schema.errors import ErrorCode
 from broker.shared.events import TransactionalIdRefused
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import create_topics
-from tests.test_acls import JAAS, STANDARD, binding, client, create_acls
+from tests.security.test_acls import JAAS, STANDARD, binding, client, create_acls
 from tests.wire import request
-from tests.test_sasl import _plain_session
+from tests.security.test_sasl import _plain_session
 from tests.wire import KafkaSocket, create_topic, decode_response, frame
 
 pytestmark = pytest.mark.system

@@ -17,7 +17,7 @@ import pytest
 from broker.shared.config import ConfigError, load_config
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import free_port
-from tests.test_proxy_header import v2
+from tests.admission.test_proxy_header import v2
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response,
                         peer_closed)
 

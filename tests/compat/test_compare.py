@@ -12,8 +12,9 @@ import pytest
 
 from loadtest.apache_kafka import classpath
 from loadtest.bench.common import BIN
+from tests.harness import PROJECT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = PROJECT
 FIELDS = {"name", "unit", "ours", "kafka", "ratio", "better", "notes"}
 
 

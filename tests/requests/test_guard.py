@@ -18,6 +18,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
 from broker.shared.protocol.guard import GuardError, walker
+from tests.harness import PROJECT
 
 st.register_type_strategy(Records, st.binary(max_size=40).map(Records))
 
@@ -104,8 +105,7 @@ def test_a_hostile_count_anywhere_in_any_request_never_aborts(tmp_path):
     """Every request schema, a huge count written at each of the first 48 bytes of the body:
     the guarded reader raises; the process survives (an abort would end it with SIGABRT)."""
     done = subprocess.run([sys.executable, "-c", _PROBE, *HOSTILE_COUNTS], capture_output=True,
-                          text=True, timeout=300, cwd=str(__import__("pathlib").Path(__file__)
-                                                          .resolve().parents[1]))
+                          text=True, timeout=300, cwd=PROJECT)
     last = done.stderr.strip().splitlines()[-1:] if done.stderr else []
     assert done.returncode == 0, f"the decoder died on {last}: {done.stderr[-2000:]}"
     assert int(done.stdout) > 100_000

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.harness import BrokerProcess, wait_until
+from tests.harness import PROJECT, BrokerProcess, wait_until
 from tests.helpers import consume_all
 from tests.wire import request
 from tests.wire import KafkaSocket, create_topic, decode_response, frame
@@ -205,7 +205,7 @@ def _start_app(bootstrap: str, total: int):
     return subprocess.Popen([sys.executable, "-m", "tests.transform_app", bootstrap, "source",
                              "sink", str(total), "90"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                            cwd=PROJECT)
 
 
 def _wait_for_progress(app, records: int, timeout: float = 60) -> None:

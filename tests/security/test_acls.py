@@ -23,7 +23,7 @@ from broker.shared.protocol.context import RequestContext
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import create_topics
-from tests.test_sasl import _plain_session
+from tests.security.test_sasl import _plain_session
 from tests.wire import produce_errors, produce_request
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -445,7 +445,7 @@ def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
     DescribeGroups v5 fill in authorized operations when asked: all the resource type knows
     (topic 8 operations, cluster 7, group 3), as Kafka does without an authorizer."""
     from tests.helpers import make_router
-    from tests.test_group_coordinator import Harness
+    from tests.groups.test_group_coordinator import Harness
     from tests.wire import decode_response, request
 
     router = make_router(str(tmp_path / "logs"))
@@ -565,7 +565,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
     group (and the committed topics), DeleteGroups and OffsetDelete DELETE (OffsetDelete READ
     on each topic); ListGroups lists the groups the principal may DESCRIBE.  An undescribable
     topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not."""
-    from tests.test_parent_amplification import ask
+    from tests.requests.test_parent_amplification import ask
 
     with BrokerProcess(workers=1, overrides=acl_broker()) as broker:
         admin_config = client(broker, "admin")

@@ -12,13 +12,13 @@ import urllib.request
 import pytest
 
 from tests.batches import make_batch
-from tests.harness import wait_until
+from tests.harness import PROJECT, wait_until
 from tests.wire import (KafkaSocket, alter_client_quota, api_versions_request, create_topic,
                         produce_request)
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
-RRCLIENT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "loadtest", "bin",
+RRCLIENT = os.path.join(PROJECT, "loadtest", "bin",
                         "rrclient")
 
 

@@ -1,0 +1,1 @@
+"""Connection admission (KIP-402, KIP-612): limits, rates, PROXY headers, refusals, shadow limits."""

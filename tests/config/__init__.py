@@ -1,0 +1,1 @@
+"""Configuration: keys, files, overrides, secrets."""

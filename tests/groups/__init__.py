@@ -1,0 +1,1 @@
+"""Consumer groups: the coordinator in process and real clients in groups."""

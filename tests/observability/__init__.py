@@ -1,0 +1,1 @@
+"""Metrics, the connections view, the status endpoint, the event log and the PySpark report."""

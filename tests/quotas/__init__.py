@@ -1,0 +1,1 @@
+"""Client quotas and throttling (KIP-219): rates, buckets, what clients see."""

@@ -1,0 +1,1 @@
+"""Bounds, hostile clients, fuzzing, and the house rules a tool can check."""

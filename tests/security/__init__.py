@@ -1,0 +1,1 @@
+"""TLS, SASL, certificate principals and ACLs."""
