@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import datetime
 
-from broker.shared.protocol import errors
+from broker.shared.protocol.errors import ErrorCode
 from workers.router import Api, RequestContext
 
 _NO_REAUTH = datetime.timedelta(0)  # no session lifetime: re-authentication is not asked
-_ILLEGAL = errors.ErrorCode.illegal_sasl_state
+_ILLEGAL = ErrorCode.illegal_sasl_state
 
 
 class SaslHandshake(Api, api="SaslHandshake"):

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import datetime
 
-from broker.shared.protocol import errors
 from broker.shared.protocol.codec import (build, encode_entity, frame, response_class,
                                           response_header_is_flexible)
+from broker.shared.protocol.errors import ErrorCode
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -43,4 +43,4 @@ class RequestContext:
 
 def error_code(name: str | None):
     """kio's ErrorCode member for a Kafka error name such as "corrupt_message"."""
-    return errors.NONE if name is None else errors.ErrorCode[name]
+    return ErrorCode.none if name is None else ErrorCode[name]
