@@ -180,7 +180,7 @@ def test_topic_configs_round_trip_and_survive_a_restart(tmp_path):
 
 
 def _state_word(running: BrokerProcess, topic: str, word: int) -> int:
-    """A word of partition 0's state file (broker.shared.log.partition), as the broker left it."""
+    """A word of partition 0's state file (broker.shared.log.partition_state), as the broker left it."""
     from broker.shared.log.partition_state import STATE_FILE
 
     path = os.path.join(running.data_dir, "logs", f"{topic}-0", STATE_FILE)

@@ -1,5 +1,5 @@
 // Command franzcheck drives this broker with franz-go (kgo, kadm) through one scenario and
-// prints what the broker answered as one JSON object, for tests/test_go_clients.py to assert on.
+// prints what the broker answered as one JSON object, for tests/compat/test_go_clients.py to assert on.
 //
 //	franzcheck -bootstrap 127.0.0.1:9092 -topic t1 -scenario admin|group|txn|eos [-records N]
 package main

@@ -1,5 +1,5 @@
 // Command saramacheck drives this broker with Sarama (IBM/sarama) through one scenario and
-// prints what the broker answered as one JSON object, for tests/test_go_clients.py to assert on.
+// prints what the broker answered as one JSON object, for tests/compat/test_go_clients.py to assert on.
 //
 //	saramacheck -bootstrap 127.0.0.1:9092 -topic t1 -scenario group [-records N] [-version 2.8.0]
 //
