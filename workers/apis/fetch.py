@@ -35,6 +35,9 @@ from workers.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, Cach
 from workers.router import NO_THROTTLE, Api, RequestContext
 
 log = logging.getLogger("workers.apis.fetch")
+# The answer's "no error", bound once: an enum member's lookup costs ~70 ns on Python 3.11,
+# and the answers below name it once per partition.
+NO_ERROR = ErrorCode.none
 
 POLL_SECONDS = 0.005
 DENIED = object()  # in place of a partition the principal may not READ
@@ -132,8 +135,8 @@ class Fetch(Api, api="Fetch"):
 
     def _encode(self, ctx: RequestContext, topics: list, session_id: int) -> FileResponse | bytes:
         if self._zero_copy:
-            return encode_fetch(ctx.correlation, ctx.version, 0, ErrorCode.none, session_id, topics)
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
+            return encode_fetch(ctx.correlation, ctx.version, 0, NO_ERROR, session_id, topics)
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": NO_ERROR,
                             "session_id": session_id, "responses": topics})
 
     def _create_session(self, ctx: RequestContext, wanted: list, topics: list) -> int:
@@ -214,7 +217,7 @@ class Fetch(Api, api="Fetch"):
                 answer, size = self._read_partition(ctx.version, info, request, partition,
                                                     room, total == 0, self._zero_copy,
                                                     committed)
-                failed |= answer["error_code"] != ErrorCode.none
+                failed |= answer["error_code"] != NO_ERROR
                 total += size
                 room -= size
                 answers.append(answer)
@@ -262,7 +265,7 @@ class Fetch(Api, api="Fetch"):
         except OutOfDescriptors:  # retriable: the client asks again
             return dict(answer, error_code=ErrorCode.kafka_storage_error), 0
         answer.update(high_watermark=high, records=data or b"")
-        return dict(answer, error_code=ErrorCode.none), size
+        return dict(answer, error_code=NO_ERROR), size
 
 
 class _SessionTopic:
@@ -465,7 +468,7 @@ class ListOffsets(Api, api="ListOffsets"):
     def _offset(partition, request, committed: bool = False) -> dict | None:
         """The answer, or None when it is looked up by time (`_by_time`)."""
         answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
-                  "leader_epoch": 0, "error_code": ErrorCode.none}
+                  "leader_epoch": 0, "error_code": NO_ERROR}
         if partition is None:
             return dict(answer, error_code=ErrorCode.unknown_topic_or_partition, leader_epoch=-1)
         if partition is UNAVAILABLE or partition.offline:
@@ -483,7 +486,7 @@ class ListOffsets(Api, api="ListOffsets"):
     @staticmethod
     def _by_time(partition, request) -> dict:
         answer = {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
-                  "leader_epoch": 0, "error_code": ErrorCode.none}
+                  "leader_epoch": 0, "error_code": NO_ERROR}
         wanted = request.timestamp
         try:
             found = partition.max_timestamp_offset() if wanted == MAX_TIMESTAMP \

@@ -20,6 +20,9 @@ from workers.answer import Answer
 from workers.router import NO_THROTTLE, Api, InvalidRequest, RequestContext, error_code
 
 log = logging.getLogger("workers.apis.produce")
+# The answer's "no error", bound once: an enum member's lookup costs ~70 ns on Python 3.11,
+# and the answers below name it once per partition.
+NO_ERROR = ErrorCode.none
 
 SYNC_RECORDS = 20_000  # records one request may walk at once (under 1 ms in C)
 SYNC_DECOMPRESSED = 4 << 20  # decompressed bytes likewise (a few ms of zstd)
@@ -100,7 +103,7 @@ class Produce(Api, api="Produce"):
         topics, failed = [], False
         for topic, items in zip(body.topic_data, pending):
             partitions = [item.answer or self._append(item) for item in items]
-            failed |= any(result["error_code"] != ErrorCode.none for result in partitions)
+            failed |= any(result["error_code"] != NO_ERROR for result in partitions)
             topics.append({"name": topic.name, "partition_responses": partitions})
         if body.acks == 0 and failed:  # the only way to tell an acks=0 producer: Kafka closes
             raise InvalidRequest("produce_failed", "acks=0 produce failed; closing")
@@ -174,7 +177,7 @@ class Produce(Api, api="Produce"):
         if result.log_append_time >= 0:  # the topic stamps batches: the client is told when
             answer["log_append_time"] = datetime.datetime.fromtimestamp(
                 result.log_append_time / 1000, tz=datetime.timezone.utc)
-        return dict(answer, error_code=ErrorCode.none, base_offset=result.base_offset,
+        return dict(answer, error_code=NO_ERROR, base_offset=result.base_offset,
                     log_start_offset=result.log_start_offset)
 
 
