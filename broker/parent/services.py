@@ -26,7 +26,7 @@ from broker.parent.connection_list import ConnectionListing
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.forwarded import ForwardedRouter
 from broker.parent.groups.coordinator import GroupCoordinator
-from broker.parent.groups.offsets import OffsetStore
+from broker.parent.groups.offset_store import OffsetStore
 from broker.parent.transactions.coordinator import TransactionCoordinator
 from broker.parent.transactions.metrics import TransactionCollector
 from broker.parent.ledger import ConnectionLedger

@@ -10,11 +10,21 @@ import datetime
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.parent.groups import coordinator as coordinator_module
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offsets import OffsetStore
+from broker.shared.clock import now_ms
 from broker.shared.config import load_config
 from tests.wire import decode_response, request
+
+
+class StoppedClock:
+    """The coordinator's wall clock: the real one until a test stops it at `ms`."""
+
+    def __init__(self):
+        self.ms: int | None = None
+
+    def __call__(self) -> int:
+        return now_ms() if self.ms is None else self.ms
 
 
 class Harness:
@@ -25,11 +35,12 @@ class Harness:
         self.props = load_config(raw).props
         self.loop = asyncio.new_event_loop()
         self.directory = str(tmp_path)
+        self.clock = StoppedClock()
         self.coordinator = self._coordinator()
 
     def _coordinator(self):
         return GroupCoordinator(self.loop, self.props, OffsetStore(self.directory),
-                                {"t": 2}.get)
+                                {"t": 2}.get, clock=self.clock)
 
     def restart(self):
         self.coordinator.close()
@@ -213,7 +224,7 @@ def test_static_member_rejoining_keeps_its_assignment_without_a_rebalance(harnes
     assert harness.heartbeat(again.member_id, 1) == ErrorCode.none  # the new one is untouched
 
 
-def test_offset_commits_are_checked_durable_and_expire(harness, monkeypatch):
+def test_offset_commits_are_checked_durable_and_expire(harness):
     assert codes(harness.commit({("t", 0): 5, ("t", 1): 7})) == [ErrorCode.none, ErrorCode.none]
     assert codes(harness.commit({("nope", 0): 1})) == [ErrorCode.unknown_topic_or_partition]
     assert codes(harness.commit({("t", 9): 1})) == [ErrorCode.unknown_topic_or_partition]
@@ -233,8 +244,7 @@ def test_offset_commits_are_checked_durable_and_expire(harness, monkeypatch):
     harness.send(13, 3, {"group_id": "g", "members": [{"member_id": member,
                                                         "group_instance_id": None}]})
     # Retention counts from when the group became empty (now: its member left).
-    later = coordinator_module._now_ms() + 10080 * 60000 + 1000
-    monkeypatch.setattr(coordinator_module, "_now_ms", lambda: later)
+    harness.clock.ms = now_ms() + 10080 * 60000 + 1000
     assert harness.coordinator.expire_offsets() == 2
     assert harness.committed() == {}
     harness.restart()
@@ -262,7 +272,7 @@ def test_delete_groups_refuses_live_groups(harness):
 
 
 def test_compaction_keeps_only_the_latest_offsets(tmp_path, monkeypatch):
-    from broker.parent.groups import offsets
+    from broker.parent.groups import offset_store as offsets
 
     monkeypatch.setattr(offsets, "COMPACT_MIN", 10)
     store = OffsetStore(str(tmp_path))
@@ -381,7 +391,7 @@ def test_a_replaced_static_member_stays_fenced_and_an_empty_group_stays_empty(ha
 
 
 def test_the_membership_file_is_rewritten_with_the_live_groups(harness, monkeypatch):
-    from broker.parent.groups import membership
+    from broker.parent.groups import membership_store as membership
 
     monkeypatch.setattr(membership, "REWRITE_MIN_BYTES", 0)
     member, join = harness.join_member()

@@ -12,7 +12,8 @@ connection muted meanwhile, so its event loop never blocks.
     ListGroups, DescribeGroups, DeleteGroups             listing.Listing
 
 The coordinator owns what they share: the group table (group id -> state.Group), the
-committed offsets (offsets.OffsetStore) and the stable generations (membership.MembershipStore).
+committed offsets (offset_store.OffsetStore) and the stable generations
+(membership_store.MembershipStore), and the wall clock the offsets' retention is read by.
 At start-up it lists again every group with committed offsets (Empty) and every saved
 generation (Stable, its members' sessions starting with `start`).  Its timer checks sessions
 every CHECK_EVERY seconds and the offsets' retention every
@@ -25,15 +26,18 @@ import asyncio
 import logging
 import os
 import time
+from typing import Callable
 
 from broker.parent.forwarded import decode_forwarded
 from broker.parent.groups.listing import Listing
-from broker.parent.groups.membership import Membership, MembershipStore
-from broker.parent.groups.offsets import OffsetRequests, OffsetStore
+from broker.parent.groups.membership import Membership
+from broker.parent.groups.membership_store import MembershipStore
+from broker.parent.groups.offset_store import OffsetStore
+from broker.parent.groups.offsets import OffsetRequests
 from broker.parent.groups.state import Group, GroupState
 from broker.shared.access import Access
 from broker.shared.apis import BY_NAME, GROUP_KEYS
-from broker.shared.clock import now_ms as _now_ms  # the retention's clock (tests move it)
+from broker.shared.clock import now_ms
 
 log = logging.getLogger("broker.parent.groups")
 
@@ -43,8 +47,10 @@ CHECK_EVERY = 0.25  # seconds between session expiry checks
 class GroupCoordinator:
     def __init__(self, loop: asyncio.AbstractEventLoop, props, offsets: OffsetStore,
                  partitions_of, access: Access | None = None,
-                 membership: MembershipStore | None = None):
+                 membership: MembershipStore | None = None,
+                 clock: Callable[[], int] = now_ms):
         self.loop = loop
+        self.clock = clock  # () -> epoch milliseconds: what the offsets' retention counts by
         self.access = access or Access(False)
         self.props = props
         self.offsets = offsets
@@ -127,7 +133,7 @@ class GroupCoordinator:
     def expire_offsets(self) -> int:
         """Drop the offsets of groups empty for longer than offsets.retention.minutes, then
         forget the groups nothing is left of; how many offsets were dropped."""
-        expired = self.offset_requests.expire(_now_ms())
+        expired = self.offset_requests.expire(self.clock())
         for group_id, group in list(self.groups.items()):
             if group.state is GroupState.EMPTY and not group.pending and \
                     not self.offsets.get(group_id):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from broker.parent.forwarded import ResponseBudget, budget_of
-from broker.parent.groups.offsets import OffsetStore
+from broker.parent.groups.offset_store import OffsetStore
 from broker.parent.groups.state import Group, GroupState
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType

@@ -1,5 +1,6 @@
 """Group membership: JoinGroup, SyncGroup, Heartbeat and LeaveGroup, the rebalances they
-start, the sessions that expire, and each group's last stable generation kept on disk.
+start, the sessions that expire, and when a group's stable generation is kept
+(broker.parent.groups.membership_store keeps it).
 
 Rebalance (eager, as Kafka's GroupCoordinator): a join, a leave or an expired session moves
 the group to PreparingRebalance; it completes once every member has rejoined and no member id
@@ -18,13 +19,9 @@ member id is fenced (FENCED_INSTANCE_ID on its join, sync, heartbeat, commit or 
 clients sharing an instance id cannot take the place from each other forever.  Joining,
 syncing, heartbeating and leaving need READ on the group (GROUP_AUTHORIZATION_FAILED).
 
-Durable: `<first log dir>/.pybroker-groups.jsonl` (broker.parent.record_file, kept by
-`MembershipStore`) gets one record of a group each time a generation becomes stable (the
-leader's SyncGroup) or a static member takes over a place, written before the answers go out,
-and a record without members when the group becomes empty (it is forgotten), as Kafka's
-coordinator writes group metadata records to __consumer_offsets.  The latest record of a group
-wins.  The file is rewritten with the live records once it is more than twice their size (and
-past REWRITE_MIN_BYTES).
+Durable: each time a generation becomes stable (the leader's SyncGroup) or a static member
+takes over a place, the group is saved before the answers go out, and forgotten when it
+becomes empty (`MembershipStore.save`, `forget`).
 
 At start-up each saved group is taken back as Stable with its generation, leader and
 assignments, every member's session counted from when the broker serves (its workers ready),
@@ -41,16 +38,13 @@ import asyncio
 import ipaddress
 import logging
 import math
-import os
 import struct
 import time
 import uuid
 
-import msgspec
-
-from broker.parent.groups.offsets import OffsetStore
+from broker.parent.groups.membership_store import MembershipStore, stable_group
+from broker.parent.groups.offset_store import OffsetStore
 from broker.parent.groups.state import Group, GroupState, Member, fenced, member_problem
-from broker.parent.record_file import RecordFile
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.clock import now_ms
@@ -59,114 +53,7 @@ from broker.shared.protocol.errors import ErrorCode
 
 log = logging.getLogger("broker.parent.groups.membership")
 
-FILE_NAME = ".pybroker-groups.jsonl"
-REWRITE_MIN_BYTES = 1 << 20
 MEMBER_ID_PREFIX = 255  # characters of the client id a generated member id starts with
-
-
-class SavedMember(msgspec.Struct):
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes
-
-
-class SavedGroup(msgspec.Struct, omit_defaults=True):
-    group: str
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: list[SavedMember] = []
-
-
-def saved_form(group: Group) -> SavedGroup:
-    return SavedGroup(group=group.group_id, generation=group.generation,
-                      protocol_type=group.protocol_type, protocol=group.protocol,
-                      leader=group.leader, members=[
-                          SavedMember(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                      round(m.session_timeout * 1000),
-                                      round(m.rebalance_timeout * 1000), m.protocols,
-                                      m.assignment)
-                          for m in group.members.values()])
-
-
-def stable_group(saved: SavedGroup, now: float) -> Group:
-    """The group a record describes, Stable, each member's session starting at `now`
-    (monotonic seconds; infinity: not yet)."""
-    group = Group(saved.group, state=GroupState.STABLE, generation=saved.generation,
-                  protocol_type=saved.protocol_type, protocol=saved.protocol,
-                  leader=saved.leader)
-    for m in saved.members:
-        session = m.session_timeout_ms / 1000
-        group.add(Member(m.member_id, m.instance_id, m.client_id, m.client_host, session,
-                         m.rebalance_timeout_ms / 1000,
-                         [(name, bytes(data)) for name, data in m.protocols],
-                         bytes(m.assignment), deadline=now + session))
-    return group
-
-
-class MembershipStore:
-    """The saved groups (group id -> its last record with members) and their file."""
-
-    def __init__(self, directory: str, fsync_every_write: bool = False):
-        self.file = RecordFile(os.path.join(directory, FILE_NAME), SavedGroup,
-                               fsync_every_write)
-        self.saved: dict[str, SavedGroup] = {}
-        self._sizes: dict[str, int] = {}  # bytes of each live record
-        self._live_bytes = 0  # their sum
-        encoder = msgspec.json.Encoder()
-        for record in self.file.replay():
-            self._apply(record, len(encoder.encode(record)) + 1)
-        self._file_bytes = os.path.getsize(self.file.path)
-
-    @property
-    def path(self) -> str:
-        return self.file.path
-
-    def _apply(self, record: SavedGroup, size: int) -> None:
-        self._live_bytes -= self._sizes.pop(record.group, 0)
-        self.saved.pop(record.group, None)
-        if record.members:
-            self.saved[record.group] = record
-            self._sizes[record.group] = size
-            self._live_bytes += size
-
-    def save(self, group: Group) -> None:
-        """The group's current generation, before its members hear of it; a write that
-        fails is logged and costs only this: after a restart its members join again."""
-        self._write(saved_form(group))
-
-    def forget(self, group_id: str) -> None:
-        if group_id in self.saved:
-            self._write(SavedGroup(group=group_id))
-
-    def _write(self, record: SavedGroup) -> None:
-        try:
-            size = self.file.append([record])
-        except OSError as error:
-            log.error("saving the members of group %s failed: %s", record.group, error)
-            return
-        self._file_bytes += size
-        self._apply(record, size)
-        if self._file_bytes > max(REWRITE_MIN_BYTES, 2 * self._live_bytes):
-            self._rewrite()
-
-    def _rewrite(self) -> None:
-        """The live records only; a failed rewrite leaves the file as it was."""
-        try:
-            self.file.rewrite(list(self.saved.values()))
-        except OSError as error:
-            log.error("rewriting %s failed: %s", self.file.path, error)
-            return
-        self._file_bytes = self._live_bytes
-
-    def close(self) -> None:
-        self.file.close()
 
 
 class Membership:

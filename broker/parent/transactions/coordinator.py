@@ -48,7 +48,7 @@ import secrets
 import msgspec
 
 from broker.parent.forwarded import budget_of, decode_forwarded
-from broker.parent.groups.offsets import OffsetStore
+from broker.parent.groups.offset_store import OffsetStore
 from broker.parent.record_file import RecordFile
 from broker.parent.transactions.holders import Holder, Holdings
 from broker.parent.transactions.listing import describe, list_transactions
