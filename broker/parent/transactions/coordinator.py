@@ -1,10 +1,10 @@
 """The transaction coordinator (KIP-98), in the parent: the requests, every transactional id's
 state and its moves, and the transaction log.  It owns the rest of the package: the markers
-that end a transaction in its partitions (markers.py) and the rounds that retry them, abort
-timed-out and hanging transactions and expire idle ids (sweeps.py) are its base classes; it
-uses who holds the ids (holders.py), the refusals' report (refusals.py) and what
-DescribeTransactions and ListTransactions show (listing.py); the figures for /metrics
-(metrics.py) are read from it.
+that end a transaction in its partitions (markers.py, `Markers`) and the rounds that retry
+them, abort timed-out and hanging transactions and expire idle ids (sweeps.py, `Sweeps`) are
+objects it holds and hands what they may use; it uses who holds the ids (holders.py), the
+refusals' report (refusals.py) and what DescribeTransactions and ListTransactions show
+(listing.py); the figures for /metrics (metrics.py) are read from it.
 
 Workers forward InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 DescribeTransactions and ListTransactions here (IPC ForwardedRequest, like the group APIs);
@@ -52,7 +52,7 @@ from broker.parent.groups.offset_store import OffsetStore
 from broker.parent.record_file import RecordFile
 from broker.parent.transactions.holders import Holder, Holdings
 from broker.parent.transactions.listing import describe, list_transactions
-from broker.parent.transactions.markers import Markers
+from broker.parent.transactions.markers import Markers, write_marker
 from broker.parent.transactions.refusals import BoundReport
 from broker.parent.transactions.state import Transaction, TxnState, transition
 from broker.parent.transactions.sweeps import Sweeps
@@ -76,7 +76,7 @@ FENCED_FROM = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffsetsToTxn": 
                "EndTxn": 2, "TxnOffsetCommit": 2}
 
 
-class TransactionCoordinator(Markers, Sweeps):
+class TransactionCoordinator:
     def __init__(self, loop: asyncio.AbstractEventLoop, props, directory: str, registry,
                  offsets: OffsetStore, access: Access | None = None,
                  fsync_every_write: bool = False, events: EventLog | None = None,
@@ -105,8 +105,13 @@ class TransactionCoordinator(Markers, Sweeps):
             ("AddOffsetsToTxn", self._add_offsets), ("EndTxn", self._end_txn),
             ("DescribeTransactions", self._describe), ("ListTransactions", self._list))}
         assert set(self._handlers) == TRANSACTION_KEYS, "the API table and the coordinator disagree"
-        self._init_markers()
-        self._init_sweeps()
+        # `_marked` is looked up at each marker: one set on this instance is the one used.
+        self.markers = Markers(loop, self.transactions, complete=self._complete,
+                               mark=lambda txn, key, commit: self._marked(txn, key, commit))
+        self.sweeps = Sweeps(loop, props, registry, self.transactions, self.ended, self.bounds,
+                             retry_markers=self.markers.retry_markers, end=self._end,
+                             forget=lambda txn: self._record(txn, TxnState.DEAD),
+                             compact=self.maybe_compact)
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -125,9 +130,27 @@ class TransactionCoordinator(Markers, Sweeps):
                 self._complete(txn)
         self.maybe_compact()
 
+    def start(self) -> None:
+        """The rounds begin (sweeps.py)."""
+        self.sweeps.start()
+
     def close(self) -> None:
-        self._stop_sweeps()
+        self.sweeps.stop()
         self.file.close()
+
+    # --- the rounds' duties, each also run on its own (sweeps.py, markers.py) ----------------
+
+    def retry_markers(self) -> int:
+        return self.markers.retry_markers()
+
+    def abort_timed_out(self, now: int | None = None) -> int:
+        return self.sweeps.abort_timed_out(now)
+
+    def abort_hanging(self) -> int:
+        return self.sweeps.abort_hanging()
+
+    def expire_ids(self, now: int | None = None) -> int:
+        return self.sweeps.expire_ids(now)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -396,7 +419,7 @@ class TransactionCoordinator(Markers, Sweeps):
         """Markers, the group offsets' outcome, then the Complete line.  While a marker is
         owed (a slice for a later turn, or a partition that cannot take it: markers.py) the
         transaction stays in its Prepare state, and this is called again."""
-        if not self._marks_written(txn):  # some are owed: a later turn or round completes it
+        if not self.markers.written(txn):  # some are owed: a later turn or round completes it
             return
         commit = txn.state is TxnState.PREPARE_COMMIT
         try:
@@ -409,12 +432,17 @@ class TransactionCoordinator(Markers, Sweeps):
                          partitions=[], groups=[])
         except OSError as error:  # the markers are written; the rest is owed, tried again
             log.error("transaction %s: completing failed: %s", txn.transactional_id, error)
-            self._owe_completion(txn.transactional_id)
+            self.markers.owe_completion(txn.transactional_id)
             return
         self.ended["committed" if commit else "aborted"] += 1
         log.debug("transaction %s (producer %d epoch %d): %s, %d partitions",
                   txn.transactional_id, txn.producer_id, txn.producer_epoch,
                   "committed" if commit else "aborted", partitions)
+
+    def _marked(self, txn: Transaction, key: tuple[str, int], commit: bool) -> bool:
+        """The marker of `txn` in one partition (markers.write_marker); False if it must be
+        tried again."""
+        return write_marker(self.registry, txn, key, commit)
 
     # --- the log -----------------------------------------------------------------------------
 

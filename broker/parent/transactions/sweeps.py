@@ -7,8 +7,11 @@ the coordinator covers.  Every transaction.remove.expired.transaction.cleanup.in
 also forgets the ids idle past transactional.id.expiration.ms.  Each duty fails alone (logged):
 the next round tries it again.
 
-`Sweeps` is a base class of `TransactionCoordinator`, not an object of its own: the rounds end
-transactions and write lines through the coordinator's state machine (`_end`, `_record`).
+`Sweeps` is the coordinator's: it reads the coordinator's table (`transactions`) and the
+partitions (`registry`), and changes a transaction only through what it is given: `end` (the
+coordinator's state machine ends one, with a bump), `forget` (an idle id's Dead line),
+`compact` (the transaction log's rewrite) and the markers' `retry_markers`; it counts what it
+ended in the coordinator's `ended` (/metrics) and the ids it expired in `bounds`.
 """
 
 from __future__ import annotations
@@ -27,23 +30,28 @@ log = logging.getLogger("broker.parent.transactions")
 
 
 class Sweeps:
-    # The coordinator's, used here.
-    loop: asyncio.AbstractEventLoop
-    props: object  # broker.shared.config's properties
-    registry: object  # broker.shared.log.topics.TopicRegistry
-    transactions: dict[str, Transaction]
-    ended: dict[str, int]
-    bounds: BoundReport
-    retry_markers: Callable[[], int]
-    _end: Callable[..., None]
-    _record: Callable[..., None]
-    maybe_compact: Callable[[], None]
+    """The coordinator's rounds: markers retried, timed-out and hanging transactions aborted,
+    idle transactional ids expired."""
 
-    def _init_sweeps(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, props, registry,
+                 transactions: dict[str, Transaction], ended: dict[str, int],
+                 bounds: BoundReport, *, retry_markers: Callable[[], int],
+                 end: Callable[..., None], forget: Callable[[Transaction], None],
+                 compact: Callable[[], None]):
+        self.loop = loop
+        self.props = props  # broker.shared.config's properties: the rounds' intervals
+        self.registry = registry  # broker.shared.log.topics.TopicRegistry
+        self.transactions = transactions  # the coordinator's table, read here
+        self.ended = ended  # the coordinator's counts of ended transactions (/metrics)
+        self.bounds = bounds
+        self.retry_markers = retry_markers
+        self._end = end  # (txn, commit=, bump=): Prepare line, markers, Complete line
+        self._forget = forget  # an idle id's Dead line
+        self._compact = compact
         self._timer: asyncio.TimerHandle | None = None
         self._suspects: set[tuple] = set()  # hanging transactions seen by the last sweep
         self._next_expiry = time.monotonic() + \
-            self.props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+            props.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
 
     def start(self) -> None:
         """Timed-out transactions are looked for every
@@ -51,7 +59,7 @@ class Sweeps:
         transaction.remove.expired.transaction.cleanup.interval.ms."""
         self._timer = self.loop.call_later(self._interval, self._tick)
 
-    def _stop_sweeps(self) -> None:
+    def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
 
@@ -132,7 +140,7 @@ class Sweeps:
         expired = [txn for txn in self.transactions.values()
                    if txn.state.idle and txn.updated_ms + limit < now]
         for txn in expired:
-            self._record(txn, TxnState.DEAD)
+            self._forget(txn)
         self.bounds.expired(len(expired))
-        self.maybe_compact()
+        self._compact()
         return len(expired)
