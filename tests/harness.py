@@ -74,12 +74,13 @@ class BrokerProcess:
         check_system_marker()
         if self.proc is not None and self.proc.poll() is None:  # a second one would leak
             raise RuntimeError(f"broker pid {self.proc.pid} is already running")
+        first_line = len(self.lines)  # a restart waits for its own "broker ready"
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, env=self.env, preexec_fn=self._limits)
         threading.Thread(target=self._read_stderr, daemon=True).start()
         try:
-            self.wait_for_line(_READY, timeout)
+            self.wait_for_line(_READY, timeout, start=first_line)
         except BaseException:  # never ready: stopped here, for __exit__ will not run
             self.stop()
             if self._tmp is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import msgspec
 
@@ -98,3 +98,57 @@ class RecordFile:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1
+
+
+class LatestRecords:
+    """A RecordFile of keyed records where the latest record of a key wins and a record that
+    is not `alive` forgets its key: `saved` holds the live ones.  The file is rewritten with
+    the live records once it is more than twice their size (and past `rewrite_min_bytes`), so
+    it stays within about twice what it holds, each rewrite paid for by as many writes."""
+
+    def __init__(self, path: str, record_type: type, key: Callable, alive: Callable,
+                 fsync_every_write: bool = False, rewrite_min_bytes: int = 1 << 20):
+        self.file = RecordFile(path, record_type, fsync_every_write)
+        self.key = key
+        self.alive = alive
+        self.rewrite_min_bytes = rewrite_min_bytes
+        self.saved: dict = {}
+        self._sizes: dict = {}  # bytes of each live record
+        self._live_bytes = 0  # their sum
+        encoder = msgspec.json.Encoder()
+        for record in self.file.replay():
+            self._apply(record, len(encoder.encode(record)) + 1)
+        self._file_bytes = os.path.getsize(path)
+
+    @property
+    def path(self) -> str:
+        return self.file.path
+
+    def _apply(self, record, size: int) -> None:
+        key = self.key(record)
+        self._live_bytes -= self._sizes.pop(key, 0)
+        self.saved.pop(key, None)
+        if self.alive(record):
+            self.saved[key] = record
+            self._sizes[key] = size
+            self._live_bytes += size
+
+    def write(self, record) -> None:
+        """Persist `record` (raises OSError: then nothing changed)."""
+        size = self.file.append([record])
+        self._file_bytes += size
+        self._apply(record, size)
+        if self._file_bytes > max(self.rewrite_min_bytes, 2 * self._live_bytes):
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        """The live records only; a failed rewrite leaves the file as it was."""
+        try:
+            self.file.rewrite(list(self.saved.values()))
+        except OSError as error:
+            log.error("rewriting %s failed: %s", self.file.path, error)
+            return
+        self._file_bytes = self._live_bytes
+
+    def close(self) -> None:
+        self.file.close()

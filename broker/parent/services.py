@@ -149,7 +149,8 @@ class ParentServices:
             info = topics.get(topic)
             return None if info is None else info.partitions
 
-        self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access)
+        self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access,
+                                       topics=topics)
         self.transactions = TransactionCoordinator(
             self.loop, props, self.config.log_dirs[0], topics, offsets, self.access,
             fsync_every_write=props.log_flush_interval_messages == 1, events=self.events,

@@ -87,6 +87,8 @@ APIS: tuple[ApiSpec, ...] = (
     ApiSpec(61, "DescribeProducers", (0, 0), _W),
     ApiSpec(65, "DescribeTransactions", (0, 0), _T, control_plane=True),
     ApiSpec(66, "ListTransactions", (0, 1), _T, control_plane=True),
+    ApiSpec(68, "ConsumerGroupHeartbeat", (0, 1), _G),  # KIP-848
+    ApiSpec(69, "ConsumerGroupDescribe", (0, 1), _G),
 )
 
 BY_KEY: dict[int, ApiSpec] = {api.key: api for api in APIS}

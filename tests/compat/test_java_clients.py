@@ -30,14 +30,19 @@ from tests.wire import KafkaSocket, create_topic, produce_request
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 MAIN = "pybroker.compat.ClientsCheck"
-CORE = ("transactions", "consumer_positions", "admin_topics", "admin_configs")
+CORE = ("transactions", "consumer_positions", "consumer_protocol", "admin_topics",
+        "admin_configs")
 LONG = ("producer_idempotent", "transactions_fenced", "producer_formats", "consumer_group",
         "consumer_rebalance", "consumer_static", "admin_groups", "admin_records", "admin_quotas",
         "admin_scram", "acls_disabled")
 SASL = ("admin_acls", "acls_enforced", "scram_login")
 # A timed-out transaction is aborted within half a second (the transactions_fenced scenario).
+# Members of the consumer group protocol heartbeat every half second (Kafka's 5 s would make a
+# rebalance take seconds).
 BROKER = {"group.initial.rebalance.delay.ms": "0",
-          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+          "group.consumer.heartbeat.interval.ms": "500",
+          "group.consumer.min.heartbeat.interval.ms": "500"}
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
 JAAS = (f'{PLAIN} username="admin" password="admin-secret" user_admin="admin-secret" '
@@ -201,6 +206,10 @@ EXPECTED = {
     "consumer_rebalance": {
         kind: {"alone": 2, "shared": [1, 1], "split": True, "same_generation": True,
                "after_leave": 2} for kind in ("range", "cooperative")},
+    "consumer_protocol": {
+        "consumed": 20, "alone": 2, "epoch_positive": True, "split": True, "disjoint": True,
+        "described": ["CONSUMER", 2, "uniform"], "listed_type": ["CONSUMER"],
+        "after_leave": True, "committed": [10, 10]},
     "consumer_static": {
         "described_instances": ["static-1"], "same_generation_after_restart": True,
         "new_member_id": True, "third_assigned": 2,

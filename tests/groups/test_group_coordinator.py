@@ -391,9 +391,7 @@ def test_a_replaced_static_member_stays_fenced_and_an_empty_group_stays_empty(ha
 
 
 def test_the_membership_file_is_rewritten_with_the_live_groups(harness, monkeypatch):
-    from broker.parent.groups import membership_store as membership
-
-    monkeypatch.setattr(membership, "REWRITE_MIN_BYTES", 0)
+    monkeypatch.setattr(harness.coordinator.membership.records, "rewrite_min_bytes", 0)
     member, join = harness.join_member()
     harness.wait(join)
     for generation in range(1, 30):  # a rebalance each time: a record each time

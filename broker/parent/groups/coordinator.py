@@ -29,6 +29,9 @@ import time
 from typing import Callable
 
 from broker.parent.forwarded import decode_forwarded
+from broker.parent.groups.consumer import NO_TOPICS, ConsumerGroups
+from broker.parent.groups.consumer_state import ConsumerGroup
+from broker.parent.groups.consumer_store import ConsumerGroupStore
 from broker.parent.groups.listing import Listing
 from broker.parent.groups.membership import Membership
 from broker.parent.groups.membership_store import MembershipStore
@@ -48,7 +51,8 @@ class GroupCoordinator:
     def __init__(self, loop: asyncio.AbstractEventLoop, props, offsets: OffsetStore,
                  partitions_of, access: Access | None = None,
                  membership: MembershipStore | None = None,
-                 clock: Callable[[], int] = now_ms):
+                 clock: Callable[[], int] = now_ms, topics=None,
+                 consumer_store: ConsumerGroupStore | None = None):
         self.loop = loop
         self.clock = clock  # () -> epoch milliseconds: what the offsets' retention counts by
         self.access = access or Access(False)
@@ -64,7 +68,15 @@ class GroupCoordinator:
                                   self.membership)
         self.offset_requests = OffsetRequests(props, self.access, self.groups, offsets,
                                               partitions_of)
+        self.consumer_store = consumer_store or ConsumerGroupStore(
+            os.path.dirname(offsets.path), fsync_every_write=offsets.file.fsync)
+        self.consumers = ConsumerGroups(props, self.access, self.groups,
+                                        topics if topics is not None else NO_TOPICS,
+                                        self.consumer_store, self.members.classic_members)
+        self.members.consumer_members = lambda: self.consumers.member_count
+        self.members.give_way = self.consumers.drop
         self.listing = Listing(props, self.access, self.groups, offsets)
+        self.listing.drop_consumer_group = self.consumers.drop
         self._handlers = {BY_NAME[name].key: handler for name, handler in (
             ("JoinGroup", self.members.join), ("SyncGroup", self.members.sync),
             ("Heartbeat", self.members.heartbeat), ("LeaveGroup", self.members.leave),
@@ -74,9 +86,12 @@ class GroupCoordinator:
             ("OffsetDelete", self.offset_requests.delete),
             ("ListGroups", self.listing.list_groups),
             ("DescribeGroups", self.listing.describe_groups),
+            ("ConsumerGroupHeartbeat", self.consumers.heartbeat),
+            ("ConsumerGroupDescribe", self.consumers.describe),
             ("DeleteGroups", self.listing.delete_groups))}
         assert set(self._handlers) == GROUP_KEYS, "the API table and the coordinator disagree"
         self.members.restore()
+        self.consumers.restore()
         self._ticker = loop.call_later(CHECK_EVERY, self._tick)
         self._next_retention = time.monotonic() + props.offsets_retention_check_interval_ms / 1000
 
@@ -94,11 +109,15 @@ class GroupCoordinator:
     def start(self) -> None:
         """The broker serves from now on: every member's session counts from here."""
         self.members.start()
+        self.consumers.start()
 
     def abort_waiting(self) -> None:
         """Shutting down: every JoinGroup and SyncGroup still waiting is answered
         NOT_COORDINATOR (the client looks for the coordinator again), so no connection owes
-        an answer and workers can drain at once."""
+        an answer and workers can drain at once; and sessions stop counting, so no member is
+        removed for the silence of a broker going down (its group is saved as it is, and
+        the member goes on after the restart)."""
+        self._ticker.cancel()
         self.members.abort_waiting()
 
     def close(self) -> None:
@@ -106,6 +125,7 @@ class GroupCoordinator:
         self.members.cancel_timers()
         self.offsets.close()
         self.membership.close()
+        self.consumer_store.close()
 
     def handle(self, request: bytes, listener: int, peer: str, user: str = "ANONYMOUS"):
         ctx, body = decode_forwarded(request, listener, peer, user)
@@ -123,6 +143,7 @@ class GroupCoordinator:
 
     def _expire(self, now: float) -> None:
         self.members.expire_sessions(now)
+        self.consumers.expire(now)
         if now >= self._next_retention:
             self._next_retention = now + self.props.offsets_retention_check_interval_ms / 1000
             try:
@@ -135,7 +156,10 @@ class GroupCoordinator:
         forget the groups nothing is left of; how many offsets were dropped."""
         expired = self.offset_requests.expire(self.clock())
         for group_id, group in list(self.groups.items()):
-            if group.state is GroupState.EMPTY and not group.pending and \
+            if isinstance(group, ConsumerGroup) and not group.members and \
+                    not self.offsets.get(group_id):
+                self.consumers.drop(group_id)
+            elif group.state is GroupState.EMPTY and not group.pending and \
                     not self.offsets.get(group_id):
                 del self.groups[group_id]
         self.offsets.maybe_compact()

@@ -1,5 +1,10 @@
 """The groups as a whole: ListGroups, DescribeGroups and DeleteGroups over the coordinator's
-table.
+table, classic groups and consumer groups of KIP-848 alike.
+
+ListGroups gives each group's type ("classic" or "consumer", filtered by v5's TypesFilter) and
+state; DescribeGroups describes classic groups only, as Kafka: a consumer group is "Dead"
+(GROUP_ID_NOT_FOUND from v6), and ConsumerGroupDescribe describes it
+(broker.parent.groups.consumer); DeleteGroups deletes an empty group of either kind.
 
 Authorization (with an authorizer, broker.shared.access), as Kafka's KafkaApis: describing
 needs DESCRIBE on the group, deleting DELETE; ListGroups lists every group to a principal with
@@ -14,9 +19,11 @@ ResponseBudget (broker.parent.forwarded) before it is built.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from broker.parent.forwarded import ResponseBudget, budget_of
 from broker.parent.groups.offset_store import OffsetStore
+from broker.parent.groups.consumer_state import ConsumerGroup
 from broker.parent.groups.state import Group, GroupState
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
@@ -36,6 +43,8 @@ class Listing:
         self.access = access
         self.groups = groups  # the coordinator's table, shared
         self.offsets = offsets  # a group with committed offsets exists (and is deleted) too
+        # An empty consumer group deleted (its record too): set by the coordinator.
+        self.drop_consumer_group: Callable[[str], None] = lambda group_id: None
 
     def _may(self, ctx: RequestContext, operation: Operation, group_id: str) -> bool:
         return self.access.check(ctx, operation, ResourceType.GROUP, group_id)
@@ -55,7 +64,13 @@ class Listing:
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             group = self.groups.get(group_id)
-            if group is None and ctx.version >= 6:  # KIP-1043; before v6, a Dead group
+            if isinstance(group, ConsumerGroup) and ctx.version >= 6:
+                found.append(dict(_described(group_id, ErrorCode.group_id_not_found, "Dead",
+                                             operations),
+                                  error_message=f"Group {group_id} is not a classic group."))
+            elif isinstance(group, ConsumerGroup):  # as Kafka before v6: Dead, no members
+                found.append(_described(group_id, ErrorCode.none, "Dead", operations))
+            elif group is None and ctx.version >= 6:  # KIP-1043; before v6, a Dead group
                 found.append(dict(_described(group_id, ErrorCode.group_id_not_found, "Dead", operations),
                                   error_message=f"Group {group_id} not found."))
             elif group is None:
@@ -78,12 +93,13 @@ class Listing:
             if not everything and not self.access.allowed(ctx, Operation.DESCRIBE,
                                                           ResourceType.GROUP, group.group_id):
                 continue
-            if types and "classic" not in types:
+            kind = "consumer" if isinstance(group, ConsumerGroup) else "classic"
+            if types and kind not in types:
                 continue
             budget.charge(len(group.group_id) + len(group.protocol_type or "")
-                          + len(group.state.value) + len("classic"))
+                          + len(group.state.value) + len(kind))
             listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
-                           "group_state": group.state.value, "group_type": "classic"})
+                           "group_state": group.state.value, "group_type": kind})
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none,
                             "groups": listed})
 
@@ -109,6 +125,8 @@ class Listing:
             results.update(dict.fromkeys(deleted, ErrorCode.coordinator_not_available))
         else:
             for group_id in deleted:
+                if isinstance(self.groups.get(group_id), ConsumerGroup):
+                    self.drop_consumer_group(group_id)
                 self.groups.pop(group_id, None)
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
             {"group_id": group_id, "error_code": code} for group_id, code in results.items()]})

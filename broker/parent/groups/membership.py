@@ -35,16 +35,17 @@ and the group rebalances.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import math
 import struct
 import time
 import uuid
+from typing import Callable
 
 from broker.parent.groups.membership_store import MembershipStore, stable_group
 from broker.parent.groups.offset_store import OffsetStore
-from broker.parent.groups.state import Group, GroupState, Member, fenced, member_problem
+from broker.parent.groups.state import (Group, GroupState, Member, fenced, java_host,
+                                        member_problem)
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.clock import now_ms
@@ -68,6 +69,10 @@ class Membership:
         self.groups = groups  # the coordinator's table, shared
         self.offsets = offsets  # a group with committed offsets is kept when it empties
         self.store = store
+        # The table's consumer group of that id (KIP-848, empty) is dropped: set by the
+        # coordinator, which owns both kinds.
+        self.give_way: Callable[[str], None] = lambda group_id: None
+        self.consumer_members: Callable[[], int] = lambda: 0  # members of consumer groups
         self._pending: dict[tuple[str, str], None] = {}  # every pending member, oldest first
         self._member_count = 0  # members of every group (pending ones are counted apart)
 
@@ -94,14 +99,14 @@ class Membership:
     def start(self) -> None:
         """The broker serves from now on: every member's session counts from here."""
         now = time.monotonic()
-        for group in self.groups.values():
+        for group in self._classic_groups():
             for member in group.members.values():
                 member.keep_alive(now)
 
     def abort_waiting(self) -> None:
         """Every JoinGroup and SyncGroup still waiting is answered NOT_COORDINATOR (the client
         looks for the coordinator again), so no connection owes an answer."""
-        for group in self.groups.values():
+        for group in self._classic_groups():
             for member in group.members.values():
                 for waiting in (member.join, member.sync):
                     if waiting is not None:
@@ -109,12 +114,22 @@ class Membership:
                 member.join = member.sync = None
 
     def cancel_timers(self) -> None:
-        for group in self.groups.values():
+        for group in self._classic_groups():
             if group.timer is not None:
                 group.timer.cancel()
 
     def _may(self, ctx: RequestContext, operation: Operation, group_id: str) -> bool:
         return self.access.check(ctx, operation, ResourceType.GROUP, group_id)
+
+    def _classic_groups(self) -> list[Group]:
+        """The table's classic groups (it holds the consumer groups of KIP-848 too)."""
+        return [group for group in self.groups.values() if isinstance(group, Group)]
+
+    def _classic(self, group_id: str) -> Group | None:
+        """The classic group of that id; None for a consumer group, whose members a classic
+        request cannot name (UNKNOWN_MEMBER_ID, as Kafka answers a member it does not know)."""
+        group = self.groups.get(group_id)
+        return group if isinstance(group, Group) else None
 
     # --- JoinGroup ------------------------------------------------------------------------
 
@@ -137,7 +152,13 @@ class Membership:
         if not props.group_min_session_timeout_ms <= session * 1000 <= \
                 props.group_max_session_timeout_ms:
             return answer(ErrorCode.invalid_session_timeout)
-        group = self.groups.get(body.group_id) or Group(body.group_id, empty_since_ms=now_ms())
+        group = self.groups.get(body.group_id)
+        if group is not None and not isinstance(group, Group):
+            if group.members:  # a consumer group of KIP-848 in use: not both kinds at once
+                return answer(ErrorCode.inconsistent_group_protocol)
+            self.give_way(body.group_id)  # an empty one becomes classic (its offsets stay)
+            group = None
+        group = group or Group(body.group_id, empty_since_ms=now_ms())
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
         if not self._compatible(group, body.protocol_type, protocols):
             return answer(ErrorCode.inconsistent_group_protocol)
@@ -203,8 +224,13 @@ class Membership:
 
     # --- bounds (see the bound table in ARCHITECTURE.md) -----------------------------------
 
-    def _members_total(self) -> int:
+    def classic_members(self) -> int:
+        """Members of classic groups, pending ones included."""
         return self._member_count + len(self._pending)
+
+    def _members_total(self) -> int:
+        """What pybroker.group.max.members bounds: the members of both kinds of group."""
+        return self.classic_members() + self.consumer_members()
 
     def _add_pending(self, group: Group, member_id: str, expiry: float) -> None:
         """A member id handed out with MEMBER_ID_REQUIRED, kept until it rejoins or expires.
@@ -364,7 +390,7 @@ class Membership:
     def expire_sessions(self, now: float) -> None:
         """Members whose session ran out (none waiting in a join or sync) leave; pending
         member ids past their expiry are dropped; groups left with nothing are forgotten."""
-        for group in list(self.groups.values()):
+        for group in self._classic_groups():
             for member in [m for m in group.members.values() if m.deadline < now
                            and m.join is None and m.sync is None]:
                 log.info("group %s: session of %s expired", group.group_id, member.member_id)
@@ -386,7 +412,7 @@ class Membership:
         if not self._may(ctx, Operation.READ, body.group_id):
             group = None  # a denied client learns nothing of the group
             return answer(ErrorCode.group_authorization_failed)
-        group = self.groups.get(body.group_id)
+        group = self._classic(body.group_id)
         problem = member_problem(group, body.member_id, body.generation_id,
                                  getattr(body, "group_instance_id", None))
         if problem is not None:
@@ -430,7 +456,7 @@ class Membership:
         if not self._may(ctx, Operation.READ, body.group_id):
             return ctx.respond({"throttle_time": NO_THROTTLE,
                                 "error_code": ErrorCode.group_authorization_failed})
-        group = self.groups.get(body.group_id)
+        group = self._classic(body.group_id)
         problem = member_problem(group, body.member_id, body.generation_id,
                                  getattr(body, "group_instance_id", None))
         if problem is None:
@@ -443,7 +469,7 @@ class Membership:
         if not self._may(ctx, Operation.READ, body.group_id):
             return ctx.respond({"throttle_time": NO_THROTTLE,
                                 "error_code": ErrorCode.group_authorization_failed, "members": []})
-        group = self.groups.get(body.group_id)
+        group = self._classic(body.group_id)
         if ctx.version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
         else:
@@ -469,20 +495,6 @@ class Membership:
         if ctx.version < 3 and results[0]["error_code"] != ErrorCode.none:
             top = results[0]["error_code"]
         return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": top, "members": results})
-
-
-def java_host(ip: str) -> str:
-    """A member's address as Kafka describes it: Java's InetAddress.toString() of an address
-    not looked up, "/10.0.0.1" (IPv6 in Java's form: every group, in hex without leading
-    zeros, "/0:0:0:0:0:0:0:1")."""
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:  # not an address (an in-process caller): as it is
-        return ip
-    if address.version == 4:
-        return f"/{address}"
-    groups = ":".join(f"{group:x}" for group in struct.unpack(">8H", address.packed))
-    return f"/{groups}%{address.scope_id}" if address.scope_id else f"/{groups}"
 
 
 def _subscribed_topics(group: Group) -> frozenset[str]:

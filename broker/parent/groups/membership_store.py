@@ -23,7 +23,7 @@ import os
 import msgspec
 
 from broker.parent.groups.state import Group, GroupState, Member
-from broker.parent.record_file import RecordFile
+from broker.parent.record_file import LatestRecords
 
 log = logging.getLogger("broker.parent.groups.membership_store")
 
@@ -81,27 +81,16 @@ class MembershipStore:
     """The saved groups (group id -> its last record with members) and their file."""
 
     def __init__(self, directory: str, fsync_every_write: bool = False):
-        self.file = RecordFile(os.path.join(directory, FILE_NAME), SavedGroup,
-                               fsync_every_write)
-        self.saved: dict[str, SavedGroup] = {}
-        self._sizes: dict[str, int] = {}  # bytes of each live record
-        self._live_bytes = 0  # their sum
-        encoder = msgspec.json.Encoder()
-        for record in self.file.replay():
-            self._apply(record, len(encoder.encode(record)) + 1)
-        self._file_bytes = os.path.getsize(self.file.path)
+        self.records = LatestRecords(os.path.join(directory, FILE_NAME), SavedGroup,
+                                     key=lambda record: record.group,
+                                     alive=lambda record: bool(record.members),
+                                     fsync_every_write=fsync_every_write,
+                                     rewrite_min_bytes=REWRITE_MIN_BYTES)
+        self.saved: dict[str, SavedGroup] = self.records.saved
 
     @property
     def path(self) -> str:
-        return self.file.path
-
-    def _apply(self, record: SavedGroup, size: int) -> None:
-        self._live_bytes -= self._sizes.pop(record.group, 0)
-        self.saved.pop(record.group, None)
-        if record.members:
-            self.saved[record.group] = record
-            self._sizes[record.group] = size
-            self._live_bytes += size
+        return self.records.path
 
     def save(self, group: Group) -> None:
         """The group's current generation, before its members hear of it; a write that
@@ -114,23 +103,9 @@ class MembershipStore:
 
     def _write(self, record: SavedGroup) -> None:
         try:
-            size = self.file.append([record])
+            self.records.write(record)
         except OSError as error:
             log.error("saving the members of group %s failed: %s", record.group, error)
-            return
-        self._file_bytes += size
-        self._apply(record, size)
-        if self._file_bytes > max(REWRITE_MIN_BYTES, 2 * self._live_bytes):
-            self._rewrite()
-
-    def _rewrite(self) -> None:
-        """The live records only; a failed rewrite leaves the file as it was."""
-        try:
-            self.file.rewrite(list(self.saved.values()))
-        except OSError as error:
-            log.error("rewriting %s failed: %s", self.file.path, error)
-            return
-        self._file_bytes = self._live_bytes
 
     def close(self) -> None:
-        self.file.close()
+        self.records.close()

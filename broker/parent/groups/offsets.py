@@ -20,6 +20,7 @@ import logging
 import time
 
 from broker.parent.forwarded import ResponseBudget, budget_of
+from broker.parent.groups.consumer_state import ConsumerGroup
 from broker.parent.groups.offset_store import OffsetStore, Record
 from broker.parent.groups.state import Group, GroupState, member_problem
 from broker.shared.access import Access
@@ -58,6 +59,8 @@ class OffsetRequests:
             problem = ErrorCode.group_authorization_failed
         elif not body.group_id:
             problem = ErrorCode.invalid_group_id
+        elif isinstance(group, ConsumerGroup):
+            problem = group.offset_problem(body.member_id, generation, ctx.version)
         elif generation >= 0 or (group is not None and group.members):
             # Kafka's order: who commits (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) first; only a
             # current member of the current generation hears REBALANCE_IN_PROGRESS, which
@@ -116,7 +119,9 @@ class OffsetRequests:
             problem = self.transaction_problem(body.transactional_id, body.producer_id,
                                                body.producer_epoch, body.group_id, ctx.version)
         generation = getattr(body, "generation_id", -1)
-        if problem is None and generation >= 0:  # KIP-447: the member's generation is checked
+        if problem is None and generation >= 0 and isinstance(group, ConsumerGroup):
+            problem = group.offset_problem(body.member_id, generation, transactional=True)
+        elif problem is None and generation >= 0:  # KIP-447: the member's generation is checked
             problem = member_problem(group, body.member_id, generation,
                                      getattr(body, "group_instance_id", None))
         records, results = [], []
@@ -203,11 +208,16 @@ class OffsetRequests:
         budget = budget_of(self.props)
         if ctx.version >= 8:
             groups = []
+            groups_asked = {group.group_id: group for group in body.groups}
             for group_id, wanted in _wanted_groups(body.groups).items():
                 budget.charge(len(group_id))
                 if not self._may(ctx, Operation.DESCRIBE, group_id):
                     groups.append({"group_id": group_id, "topics": [],
                                    "error_code": ErrorCode.group_authorization_failed})
+                    continue
+                problem = self._member_fetch_problem(group_id, groups_asked[group_id])
+                if problem is not None:
+                    groups.append({"group_id": group_id, "topics": [], "error_code": problem})
                     continue
                 groups.append({"group_id": group_id, "error_code": ErrorCode.none,
                                "topics": self._fetched(ctx, group_id, wanted,
@@ -221,6 +231,16 @@ class OffsetRequests:
                                                     _wanted_topics(body.topics),
                                                     getattr(body, "require_stable", False),
                                                     budget)})
+
+    def _member_fetch_problem(self, group_id: str, asked) -> ErrorCode | None:
+        """OffsetFetch v9 of a member of a consumer group (KIP-848): the member must exist and
+        be at its epoch; a fetch that names no member (an admin's) is not checked."""
+        group = self.groups.get(group_id)
+        member_id = getattr(asked, "member_id", None)
+        epoch = getattr(asked, "member_epoch", -1)
+        if not isinstance(group, ConsumerGroup) or (member_id is None and epoch < 0):
+            return None
+        return group.offset_problem(member_id, epoch)
 
     # --- OffsetDelete, retention ------------------------------------------------------------
 

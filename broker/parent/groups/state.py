@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import ipaddress
+import struct
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -172,3 +174,17 @@ def member_problem(group: Group | None, member_id: str, generation: int,
     if generation != group.generation:
         return ErrorCode.illegal_generation
     return None
+
+
+def java_host(ip: str) -> str:
+    """A member's address as Kafka describes it: Java's InetAddress.toString() of an address
+    not looked up, "/10.0.0.1" (IPv6 in Java's form: every group, in hex without leading
+    zeros, "/0:0:0:0:0:0:0:1")."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:  # not an address (an in-process caller): as it is
+        return ip
+    if address.version == 4:
+        return f"/{address}"
+    groups = ":".join(f"{group:x}" for group in struct.unpack(">8H", address.packed))
+    return f"/{groups}%{address.scope_id}" if address.scope_id else f"/{groups}"

@@ -23,6 +23,7 @@ from msgspec import Meta
 from broker.shared.constants import INT_MAX
 
 MIB = 1024 * 1024
+SERVER_ASSIGNORS = ("uniform", "range")  # what group.consumer.assignors may name
 
 
 class ConfigError(ValueError):
@@ -407,6 +408,26 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         ge=1)] = 10_000
     group_max_size: Annotated[int, _doc(
         "Members one consumer group may have.", ge=1, le=INT_MAX)] = INT_MAX
+    group_consumer_heartbeat_interval_ms: Annotated[int, _doc(
+        "How often members of consumer groups (the KIP-848 protocol, group.protocol=consumer) "
+        "heartbeat: the interval every ConsumerGroupHeartbeat answer gives.", ge=1)] = 5000
+    group_consumer_min_heartbeat_interval_ms: Annotated[int, _doc(
+        "Smallest group.consumer.heartbeat.interval.ms allowed.", ge=1)] = 5000
+    group_consumer_max_heartbeat_interval_ms: Annotated[int, _doc(
+        "Largest group.consumer.heartbeat.interval.ms allowed.", ge=1)] = 15000
+    group_consumer_session_timeout_ms: Annotated[int, _doc(
+        "A member of a consumer group (KIP-848) that does not heartbeat for this long is "
+        "removed and its partitions are assigned to others.", ge=1)] = 45000
+    group_consumer_min_session_timeout_ms: Annotated[int, _doc(
+        "Smallest group.consumer.session.timeout.ms allowed.", ge=1)] = 45000
+    group_consumer_max_session_timeout_ms: Annotated[int, _doc(
+        "Largest group.consumer.session.timeout.ms allowed.", ge=1)] = 60000
+    group_consumer_max_size: Annotated[int, _doc(
+        "Members one consumer group of the KIP-848 protocol may have; a member joining past "
+        "it gets GROUP_MAX_SIZE_REACHED.", ge=1, le=INT_MAX)] = INT_MAX
+    group_consumer_assignors: Annotated[str, _doc(
+        "The server-side assignors consumer groups (KIP-848) may use, comma-separated, the "
+        "first being the default: uniform (balanced and sticky) and range.")] = "uniform,range"
     offsets_retention_minutes: Annotated[int, _doc(
         "Committed offsets of a group that has been empty this long are deleted.",
         ge=1)] = 10080

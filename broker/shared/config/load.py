@@ -17,7 +17,8 @@ import os
 import msgspec
 
 from broker.shared.acl import parse_super_users
-from broker.shared.config.keys import ConfigError, ServerProperties, server_properties
+from broker.shared.config.keys import (SERVER_ASSIGNORS, ConfigError, ServerProperties,
+                                       server_properties)
 from broker.shared.config.listeners import (Listener, advertised_listeners, check_distinct_ports,
                                             control_plane_listener, inter_broker_listener,
                                             listener_limits, parse_listeners, parse_protocol_map,
@@ -105,6 +106,7 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         raise ConfigError(f"group.min.session.timeout.ms: {props.group_min_session_timeout_ms} "
                           f"is more than group.max.session.timeout.ms "
                           f"{props.group_max_session_timeout_ms}")
+    _check_consumer_groups(props)
     protocols = parse_protocol_map(props.listener_security_protocol_map)
     listeners = parse_listeners("listeners", props.listeners, protocols)
     check_distinct_ports(listeners)
@@ -131,6 +133,29 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         super_users=_check_authorizer(props),
         proxy_listeners=proxy_listeners(props, listeners),
     )
+
+
+def _check_consumer_groups(props: ServerProperties) -> None:
+    """Kafka's checks of the consumer group protocol's keys (GroupCoordinatorConfig)."""
+    for key in ("heartbeat.interval", "session.timeout"):
+        name = key.replace(".", "_")
+        value = getattr(props, f"group_consumer_{name}_ms")
+        low = getattr(props, f"group_consumer_min_{name}_ms")
+        high = getattr(props, f"group_consumer_max_{name}_ms")
+        if not low <= value <= high:
+            raise ConfigError(f"group.consumer.{key}.ms: {value} is outside "
+                              f"group.consumer.min.{key}.ms {low} and "
+                              f"group.consumer.max.{key}.ms {high}")
+    if props.group_consumer_heartbeat_interval_ms >= props.group_consumer_session_timeout_ms:
+        raise ConfigError(f"group.consumer.heartbeat.interval.ms: "
+                          f"{props.group_consumer_heartbeat_interval_ms} must be less than "
+                          f"group.consumer.session.timeout.ms "
+                          f"{props.group_consumer_session_timeout_ms}")
+    assignors = split_csv(props.group_consumer_assignors)
+    unknown = [name for name in assignors if name not in SERVER_ASSIGNORS]
+    if not assignors or unknown:
+        raise ConfigError(f"group.consumer.assignors: {props.group_consumer_assignors!r} "
+                          f"(known: {', '.join(SERVER_ASSIGNORS)})")
 
 
 def _node_id(props: ServerProperties) -> int:

@@ -62,12 +62,14 @@ def response_header_is_flexible(api_key: int, api_version: int) -> bool:
 
 @functools.cache
 def _nested_types(cls) -> dict[str, type]:
-    """Field name -> entity class, for fields holding a tuple of nested entities."""
+    """Field name -> entity class, for fields holding a nested entity or a tuple of them."""
     nested = {}
     for name, hint in typing.get_type_hints(cls).items():
         if typing.get_origin(hint) in (typing.Union, types.UnionType):  # e.g. tuple[X, ...] | None
             hint = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint)
-        if typing.get_origin(hint) is tuple:
+        if dataclasses.is_dataclass(hint):
+            nested[name] = hint
+        elif typing.get_origin(hint) is tuple:
             inner = typing.get_args(hint)[0]
             if dataclasses.is_dataclass(inner):
                 nested[name] = inner
@@ -77,7 +79,7 @@ def _nested_types(cls) -> dict[str, type]:
 def build(cls, values: dict):
     """Construct kio entity `cls` from a dict, dropping keys this version does not have.
 
-    Lists of dicts become tuples of the nested entity, so one handler can describe its answer
+    A dict becomes the nested entity, lists of dicts tuples of it, so one handler can describe its answer
     once for every version of an API.
     """
     names = {field.name for field in dataclasses.fields(cls)}
@@ -86,7 +88,9 @@ def build(cls, values: dict):
     for key, value in values.items():
         if key not in names:
             continue
-        if key in nested and value is not None:
+        if key in nested and isinstance(value, dict):
+            value = build(nested[key], value)
+        elif key in nested and value is not None:
             value = tuple(build(nested[key], item) if isinstance(item, dict) else item
                           for item in value)
         kwargs[key] = value

@@ -99,7 +99,13 @@ final class Clients {
     }
 
     KafkaConsumer<String, String> consumer(Properties extra) {
-        return new KafkaConsumer<>(configured(CONSUMER, extra));
+        Properties settings = configured(CONSUMER, extra);
+        if ("consumer".equals(settings.get(ConsumerConfig.GROUP_PROTOCOL_CONFIG))) {
+            // the broker sets a member's session and heartbeats in that protocol (KIP-848)
+            settings.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG);
+            settings.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        }
+        return new KafkaConsumer<>(settings);
     }
 
     void createTopic(String name, int partitions, Map<String, String> configs) throws Exception {

@@ -31,6 +31,7 @@ public final class ClientsCheck {
         SCENARIOS.put("consumer_positions", ConsumerScenarios::positions);
         SCENARIOS.put("consumer_rebalance", ConsumerScenarios::rebalance);
         SCENARIOS.put("consumer_static", ConsumerScenarios::staticMembership);
+        SCENARIOS.put("consumer_protocol", ConsumerScenarios::modernGroup);
         SCENARIOS.put("admin_topics", AdminScenarios::topics);
         SCENARIOS.put("admin_configs", AdminScenarios::configs);
         SCENARIOS.put("admin_groups", AdminScenarios::groups);

@@ -18,9 +18,10 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.TopicPartition;
 
-/** KafkaConsumer scenarios (the classic group protocol): a group that consumes, commits and
- *  resumes from its commit; positions (seek, seekToBeginning/End, offsetsForTimes,
- *  beginning and end offsets); two members sharing partitions through rebalances. */
+/** KafkaConsumer scenarios: a group that consumes, commits and resumes from its commit;
+ *  positions (seek, seekToBeginning/End, offsetsForTimes, beginning and end offsets); two
+ *  members sharing partitions through rebalances, with the classic group protocol and with
+ *  the consumer group protocol (KIP-848). */
 final class ConsumerScenarios {
     static final long BASE_TIME = 1_700_000_000_000L;
 
@@ -187,6 +188,42 @@ final class ConsumerScenarios {
             first.close();
             pollUntil(List.of(second), c -> c.get(0).assignment().size() == 2);
             facts.put("after_leave", second.assignment().size());
+        }
+    }
+
+    /** The consumer group protocol (KIP-848, group.protocol=consumer): a member alone reads
+     *  both partitions and commits; a second member joins and they split them, never both
+     *  holding one; the Admin describes the group as a consumer group; after the first leaves,
+     *  the second holds both and sees the first's commits. */
+    static void modernGroup(Clients clients, Map<String, Object> facts) throws Exception {
+        clients.createAndFill("mg", 2, 10);
+        TopicPartition p0 = new TopicPartition("mg", 0);
+        TopicPartition p1 = new TopicPartition("mg", 1);
+        java.util.Properties member = props(ConsumerConfig.GROUP_ID_CONFIG, "mg-group",
+                ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        KafkaConsumer<String, String> first = clients.consumer(member);
+        try (KafkaConsumer<String, String> second = clients.consumer(member)) {
+            first.subscribe(List.of("mg"));
+            facts.put("consumed", Clients.poll(first, 20).size());
+            facts.put("alone", first.assignment().size());
+            facts.put("epoch_positive", first.groupMetadata().generationId() > 0);
+            first.commitSync();
+            second.subscribe(List.of("mg"));
+            facts.put("split", pollUntil(List.of(first, second),
+                    c -> c.get(0).assignment().size() == 1 && c.get(1).assignment().size() == 1));
+            facts.put("disjoint", java.util.Collections.disjoint(first.assignment(), second.assignment()));
+            var described = Clients.get(clients.admin().describeConsumerGroups(List.of("mg-group")).all())
+                    .get("mg-group");
+            facts.put("described", List.of(described.type().name(), described.members().size(),
+                    described.partitionAssignor()));
+            facts.put("listed_type", Clients.get(clients.admin().listGroups(
+                    org.apache.kafka.clients.admin.ListGroupsOptions.forConsumerGroups()).all()).stream()
+                    .filter(g -> g.groupId().equals("mg-group"))
+                    .map(g -> g.type().map(Enum::name).orElse("?")).toList());
+            first.close();
+            facts.put("after_leave", pollUntil(List.of(second), c -> c.get(0).assignment().size() == 2));
+            Map<TopicPartition, OffsetAndMetadata> committed = second.committed(Set.of(p0, p1));
+            facts.put("committed", List.of(committed.get(p0).offset(), committed.get(p1).offset()));
         }
     }
 
