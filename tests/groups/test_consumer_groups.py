@@ -20,6 +20,7 @@ from broker.parent.groups.consumer_store import ConsumerGroupStore
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offset_store import OffsetStore
 from broker.shared.access import Access
+from broker.shared.acl import Acl, Operation, PatternType, Permission, ResourceType
 from broker.shared.config import load_config
 from broker.shared.log.topics import Epoch, TopicInfo
 from tests.wire import decode_response, request
@@ -108,7 +109,7 @@ class Clock:
 
 
 class Groups:
-    def __init__(self, tmp_path, topics=None, **settings):
+    def __init__(self, tmp_path, topics=None, access=None, **settings):
         raw = {"log.dirs": str(tmp_path), "group.consumer.min.heartbeat.interval.ms": "10",
                "group.consumer.min.session.timeout.ms": "100",
                "group.consumer.heartbeat.interval.ms": "100"}
@@ -117,11 +118,12 @@ class Groups:
         self.directory = str(tmp_path)
         self.topics = FakeTopics(topics or {"t": 4})
         self.clock = Clock()
+        self.access = access or Access(False)
         self.table: dict = {}
         self.groups = self._groups()
 
     def _groups(self) -> ConsumerGroups:
-        groups = ConsumerGroups(self.props, Access(False), self.table, self.topics,
+        groups = ConsumerGroups(self.props, self.access, self.table, self.topics,
                                 ConsumerGroupStore(self.directory), lambda: 0, self.clock)
         groups.restore()
         return groups
@@ -319,6 +321,26 @@ def test_leaving_frees_the_partitions(tmp_path):
     assert h.heartbeat("a", -1).member_epoch == -1
     b.beat()
     assert len(b.owned[h.topics.id("t")]) == 4
+
+
+def test_acls_decide_who_joins_what_it_names_and_what_its_expression_matches(tmp_path):
+    def allow(resource_type, name, operation):
+        return Acl(resource_type, name, PatternType.LITERAL, "User:alice", "*", operation,
+                   Permission.ALLOW)
+
+    access = Access(True)
+    access.update([allow(ResourceType.GROUP, "g", Operation.READ),
+                   allow(ResourceType.TOPIC, "t-open", Operation.DESCRIBE)])
+    h = Groups(tmp_path, topics={"t-open": 1, "t-closed": 1}, access=access)
+    assert h.heartbeat("m", 0, group="other").error_code == ErrorCode.group_authorization_failed
+    refused = h.heartbeat("m", 0, topics=("t-open", "t-closed"))
+    assert (refused.error_code, refused.error_message) == (
+        ErrorCode.topic_authorization_failed, "Unauthorized topics: t-closed.")
+    joined = h.heartbeat("m", 0, topics=(), regex="t-.*")
+    assert _assignment(joined) == {h.topics.id("t-open"): frozenset({0})}
+    allowed, denied = h.describe("g", "other")  # READ implies DESCRIBE, as in Kafka
+    assert (allowed.error_code, denied.error_code) == (ErrorCode.none,
+                                                       ErrorCode.group_authorization_failed)
 
 
 def test_describe_shows_members_target_and_epochs(tmp_path):
