@@ -11,8 +11,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
-from tests.admission.test_proxy_protocol import BALANCER, balancer_socket, v1_header, v2_header
-from tests.security.test_sasl import _authenticate, _string, sasl_broker
+from tests.admission.helpers import BALANCER, balancer_socket, v1_header, v2_header
+from tests.security.helpers import authenticate, kafka_string, sasl_broker
 from tests.wire import KafkaSocket, api_versions_request, peer_closed, raw_request
 
 HELD_MS = 3000  # how long the broker holds a refused connection: longer than any wait below
@@ -81,9 +81,9 @@ def plain_login(address, user: str, password: str, source: str) -> tuple[int, Ka
     broker closed the connection first; the socket)."""
     client = KafkaSocket(address, source=source)
     try:
-        client.send(raw_request(17, 1, 2, _string("PLAIN")))
+        client.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
         client.receive()
-        code, _body = _authenticate(client, f"\x00{user}\x00{password}".encode())
+        code, _body = authenticate(client, f"\x00{user}\x00{password}".encode())
     except ConnectionError:
         code = -1
     return code, client

@@ -24,7 +24,8 @@ from kio.schema.errors import ErrorCode
 from loadtest.apache_kafka import ApacheKafka, java_command, tool
 from tests.batches import make_batch
 from tests.harness import BrokerProcess
-from tests.requests.test_parent_amplification import ask
+from tests.helpers import ask
+from tests.security.helpers import SASL_JAAS, STANDARD
 from tests.wire import KafkaSocket, create_topic, produce_request
 
 pytestmark = pytest.mark.system  # every test here starts a broker
@@ -38,12 +39,9 @@ SASL = ("admin_acls", "acls_enforced", "scram_login")
 # A timed-out transaction is aborted within half a second (the transactions_fenced scenario).
 BROKER = {"group.initial.rebalance.delay.ms": "0",
           "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
-STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
-JAAS = (f'{PLAIN} username="admin" password="admin-secret" user_admin="admin-secret" '
-        'user_alice="alice-secret";')
 SASL_BROKER = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
-               "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+               "listener.name.sasl_plaintext.plain.sasl.jaas.config": SASL_JAAS,
                "authorizer.class.name": STANDARD, "inter.broker.listener.name": "SASL_PLAINTEXT"}
 AS_ADMIN = ("security.protocol=SASL_PLAINTEXT", "sasl.mechanism=PLAIN",
             f'sasl.jaas.config={PLAIN} username="admin" password="admin-secret";')

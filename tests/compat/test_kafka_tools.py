@@ -28,8 +28,8 @@ from kio.schema.errors import ErrorCode
 from loadtest import apache_kafka
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import create_topics, produce
-from tests.security.test_acls import STANDARD
-from tests.requests.test_parent_amplification import ask, stable_group
+from tests.security.helpers import STANDARD
+from tests.helpers import ask, stable_group
 from tests.wire import KafkaSocket, alter_raw
 
 pytestmark = [

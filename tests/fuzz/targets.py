@@ -245,11 +245,11 @@ def handlers(data: bytes) -> None:
     """`data` is a whole request frame (a captured one, mutated)."""
     from workers.router import ForwardRequest, InvalidRequest
 
-    from tests.requests.test_api_sweep import ask
+    from tests.requests.helpers import ask_in_loop
 
     router, parent, loop = _services()
     try:
-        answer = ask(loop, router, data)  # in a running loop, as a worker asks
+        answer = ask_in_loop(loop, router, data)  # in a running loop, as a worker asks
     except InvalidRequest:
         return
     if isinstance(answer, ForwardRequest):
@@ -260,7 +260,7 @@ def handlers(data: bytes) -> None:
 
 def _services():
     if "services" not in _WORKERS:
-        from tests.requests.test_api_sweep import Parent
+        from tests.requests.helpers import Parent
         from tests.helpers import make_router
 
         _WORKERS["services"] = (make_router(tempfile.mkdtemp(prefix="fuzz-worker-")),

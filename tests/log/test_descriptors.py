@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
 from tests.wire import request
-from tests.robustness.test_hostile import timed_create_topic
+from tests.helpers import timed_create_topic
 from tests.wire import KafkaSocket, decode_response, frame
 
 pytestmark = pytest.mark.system

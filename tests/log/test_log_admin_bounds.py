@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from broker.shared.log.producers import ProducerState
 from broker.shared.protocol.codec import build, encode_entity, response_class
 from tests.harness import BrokerProcess
-from tests.robustness.test_bounds import new_producers
+from tests.helpers import new_producers
 from tests.wire import request
 from tests.wire import KafkaSocket, api_versions_request, create_topic, decode_response, frame
 from workers import producers_response

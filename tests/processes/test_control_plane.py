@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from broker.shared.config import ConfigError, load_config
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
-from tests.admission.test_admission import Probe, served_probes
+from tests.admission.helpers import Probe, served_probes
 from tests.wire import (KafkaSocket, alter_client_quota, alter_raw, api_versions_request,
                         create_topic, decode_response, describe_configs_request, frame,
                         metadata_request, peer_closed, produce_request)

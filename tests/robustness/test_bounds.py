@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.batches import compressed, make_batch
 from tests.harness import BrokerProcess, rss, wait_until
+from tests.helpers import new_producers
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response,
                         fetch_request, frame, metadata_request, produce_errors, produce_request)
 
@@ -210,33 +211,6 @@ def test_new_producer_ids_at_the_table_bound_cost_what_they_cost_below_it():
               f"{crafted:.2f} s with ids sharing a slot; another client's produce p50 "
               f"{median * 1000:.2f} ms under three clients sending new ids")
         assert median < 0.004
-
-
-def with_producer(batch: bytes, producer_id: int) -> bytes:
-    """`batch` as producer `producer_id` sends it (its id and CRC rewritten)."""
-    patched = bytearray(batch)
-    struct.pack_into(">q", patched, 43, producer_id)
-    struct.pack_into(">I", patched, 17, crc32c(bytes(patched[21:])))
-    return bytes(patched)
-
-
-def new_producers(clients: list[KafkaSocket], topic: str, producer_ids, in_flight: int = 32,
-                  partition: int = 0) -> float:
-    """Seconds to append a first batch (sequence 0) for each producer id, `in_flight`
-    requests at a time on each client; the requests are built before the clock starts."""
-    template = make_batch(1, producer_id=0, epoch=0, sequence=0)
-    frames = [produce_request(topic, with_producer(template, producer_id), partition=partition,
-                              correlation_id=n) for n, producer_id in enumerate(producer_ids)]
-    start = time.perf_counter()
-    for first in range(0, len(frames), in_flight * len(clients)):
-        chunks = [frames[at:at + in_flight]
-                  for at in range(first, first + in_flight * len(clients), in_flight)]
-        for client, chunk in zip(clients, chunks):
-            client.send(b"".join(chunk))
-        for client, chunk in zip(clients, chunks):
-            for _ in chunk:
-                assert produce_errors(client.receive())[0][0] == 0
-    return time.perf_counter() - start
 
 
 def _time_produce(address, topic: str, latencies: list, done: threading.Event) -> None:

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, rss, wait_until
+from tests.helpers import timed_create_topic
 from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_request, frame,
                         metadata_request, peer_closed, produce_errors, produce_request, raw_request)
 
@@ -353,23 +354,6 @@ def test_metadata_names_repeated_are_answered_once(broker):
         client.send(metadata_request(12, correlation_id=2, topics=["t"] * 5000))
         _, response = decode_response(3, 12, client.receive())
     assert [topic.name for topic in response.topics] == ["t"]
-
-
-def timed_create_topic(broker, name: str, partitions: int,
-                       timeout: float = 60) -> tuple[int, float]:
-    """CreateTopics v5 of one topic on a raw connection: (error code, seconds to the answer)."""
-    from kafka.protocol.admin.topics import CreateTopicsRequest
-
-    request = CreateTopicsRequest[5](topics=[
-        CreateTopicsRequest[5].CreatableTopic(name=name, num_partitions=partitions,
-                                              replication_factor=1, assignments=[], configs=[])],
-        timeout_ms=60000, validate_only=False)
-    request.with_header(correlation_id=8, client_id="admin")
-    with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=timeout) as client:
-        started = time.monotonic()
-        client.send(frame(bytes(request.encode(header=True))))
-        _, response = decode_response(19, 5, client.receive())
-        return int(response.topics[0].error_code), time.monotonic() - started
 
 
 def delete_topics(broker, names: list[str]) -> list[int]:
