@@ -82,7 +82,7 @@ def write_seeds(target: str, directory: str) -> int:
 
     frames = captured()
     seeds: list[bytes] = []
-    if target == "handlers":
+    if target == "router":
         seeds = frames
     elif target == "framing":
         seeds = [bytes([flags]) + b"".join(struct.pack(">i", len(f)) + f for f in frames[i::7])

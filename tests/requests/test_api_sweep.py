@@ -95,7 +95,7 @@ def test_a_create_partitions_built_over_several_turns_is_asked_inside_the_loop(s
 
 
 def test_a_memoized_request_shortened_by_skipping_unknown_tags_is_answered(services):
-    """Found by the handlers fuzz target in CI: an ApiVersions frame too long for the memo
+    """Found by the router fuzz target in CI: an ApiVersions frame too long for the memo
     whose unknown tagged fields, once skipped, left it short enough raised UnboundLocalError
     (the memo's key was never taken)."""
     import base64
