@@ -188,7 +188,7 @@ def produce_acked(address, topic: str, count: int, prefix: bytes) -> list[int]:
             client.send(produce_request(topic, make_batch(1, key_prefix=prefix + b"%d-" % i),
                                         correlation_id=i))
             [(code, base)] = produce_errors(client.receive())
-            assert code == 0
+            assert code == ErrorCode.none
             acked.append(base)
         return acked
 
@@ -216,7 +216,7 @@ def new_producers(clients: list[KafkaSocket], topic: str, producer_ids, in_fligh
             client.send(b"".join(chunk))
         for client, chunk in zip(clients, chunks):
             for _ in chunk:
-                assert produce_errors(client.receive())[0][0] == 0
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
     return time.perf_counter() - start
 
 

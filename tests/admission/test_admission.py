@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.admission.helpers import Probe, served_probes
 from tests.harness import BrokerProcess, wait_until
@@ -151,7 +152,7 @@ def test_incremental_alter_configs_validation_and_listener_keys():
         assert alter("0", "max.connections", "-1") == "INVALID_REQUEST"
         assert alter("0", "log.dirs", "/elsewhere") == "INVALID_REQUEST"  # not dynamic
         internal = broker.listeners["INTERNAL"]
-        assert alter_raw(internal, "", "max.connections", "50") == 0  # the cluster default
+        assert alter_raw(internal, "", "max.connections", "50") == ErrorCode.none  # the cluster default
         assert alter_raw(internal, "7", "max.connections", "5") == 42  # not this broker
         assert alter("0", "max.connections.per.ip.overrides", "127.0.0.5:1",
                      AlterConfigOpType.APPEND) == "ok"
@@ -225,7 +226,7 @@ def test_per_ip_rate_closes_late_and_does_not_charge_the_broker_rate(tmp_path):
     overrides = dict(TWO_LISTENERS, **{"quota.window.num": "2", "pybroker.quota.burst.windows": "1"})
     with BrokerProcess(workers=1, overrides=overrides, data_dir=str(tmp_path)) as broker:
         client, internal = broker.listeners["CLIENT"], broker.listeners["INTERNAL"]
-        assert alter_ip_quota(internal, "127.0.0.7", 2) == [0]
+        assert alter_ip_quota(internal, "127.0.0.7", 2) == [ErrorCode.none]
         assert alter_ip_quota(internal, "nonsense", 2) == [42]
         assert describe_ip_quotas(internal) == {"127.0.0.7": 2.0}
         rate_before = broker.metric("broker_connection_creation_rate", scope="broker", listener="")

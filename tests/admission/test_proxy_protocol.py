@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.config import ConfigError, load_config
 from tests.admission.helpers import BALANCER, balancer_socket, v1_header, v2_header
@@ -105,7 +106,7 @@ def test_limits_count_the_client_the_header_names_not_the_balancer(proxied, head
     before = rejected(broker, "per_ip_limit")
     first = balancer_socket(broker, header(client) + api_versions_request(correlation_id=1))
     try:  # the header and the first request in one segment: the request is the worker's
-        assert decode_response(18, 3, first.receive())[1].error_code == 0
+        assert decode_response(18, 3, first.receive())[1].error_code == ErrorCode.none
         second = balancer_socket(broker, header(client))  # over its limit
         assert peer_closed(second.sock, wait=5)
         other = balancer_socket(broker, header("127.0.0.6"))

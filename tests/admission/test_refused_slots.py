@@ -31,7 +31,7 @@ def admitted_within(address, seconds: float) -> KafkaSocket:
     deadline = time.monotonic() + seconds
     while True:
         code, client = first_answer(address)
-        if code == 0:
+        if code == ErrorCode.none:
             return client
         client.close()
         assert code == ErrorCode.policy_violation
@@ -102,12 +102,12 @@ def test_a_connection_refused_for_its_user_frees_its_slots_at_once(pki):
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         address = broker.listeners["SASL_PLAINTEXT"]
         code, alice = plain_login(address, "alice", "alice-secret", source)
-        assert code == 0
+        assert code == ErrorCode.none
         code, refused = plain_login(address, "alice", "alice-secret", source)
         assert code == ErrorCode.sasl_authentication_failed
         assert broker.metric("broker_connections", listener="SASL_PLAINTEXT") == 1
         code, admin = plain_login(address, "admin", "admin-secret", source)
-        assert code == 0, "the refused connection still counts against its IP"
+        assert code == ErrorCode.none, "the refused connection still counts against its IP"
         assert not peer_closed(refused.sock, wait=0.1)  # still held by its worker
         assert peer_closed(refused.sock, wait=HELD_MS / 1000 + 5)
         for client in (alice, refused, admin):

@@ -358,10 +358,10 @@ def test_metadata_by_topic_id_ignores_the_empty_names_the_java_client_sends(brok
                                      "include_topic_authorized_operations": False})[1].topics
 
         (named,) = metadata(("by-id", None))
-        assert named.error_code == 0 and named.topic_id != uuid.UUID(int=0)
+        assert named.error_code == ErrorCode.none and named.topic_id != uuid.UUID(int=0)
         unknown = uuid.uuid4()
         found, missing = metadata(("", named.topic_id), ("", unknown))
-        assert (found.error_code, found.name, found.topic_id) == (0, "by-id", named.topic_id)
+        assert (found.error_code, found.name, found.topic_id) == (ErrorCode.none, "by-id", named.topic_id)
         assert [p.partition_index for p in found.partitions] == [0, 1]
         assert (missing.error_code, missing.name, missing.topic_id) == (
             ErrorCode.unknown_topic_id, None, unknown)
@@ -377,7 +377,7 @@ def test_describe_groups_v6_answers_an_unknown_group_with_group_id_not_found(bro
         assert (v6.error_code, v6.error_message, v6.group_state) == (
             ErrorCode.group_id_not_found, "Group no-such-group not found.", "Dead")
         (v5,) = ask(sock, 15, 5, values)[1].groups
-        assert (v5.error_code, v5.group_state) == (0, "Dead")
+        assert (v5.error_code, v5.group_state) == (ErrorCode.none, "Dead")
 
 
 def test_list_offsets_of_tiered_storage_are_minus_one_without_it(broker):
@@ -397,7 +397,7 @@ def test_list_offsets_of_tiered_storage_are_minus_one_without_it(broker):
             return [(p.error_code, p.offset, p.leader_epoch)
                     for p in answer.topics[0].partitions]
 
-        assert offsets(11, -1) == [(0, 3, 0)]
-        assert offsets(11, -5) == [(0, -1, -1)]
-        assert offsets(11, -6) == [(0, -1, -1)]
-        assert offsets(9, -5) == [(0, -1, -1)]
+        assert offsets(11, -1) == [(ErrorCode.none, 3, 0)]
+        assert offsets(11, -5) == [(ErrorCode.none, -1, -1)]
+        assert offsets(11, -6) == [(ErrorCode.none, -1, -1)]
+        assert offsets(9, -5) == [(ErrorCode.none, -1, -1)]

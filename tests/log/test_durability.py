@@ -123,7 +123,7 @@ def test_long_poll_wakes_on_a_produce_through_another_worker(tmp_path):
         waiter.send(fetch_request("poll", offset=1, max_wait_ms=5000, correlation_id=1))
         wait_until(lambda: broker.metric("broker_delayed_fetches") == 1)
         producer_conn.send(produce_request("poll", make_batch(2), correlation_id=2))
-        assert produce_errors(producer_conn.receive()) == [(0, 1)]
+        assert produce_errors(producer_conn.receive()) == [(ErrorCode.none, 1)]
         _, response = decode_response(1, 12, waiter.receive())
         waited = time.monotonic() - started
         assert response.responses[0].partitions[0].records  # the new batch

@@ -59,7 +59,7 @@ def test_a_new_client_never_shares_a_sensor_with_a_heavy_one():
         address = broker.listeners["PLAINTEXT"]
         with KafkaSocket(address) as client:
             for n in range(260):
-                assert produce_as(client, f"crowd-{n}", "q", make_batch(1), n)[0] == 0
+                assert produce_as(client, f"crowd-{n}", "q", make_batch(1), n)[0] == ErrorCode.none
         with KafkaSocket(address) as client:  # its channel stays muted once throttled
             heavy = 0.0
             for n in range(10):
@@ -69,7 +69,7 @@ def test_a_new_client_never_shares_a_sensor_with_a_heavy_one():
             assert heavy > 0
         with KafkaSocket(address) as client:
             code, newcomer = produce_as(client, "newcomer", "q", make_batch(1), 99)
-            assert (code, newcomer) == (0, 0)
+            assert (code, newcomer) == (ErrorCode.none, 0)
         assert broker.metric("broker_quota_untracked_requests_total") == 0
 
 
@@ -83,7 +83,7 @@ def test_a_full_sensor_table_says_so_and_frees_idle_sensors():
             for n in range(16):
                 produce_as(client, f"early-{n}", "q", make_batch(1), n)
             big = make_batch(50, value_size=500)
-            assert produce_as(client, "late", "q", big, 20) == (0, 0)  # untracked, said so
+            assert produce_as(client, "late", "q", big, 20) == (ErrorCode.none, 0)  # untracked, said so
             assert broker.metric("broker_quota_untracked_requests_total") >= 1
             assert broker.metric("broker_quota_sensors", state="in_use") == 16
             assert broker.wait_for_line("every quota sensor .* client-id=late")
@@ -132,7 +132,7 @@ def test_a_damaged_state_file_is_rebuilt_even_after_a_clean_shutdown(tmp_path, d
             for n in range(3):
                 client.send(produce_request("s", make_batch(1, key_prefix=b"first"),
                                             correlation_id=n))
-                assert produce_errors(client.receive()) == [(0, n)]
+                assert produce_errors(client.receive()) == [(ErrorCode.none, n)]
     state = os.path.join(data, "logs", "s-0", "state")
     assert os.path.exists(os.path.join(data, "logs", ".pybroker-clean-shutdown"))
     if damage == "zeroed":
@@ -144,7 +144,7 @@ def test_a_damaged_state_file_is_rebuilt_even_after_a_clean_shutdown(tmp_path, d
         broker.wait_for_line("partition s-0: .*recovering it from its segments")
         with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
             client.send(produce_request("s", make_batch(1), correlation_id=9))
-            assert produce_errors(client.receive()) == [(0, 3)]  # not 0: nothing overwritten
+            assert produce_errors(client.receive()) == [(ErrorCode.none, 3)]  # not 0: nothing overwritten
             client.send(fetch_request("s", offset=0))
             _, response = decode_response(1, 12, client.receive())
             assert response.responses[0].partitions[0].records[61:90].count(b"first") == 1
@@ -159,14 +159,14 @@ def test_a_retry_after_a_hundred_other_producers_is_not_appended_again():
         address = broker.listeners["PLAINTEXT"]
         with KafkaSocket(address) as first, KafkaSocket(address) as second:  # both workers
             first.send(produce_request("i", make_batch(2, producer_id=7, epoch=0, sequence=0)))
-            assert produce_errors(first.receive()) == [(0, 0)]
+            assert produce_errors(first.receive()) == [(ErrorCode.none, 0)]
             for n, client in enumerate([first, second] * 50):
                 client.send(produce_request("i", make_batch(1, producer_id=1000 + n, epoch=0,
                                                              sequence=0), correlation_id=n))
-                assert produce_errors(client.receive())[0][0] == 0
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
             second.send(produce_request("i", make_batch(2, producer_id=7, epoch=0, sequence=0),
                                         correlation_id=200))
-            assert produce_errors(second.receive()) == [(0, 0)]  # the original offset
+            assert produce_errors(second.receive()) == [(ErrorCode.none, 0)]  # the original offset
             second.send(produce_request("i", make_batch(1, producer_id=99, epoch=0, sequence=5),
                                         correlation_id=201))
             assert produce_errors(second.receive()) == [(ErrorCode.unknown_producer_id, -1)]
@@ -222,7 +222,7 @@ def _time_produce(address, topic: str, latencies: list, done: threading.Event) -
                 return
             start = time.perf_counter()
             client.send(produce_request(topic, batch, correlation_id=n))
-            assert produce_errors(client.receive())[0][0] == 0
+            assert produce_errors(client.receive())[0][0] == ErrorCode.none
             latencies.append(time.perf_counter() - start)
 
 
@@ -270,7 +270,7 @@ def test_compressed_batches_that_lie_or_explode_are_refused(codec):
                 assert produce_errors(client.receive())[0][0] in (ErrorCode.corrupt_message,
                                                                   ErrorCode.invalid_record)
             client.send(produce_request("z", compressed(make_batch(5), codec), correlation_id=7))
-            assert produce_errors(client.receive()) == [(0, 0)]
+            assert produce_errors(client.receive()) == [(ErrorCode.none, 0)]
 
 
 def test_a_batch_of_100000_tiny_records_is_walked_without_holding_the_worker():
@@ -296,7 +296,7 @@ def test_a_batch_of_100000_tiny_records_is_walked_without_holding_the_worker():
                 pinger.receive()
                 pings += 1
             producer.join(60)
-        assert result["answer"] == [(0, 0)]
+        assert result["answer"] == [(ErrorCode.none, 0)]
         assert pings >= 2  # answered while the batch was being walked
 
 
@@ -344,7 +344,7 @@ def test_killed_workers_under_memory_pressure_leave_the_pool_whole():
                 thread.join(30)
         wait_until(lambda: broker.metric("broker_request_memory_used_bytes") == 0, timeout=15,
                    message="pool bytes leaked by killed workers")
-        assert _produce_once(address, "p", make_batch(1))[0][0] == 0
+        assert _produce_once(address, "p", make_batch(1))[0][0] == ErrorCode.none
 
 
 def test_more_memory_waiters_than_the_bound_are_refused_with_a_reason():
@@ -454,7 +454,7 @@ def test_pending_members_and_member_ids_are_bounded():
             assert int(answer.error_code) == ErrorCode.unknown_member_id  # it joins from the start
             client.send(join_request("g-1999", ids[-1], "c"))  # the newest is still known
             _, answer = decode_response(11, 5, client.receive())
-            assert int(answer.error_code) == 0
+            assert int(answer.error_code) == ErrorCode.none
         assert rss(broker.pid) - parent_before < 16 * MIB
 
 

@@ -305,7 +305,7 @@ def test_acls_from_the_admin_client_grant_exactly_what_they_say():
         # Four authenticated connections, so both workers serve some: each may produce now.
         sessions = [plain_session(broker.listeners["SASL_PLAINTEXT"], "alice",
                                    "alice-secret")[0] for _ in range(4)]
-        assert {raw_produce(sock) for sock in sessions} == {0}
+        assert {raw_produce(sock) for sock in sessions} == {ErrorCode.none}
         [deleted] = [future.result(timeout=20) for future in
                      admin.delete_acls([prefixed_writes]).values()]
         answered = time.monotonic()
@@ -559,7 +559,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
                 "group_instance_id": None, "topics": [{"name": name, "partitions": [{
                     "partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
                     "committed_metadata": None}]} for name in ("seen", "hidden")]})[1]
-            assert {p.error_code for t in committed.topics for p in t.partitions} == {0}
+            assert {p.error_code for t in committed.topics for p in t.partitions} == {ErrorCode.none}
 
         # Configs.
         resources = [{"resource_type": kind, "resource_name": name, "configuration_keys": None}
@@ -585,7 +585,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
             [cluster_denied, topic_denied, topic_denied]
 
         # Client quotas: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster.
-        assert ask(alice, 48, 1, {"components": [], "strict": False})[1].error_code == 0
+        assert ask(alice, 48, 1, {"components": [], "strict": False})[1].error_code == ErrorCode.none
         assert ask(bob, 48, 1, {"components": [], "strict": False})[1].error_code == \
             ErrorCode.cluster_authorization_failed
         quota = {"entity": [{"entity_type": "user", "entity_name": "bob"}],
@@ -596,7 +596,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
 
         # SCRAM credentials: DESCRIBE / ALTER on the cluster (DESCRIBE_CONFIGS is not enough).
         assert ask(alice, 50, 0, {"users": None})[1].error_code == cluster_denied
-        assert ask(admin, 50, 0, {"users": None})[1].error_code == 0
+        assert ask(admin, 50, 0, {"users": None})[1].error_code == ErrorCode.none
         deletion = {"deletions": [{"name": "carol", "mechanism": 1}], "upsertions": []}
         assert ask(alice, 51, 0, deletion)[1].results[0].error_code == cluster_denied
 
@@ -604,7 +604,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
         described = ask(alice, 15, 5, {"groups": ["mine", "theirs"],
                                        "include_authorized_operations": True})[1]
         assert [(g.group_id, g.error_code) for g in described.groups] == \
-            [("mine", 0), ("theirs", ErrorCode.group_authorization_failed)]
+            [("mine", ErrorCode.none), ("theirs", ErrorCode.group_authorization_failed)]
         listed = {name: sorted(g.group_id for g in ask(sock, 16, 4, {"states_filter": []}
                                                         )[1].groups)
                   for name, sock in (("admin", admin), ("alice", alice), ("bob", bob))}
@@ -622,13 +622,13 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
         assert asked.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
         deleted = ask(alice, 42, 2, {"groups_names": ["mine", "doomed"]})[1]
         assert sorted((r.group_id, r.error_code) for r in deleted.results) == \
-            [("doomed", 0), ("mine", ErrorCode.group_authorization_failed)]
+            [("doomed", ErrorCode.none), ("mine", ErrorCode.group_authorization_failed)]
         offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
             {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1]
         assert offsets_deleted.error_code == ErrorCode.group_authorization_failed
         create_acls(admin_config, binding("GROUP", "mine", "LITERAL", "User:alice", "DELETE"))
         wait_until(lambda: ask(alice, 47, 0, {"group_id": "mine", "topics": [
-            {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1].error_code == 0)
+            {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1].error_code == ErrorCode.none)
         offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
             {"name": "hidden", "partitions": [{"partition_index": 0}]}]})[1]
         assert offsets_deleted.topics[0].partitions[0].error_code == topic_denied

@@ -224,7 +224,7 @@ def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
             sock.send(api_versions_request(3))
             sock.receive()
             sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
-            assert struct.unpack_from(">h", sock.receive(), 4)[0] == 0
+            assert struct.unpack_from(">h", sock.receive(), 4)[0] == ErrorCode.none
             code, body = authenticate(sock, b"\x00alice\x00not-her-password")
             answered = time.monotonic()
             assert code == ErrorCode.sasl_authentication_failed
@@ -250,7 +250,7 @@ def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:  # the right one works
             sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
             sock.receive()
-            assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+            assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == ErrorCode.none
             sock.send(metadata_request(12, correlation_id=9))
             assert struct.unpack_from(">i", sock.receive())[0] == 9
 
@@ -380,7 +380,7 @@ def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
             sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
             sock.receive()
             code, body = authenticate(sock, b"\x00alice\x00alice-secret")
-            assert code == 0 and struct.unpack_from(">q", body, len(body) - 8)[0] == 2000
+            assert code == ErrorCode.none and struct.unpack_from(">q", body, len(body) - 8)[0] == 2000
             sock.send(raw_request(17, 1, 4, kafka_string("PLAIN")))  # again, as admin: refused
             sock.receive()
             assert authenticate(sock, b"\x00admin\x00admin-secret")[0] == \
@@ -388,7 +388,7 @@ def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
             sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
             sock.receive()
-            assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+            assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == ErrorCode.none
             authenticated = time.monotonic()
             assert peer_closed(sock.sock, wait=6)  # never re-authenticates
             assert time.monotonic() - authenticated >= 1.9
@@ -416,7 +416,7 @@ def test_connections_per_principal_are_limited_across_workers_and_changed_at_run
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         address = broker.listeners["SASL_PLAINTEXT"]
         held = [plain_session(address, "alice", "alice-secret") for _ in range(2)]
-        assert [code for _sock, code, _body in held] == [0, 0]
+        assert [code for _sock, code, _body in held] == [ErrorCode.none, ErrorCode.none]
         sock, code, body = plain_session(address, "alice", "alice-secret")
         answered = time.monotonic()
         assert code == ErrorCode.sasl_authentication_failed
@@ -432,7 +432,7 @@ def test_connections_per_principal_are_limited_across_workers_and_changed_at_run
         def admitted_once_more() -> bool:
             sock, code, _body = plain_session(address, "alice", "alice-secret")
             sock.close()
-            return code == 0
+            return code == ErrorCode.none
 
         wait_until(admitted_once_more)
 
@@ -495,7 +495,7 @@ def _code(answer: bytes) -> int:
 
 
 def _plain_exchange(auth, password: str = "pw"):
-    assert _code(auth.handle(raw_request(17, 1, 1, kafka_string("PLAIN"))[4:], 0)) == 0
+    assert _code(auth.handle(raw_request(17, 1, 1, kafka_string("PLAIN"))[4:], 0)) == ErrorCode.none
     token = f"\x00alice\x00{password}".encode()
     return auth.handle(raw_request(36, 1, 2, struct.pack(">i", len(token)) + token)[4:], 0)
 
@@ -508,7 +508,7 @@ def test_a_successful_exchange_is_answered_only_once_the_parent_admits_the_user(
         assert [user for user, _ in claims] == ["alice"] and auth.user is None and results == []
         claims[0][1].set_result(verdict(conn_id=1))
         loop.run_until_complete(asyncio.sleep(0))
-        assert _code(answer.result()) == 0
+        assert _code(answer.result()) == ErrorCode.none
         assert auth.user == "alice" and results == [("alice", "success")]
         assert auth.handle(raw_request(3, 12, 3)[4:], 0) == b"routed"
     finally:
@@ -543,7 +543,7 @@ def test_a_reauthentication_keeps_its_count_and_is_not_asked_again():
         loop.run_until_complete(asyncio.sleep(0))
         assert answer.done()
         again = _plain_exchange(auth)  # KIP-368: the same principal, on the same connection
-        assert isinstance(again, bytes) and _code(again) == 0
+        assert isinstance(again, bytes) and _code(again) == ErrorCode.none
         assert len(claims) == 1 and results[-1] == ("alice", "success")
     finally:
         loop.close()
@@ -562,14 +562,14 @@ def _scram_session(sock: KafkaSocket, mechanism: str, user: str, password: str) 
 
     from tests.wire import decode_response
 
-    assert _sasl_handshake(sock, mechanism) == 0
+    assert _sasl_handshake(sock, mechanism) == ErrorCode.none
     client = ScramClient([mechanism], user, password)
     code, body = authenticate(sock, client.get_client_first().encode())
-    if code != 0:
+    if code != ErrorCode.none:
         return code
     client.set_server_first(decode_response(36, 1, body)[1].auth_bytes.decode())
     code, body = authenticate(sock, client.get_client_final().encode())
-    if code == 0:
+    if code == ErrorCode.none:
         client.set_server_final(decode_response(36, 1, body)[1].auth_bytes.decode())
     return code
 
@@ -596,12 +596,12 @@ def test_a_reauthentication_may_change_neither_mechanism_nor_principal(pki):
         for first, then in changes:
             with KafkaSocket(address) as sock:
                 if first == "PLAIN":
-                    assert _sasl_handshake(sock, "PLAIN") == 0
-                    assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+                    assert _sasl_handshake(sock, "PLAIN") == ErrorCode.none
+                    assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == ErrorCode.none
                 else:
-                    assert _scram_session(sock, first, "alice", "alice-secret") == 0
+                    assert _scram_session(sock, first, "alice", "alice-secret") == ErrorCode.none
                 assert _served(sock, 11)
-                assert _sasl_handshake(sock, then, 12) == 0  # answered, as Kafka does
+                assert _sasl_handshake(sock, then, 12) == ErrorCode.none  # answered, as Kafka does
                 token = b"\x00alice\x00alice-secret" if then == "PLAIN" else \
                     b"n,,n=alice,r=abcdefghijklmnop"
                 code, body = authenticate(sock, token)
@@ -613,8 +613,8 @@ def test_a_reauthentication_may_change_neither_mechanism_nor_principal(pki):
                                          listener="SASL_PLAINTEXT",
                                          reason="authentication_failed") == len(changes))
         with KafkaSocket(address) as sock:  # the same mechanism and user: once a second
-            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
-            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
+            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == ErrorCode.none
+            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == ErrorCode.none
             assert _served(sock, 21)
             assert _sasl_handshake(sock, "SCRAM-SHA-256", 22) == ErrorCode.illegal_sasl_state
             assert _served(sock, 23)
@@ -640,7 +640,7 @@ def test_sasl_requests_out_of_order_are_answered_then_closed(pki):
                 ErrorCode.illegal_sasl_state
             assert peer_closed(sock.sock, wait=5)
         with KafkaSocket(address) as sock:
-            assert _sasl_handshake(sock, "PLAIN") == 0
+            assert _sasl_handshake(sock, "PLAIN") == ErrorCode.none
             assert _sasl_handshake(sock, "PLAIN", 3) == ErrorCode.illegal_sasl_state
             assert peer_closed(sock.sock, wait=5)
         wait_until(lambda: broker.metric("broker_connections_closed_total",

@@ -142,7 +142,7 @@ def test_one_principal_cannot_hold_every_transactional_id():
         address = broker.listeners["SASL_PLAINTEXT"]
         sessions = {user: plain_session(address, user, f"{user}-secret") for user in
                     ("alice", "bob")}
-        assert [code for _sock, code, _body in sessions.values()] == [0, 0]
+        assert [code for _sock, code, _body in sessions.values()] == [ErrorCode.none, ErrorCode.none]
         alice, bob = (TxnClient(sock) for sock, _code, _body in sessions.values())
         for index in range(4):
             alice.busy(f"alice-{index}")
@@ -328,7 +328,7 @@ def test_describe_transactions_lists_only_the_topics_the_caller_may_describe():
 def _described_topics(broker, user: str) -> list[str]:
     sock, code, _body = plain_session(broker.listeners["SASL_PLAINTEXT"], user,
                                        f"{user}-secret")
-    assert code == 0
+    assert code == ErrorCode.none
     try:
         (state,) = TxnClient(sock).describe("app")
     finally:
