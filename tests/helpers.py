@@ -4,7 +4,8 @@ What lives where:
 - tests/harness.py: the broker subprocess (`BrokerProcess`), `wait_until`, process memory.
 - tests/wire.py: raw Kafka requests and responses on a socket (`KafkaSocket`, frames, decoding).
 - tests/batches.py, tests/raw_batches.py: record batches built by hand.
-- tests/conftest.py: the shared fixtures (`pki`, `block`, `default_broker`).
+- tests/conftest.py: the shared fixtures (`pki`, `block`, `default_broker`, `broker`); a
+  component's own in its conftest.py (tests/observability: the session's Spark).
 - tests/<component>/helpers.py: what that component's tests share (and lend to others).
 - here: a free port, the test PKI, topics and records through real clients, raw requests to a
   running broker (`ask`, `stable_group`, `timed_create_topic`, `produce_acked`,
@@ -129,7 +130,8 @@ def consume_all(bootstrap: str, topic: str, isolation: str, expected: int, group
 
 # --- raw requests to a running broker ------------------------------------------------------
 
-MEMBER_METADATA = 110_000  # a member's metadata by default, as large as in the review's attack
+# A member's metadata by default: large, so that an answer repeating it per member is costly.
+MEMBER_METADATA = 110_000
 
 
 def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
