@@ -1,5 +1,6 @@
 """Fixtures shared by the test modules; plain helpers live in tests/helpers.py."""
 
+import contextlib
 import os
 import sys
 
@@ -50,14 +51,34 @@ def default_broker():
         yield running
 
 
+@pytest.fixture(scope="session")
+def configured_brokers():
+    """`broker_with(overrides)`: a broker of two workers with these keys set, started on first
+    use and shared by the modules that set the same keys, as `default_broker` is by those that
+    set none."""
+    started = {}
+    with contextlib.ExitStack() as stack:
+        def broker_with(overrides: dict) -> harness.BrokerProcess:
+            keys = tuple(sorted(overrides.items()))
+            if keys not in started:
+                started[keys] = stack.enter_context(
+                    harness.BrokerProcess(workers=2, overrides=overrides))
+            return started[keys]
+
+        yield broker_with
+
+
 @pytest.fixture(scope="module")
 def broker(request):
-    """The broker of a module that does not define its own: the shared `default_broker`, or a
-    broker of two workers of the module's own where it needs one nothing else touched
-    (`FRESH_BROKER = True`) or sets keys (`BROKER_OVERRIDES = {key: value}`)."""
+    """The broker of a module that does not define its own: the shared `default_broker`; the
+    broker shared by the modules that set the same keys (`BROKER_OVERRIDES = {key: value}`);
+    or a broker of two workers of the module's own where it needs one nothing else touched
+    (`FRESH_BROKER = True`, with BROKER_OVERRIDES if it sets keys too)."""
     overrides = getattr(request.module, "BROKER_OVERRIDES", None)
-    if overrides is None and not getattr(request.module, "FRESH_BROKER", False):
+    if getattr(request.module, "FRESH_BROKER", False):
+        with harness.BrokerProcess(workers=2, overrides=overrides) as running:
+            yield running
+    elif overrides is None:
         yield request.getfixturevalue("default_broker")
-        return
-    with harness.BrokerProcess(workers=2, overrides=overrides) as running:
-        yield running
+    else:
+        yield request.getfixturevalue("configured_brokers")(overrides)

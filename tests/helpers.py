@@ -4,14 +4,18 @@ What lives where:
 - tests/harness.py: the broker subprocess (`BrokerProcess`), `wait_until`, process memory.
 - tests/wire.py: raw Kafka requests and responses on a socket (`KafkaSocket`, frames, decoding).
 - tests/batches.py, tests/raw_batches.py: record batches built by hand.
-- tests/conftest.py: the shared fixtures (`pki`, `block`, `default_broker`).
-- here: a free port, the test PKI, topics and records through real clients, and fakes of a
-  worker's collaborators for a `Connection` without a broker (`make_router`, `FakeTransport`,
-  `FakeWorker`, `connect`, `feed`).
+- tests/conftest.py: the shared fixtures (`pki`, `block`, `default_broker`, `broker`); a
+  component's own in its conftest.py (tests/observability: the session's Spark).
+- tests/<component>/helpers.py: what that component's tests share (and lend to others).
+- here: a free port, the test PKI, topics and records through real clients, raw requests to a
+  running broker (`ask`, `stable_group`, `timed_create_topic`, `produce_acked`,
+  `new_producers`), and fakes of a worker's collaborators for a `Connection` without a broker
+  (`make_router`, `FakeTransport`, `FakeWorker`, `connect`, `feed`).
 """
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 import tempfile
@@ -19,9 +23,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
 from broker.shared.config import load_config
 from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
+from tests.batches import make_batch
+from tests.wire import (KafkaSocket, decode_response, frame, produce_errors, produce_request,
+                        request)
 from workers.apis import Services, build_apis
 from workers.backpressure import RequestQueue
 from workers.connection import Connection
@@ -116,6 +126,100 @@ def consume_all(bootstrap: str, topic: str, isolation: str, expected: int, group
     finally:
         consumer.close()
     return values
+
+
+# --- raw requests to a running broker ------------------------------------------------------
+
+# A member's metadata by default: large, so that an answer repeating it per member is costly.
+MEMBER_METADATA = 110_000
+
+
+def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
+    """(answer bytes, decoded answer, seconds the broker took) of one raw request."""
+    data = frame(request(api_key, version, values))
+    started = time.monotonic()
+    sock.send(data)
+    body = sock.receive()
+    took = time.monotonic() - started
+    return len(body), decode_response(api_key, version, body)[1], took
+
+
+def join_group(sock: KafkaSocket, group: str, metadata: bytes):
+    """A JoinGroup v2 (no member id round trip); returns once it is answered."""
+    return ask(sock, 11, 2, {
+        "group_id": group, "session_timeout": datetime.timedelta(seconds=60),
+        "rebalance_timeout": datetime.timedelta(seconds=60), "member_id": "",
+        "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": metadata}]})[1]
+
+
+def stable_group(sock: KafkaSocket, group: str, metadata: bytes = b"m" * MEMBER_METADATA) -> str:
+    """A group of one member, Stable (its metadata is described only then, as Kafka)."""
+    joined = join_group(sock, group, metadata)
+    assert joined.error_code == ErrorCode.none
+    synced = ask(sock, 14, 2, {"group_id": group, "generation_id": joined.generation_id,
+                               "member_id": joined.member_id,
+                               "assignments": [{"member_id": joined.member_id,
+                                                "assignment": b"a"}]})[1]
+    assert synced.error_code == ErrorCode.none
+    return joined.member_id
+
+
+def timed_create_topic(broker, name: str, partitions: int,
+                       timeout: float = 60) -> tuple[int, float]:
+    """CreateTopics v5 of one topic on a raw connection: (error code, seconds to the answer)."""
+    from kafka.protocol.admin.topics import CreateTopicsRequest
+
+    request = CreateTopicsRequest[5](topics=[
+        CreateTopicsRequest[5].CreatableTopic(name=name, num_partitions=partitions,
+                                              replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=60000, validate_only=False)
+    request.with_header(correlation_id=8, client_id="admin")
+    with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=timeout) as client:
+        started = time.monotonic()
+        client.send(frame(bytes(request.encode(header=True))))
+        _, response = decode_response(19, 5, client.receive())
+        return int(response.topics[0].error_code), time.monotonic() - started
+
+
+def produce_acked(address, topic: str, count: int, prefix: bytes) -> list[int]:
+    """The offsets of `count` records produced one request at a time (keys `prefix` + i),
+    each acknowledged without error."""
+    with KafkaSocket(address) as client:
+        acked = []
+        for i in range(count):
+            client.send(produce_request(topic, make_batch(1, key_prefix=prefix + b"%d-" % i),
+                                        correlation_id=i))
+            [(code, base)] = produce_errors(client.receive())
+            assert code == ErrorCode.none
+            acked.append(base)
+        return acked
+
+
+def with_producer(batch: bytes, producer_id: int) -> bytes:
+    """`batch` as producer `producer_id` sends it (its id and CRC rewritten)."""
+    patched = bytearray(batch)
+    struct.pack_into(">q", patched, 43, producer_id)
+    struct.pack_into(">I", patched, 17, crc32c(bytes(patched[21:])))
+    return bytes(patched)
+
+
+def new_producers(clients: list[KafkaSocket], topic: str, producer_ids, in_flight: int = 32,
+                  partition: int = 0) -> float:
+    """Seconds to append a first batch (sequence 0) for each producer id, `in_flight`
+    requests at a time on each client; the requests are built before the clock starts."""
+    template = make_batch(1, producer_id=0, epoch=0, sequence=0)
+    frames = [produce_request(topic, with_producer(template, producer_id), partition=partition,
+                              correlation_id=n) for n, producer_id in enumerate(producer_ids)]
+    start = time.perf_counter()
+    for first in range(0, len(frames), in_flight * len(clients)):
+        chunks = [frames[at:at + in_flight]
+                  for at in range(first, first + in_flight * len(clients), in_flight)]
+        for client, chunk in zip(clients, chunks):
+            client.send(b"".join(chunk))
+        for client, chunk in zip(clients, chunks):
+            for _ in chunk:
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
+    return time.perf_counter() - start
 
 
 # --- a Connection over fakes ---------------------------------------------------------------

@@ -2,16 +2,15 @@
 
 import os
 import signal
-import socket
 import threading
 import time
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.admission.helpers import Probe, served_probes
 from tests.harness import BrokerProcess, wait_until
-from tests.wire import (KafkaSocket, alter_raw, api_versions_request, decode_response,
-                        describe_configs_request, frame, peer_closed)
+from tests.wire import KafkaSocket, alter_raw, decode_response, describe_configs_request, frame
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
@@ -20,61 +19,6 @@ TWO_LISTENERS = {
     "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT",
     "inter.broker.listener.name": "INTERNAL",
 }
-
-
-POLICY_VIOLATION = ErrorCode.policy_violation.to_bytes(2, "big")  # as the wire carries it
-
-
-class Probe:
-    """One client connection: connected, then asked ApiVersions; tells what happened."""
-
-    def __init__(self, address, source: str | None = None, timeout: float = 5.0):
-        self.sock = socket.socket()
-        self.sock.settimeout(timeout)
-        if source is not None:
-            self.sock.bind((source, 0))
-        self.sock.connect(address)
-        self.sock.sendall(api_versions_request(3, correlation_id=1))
-
-    def outcome(self, wait: float) -> str:
-        """'served', 'refused' (the answer is POLICY_VIOLATION: over the IP's limit, see
-        broker/parent/refusal_answer.py), 'closed' (EOF or reset) or 'pending' after waiting
-        `wait` seconds."""
-        self.sock.settimeout(wait)
-        data = b""
-        try:
-            while len(data) < 10:  # size, correlation id, error code
-                chunk = self.sock.recv(10 - len(data))
-                if not chunk:
-                    return "closed"
-                data += chunk
-        except socket.timeout:
-            return "pending" if not data else "closed"
-        except ConnectionResetError:
-            return "closed"
-        return "refused" if data[8:10] == POLICY_VIOLATION else "served"
-
-    def request(self, correlation: int = 2) -> bool:
-        """Another round trip on a served connection; False if the broker closed it."""
-        try:
-            self.sock.recv(65536)  # the rest of the first answer, if any
-            self.sock.settimeout(5)
-            self.sock.sendall(api_versions_request(3, correlation_id=correlation))
-            return len(self.sock.recv(8)) == 8
-        except OSError:
-            return False
-
-    def is_closed(self, wait: float = 2.0) -> bool:
-        return peer_closed(self.sock, wait)
-
-    def close(self):
-        self.sock.close()
-
-
-def served_probes(address, count, source=None):
-    probes = [Probe(address, source) for _ in range(count)]
-    assert [p.outcome(5) for p in probes] == ["served"] * count
-    return probes
 
 
 def active(broker, listener="PLAINTEXT"):
@@ -208,7 +152,7 @@ def test_incremental_alter_configs_validation_and_listener_keys():
         assert alter("0", "max.connections", "-1") == "INVALID_REQUEST"
         assert alter("0", "log.dirs", "/elsewhere") == "INVALID_REQUEST"  # not dynamic
         internal = broker.listeners["INTERNAL"]
-        assert alter_raw(internal, "", "max.connections", "50") == 0  # the cluster default
+        assert alter_raw(internal, "", "max.connections", "50") == ErrorCode.none  # the cluster default
         assert alter_raw(internal, "7", "max.connections", "5") == 42  # not this broker
         assert alter("0", "max.connections.per.ip.overrides", "127.0.0.5:1",
                      AlterConfigOpType.APPEND) == "ok"
@@ -282,7 +226,7 @@ def test_per_ip_rate_closes_late_and_does_not_charge_the_broker_rate(tmp_path):
     overrides = dict(TWO_LISTENERS, **{"quota.window.num": "2", "pybroker.quota.burst.windows": "1"})
     with BrokerProcess(workers=1, overrides=overrides, data_dir=str(tmp_path)) as broker:
         client, internal = broker.listeners["CLIENT"], broker.listeners["INTERNAL"]
-        assert alter_ip_quota(internal, "127.0.0.7", 2) == [0]
+        assert alter_ip_quota(internal, "127.0.0.7", 2) == [ErrorCode.none]
         assert alter_ip_quota(internal, "nonsense", 2) == [42]
         assert describe_ip_quotas(internal) == {"127.0.0.7": 2.0}
         rate_before = broker.metric("broker_connection_creation_rate", scope="broker", listener="")

@@ -1,36 +1,15 @@
 """The PROXY protocol header reader (broker/parent/proxy_header.py): HAProxy's v1 and v2
 formats, byte by byte, health checks, bounds and garbage; trusted proxy addresses."""
 
-import socket
-import struct
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.parent.proxy_header import (V1_MAX_BYTES, ProxyHeader, ProxyHeaderError,
                                         TrustedProxies, parse)
+from tests.admission.helpers import SIGNATURE, V2_LOCAL, V2_TCP4, V2_TCP6, tlv, v2
 
 KAFKA = b"\x00\x00\x00\x15\x00\x12\x00\x03"  # the client's first bytes, after the header
-SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
-
-
-def v2(command: int, family: int, addresses: bytes, tlvs: bytes = b"") -> bytes:
-    """A v2 header as HAProxy's send-proxy-v2 writes it."""
-    body = addresses + tlvs
-    return SIGNATURE + bytes([0x20 | command, family]) + struct.pack(">H", len(body)) + body
-
-
-def tlv(kind: int, value: bytes) -> bytes:
-    return bytes([kind]) + struct.pack(">H", len(value)) + value
-
-
-V2_TCP4 = v2(1, 0x11, socket.inet_aton("198.51.100.9") + socket.inet_aton("10.0.0.1")
-             + struct.pack(">HH", 51234, 9092),
-             tlv(0x01, b"kafka") + tlv(0x02, b"broker.example") + tlv(0x04, b"\0" * 5))
-V2_TCP6 = v2(1, 0x21, socket.inet_pton(socket.AF_INET6, "2001:db8::7")
-             + socket.inet_pton(socket.AF_INET6, "2001:db8::1") + struct.pack(">HH", 40000, 9092))
-V2_LOCAL = v2(0, 0x00, b"")
 
 
 @pytest.mark.parametrize("header, client", [

@@ -13,15 +13,14 @@ import subprocess
 import tempfile
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.config import ConfigError, load_config
+from tests.admission.helpers import BALANCER, balancer_socket, v1_header, v2_header
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import free_port
-from tests.admission.test_proxy_header import v2
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response,
                         peer_closed)
-
-BALANCER = "127.0.0.2"  # the only trusted proxy address
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -34,16 +33,6 @@ BALANCER = "127.0.0.2"  # the only trusted proxy address
 def test_bad_proxy_settings_stop_the_start_with_one_line(settings, message):
     with pytest.raises(ConfigError, match=message):
         load_config(dict(settings, listeners="PLAINTEXT://127.0.0.1:0"))
-
-
-def v1_header(ip: str, port: int = 40000) -> bytes:
-    family = "TCP6" if ":" in ip else "TCP4"
-    return f"PROXY {family} {ip} 127.0.0.1 {port} 9092\r\n".encode()
-
-
-def v2_header(ip: str, port: int = 40000) -> bytes:
-    return v2(1, 0x11, socket.inet_aton(ip) + socket.inet_aton("127.0.0.1")
-              + struct.pack(">HH", port, 9092))
 
 
 @pytest.fixture(scope="module")
@@ -95,16 +84,6 @@ def _listening(port: int) -> bool:
         return False
 
 
-def balancer_socket(broker, header: bytes) -> KafkaSocket:
-    """A connection from the trusted balancer's address, its header sent."""
-    client = KafkaSocket.__new__(KafkaSocket)
-    client.sock = socket.create_connection(broker.listeners["PLAINTEXT"], timeout=5,
-                                           source_address=(BALANCER, 0))
-    client._buffer = b""
-    client.send(header)
-    return client
-
-
 def answers(client: KafkaSocket, correlation: int = 5) -> bool:
     try:
         client.send(api_versions_request(correlation_id=correlation))
@@ -127,7 +106,7 @@ def test_limits_count_the_client_the_header_names_not_the_balancer(proxied, head
     before = rejected(broker, "per_ip_limit")
     first = balancer_socket(broker, header(client) + api_versions_request(correlation_id=1))
     try:  # the header and the first request in one segment: the request is the worker's
-        assert decode_response(18, 3, first.receive())[1].error_code == 0
+        assert decode_response(18, 3, first.receive())[1].error_code == ErrorCode.none
         second = balancer_socket(broker, header(client))  # over its limit
         assert peer_closed(second.sock, wait=5)
         other = balancer_socket(broker, header("127.0.0.6"))

@@ -11,8 +11,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
-from tests.admission.test_proxy_protocol import BALANCER, balancer_socket, v1_header, v2_header
-from tests.security.test_sasl import _authenticate, _string, sasl_broker
+from tests.admission.helpers import BALANCER, balancer_socket, v1_header, v2_header
+from tests.security.helpers import authenticate, kafka_string, sasl_broker
 from tests.wire import KafkaSocket, api_versions_request, peer_closed, raw_request
 
 HELD_MS = 3000  # how long the broker holds a refused connection: longer than any wait below
@@ -31,7 +31,7 @@ def admitted_within(address, seconds: float) -> KafkaSocket:
     deadline = time.monotonic() + seconds
     while True:
         code, client = first_answer(address)
-        if code == 0:
+        if code == ErrorCode.none:
             return client
         client.close()
         assert code == ErrorCode.policy_violation
@@ -81,9 +81,9 @@ def plain_login(address, user: str, password: str, source: str) -> tuple[int, Ka
     broker closed the connection first; the socket)."""
     client = KafkaSocket(address, source=source)
     try:
-        client.send(raw_request(17, 1, 2, _string("PLAIN")))
+        client.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
         client.receive()
-        code, _body = _authenticate(client, f"\x00{user}\x00{password}".encode())
+        code, _body = authenticate(client, f"\x00{user}\x00{password}".encode())
     except ConnectionError:
         code = -1
     return code, client
@@ -102,12 +102,12 @@ def test_a_connection_refused_for_its_user_frees_its_slots_at_once(pki):
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         address = broker.listeners["SASL_PLAINTEXT"]
         code, alice = plain_login(address, "alice", "alice-secret", source)
-        assert code == 0
+        assert code == ErrorCode.none
         code, refused = plain_login(address, "alice", "alice-secret", source)
         assert code == ErrorCode.sasl_authentication_failed
         assert broker.metric("broker_connections", listener="SASL_PLAINTEXT") == 1
         code, admin = plain_login(address, "admin", "admin-secret", source)
-        assert code == 0, "the refused connection still counts against its IP"
+        assert code == ErrorCode.none, "the refused connection still counts against its IP"
         assert not peer_closed(refused.sock, wait=0.1)  # still held by its worker
         assert peer_closed(refused.sock, wait=HELD_MS / 1000 + 5)
         for client in (alice, refused, admin):

@@ -52,7 +52,7 @@ def first_answer_error(broker) -> int:
 
 def test_a_shadowed_per_ip_limit_counts_then_enforces_after_a_dynamic_switch(broker):
     address = broker.listeners["PLAINTEXT"]
-    assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "maybe") != 0
+    assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "maybe") != ErrorCode.none
     before = dry_runs(broker, "per_ip_limit")
     held = [limited_socket(broker) for _ in range(3)]  # the limit is 1
     try:
@@ -63,28 +63,28 @@ def test_a_shadowed_per_ip_limit_counts_then_enforces_after_a_dynamic_switch(bro
         assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
                              reason="per_ip_limit") == 0
         # The switch, from 127.0.0.1 (no limit there); the limited address is refused after.
-        assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "false") == 0
+        assert alter_raw(address, "0", "pybroker.shadow.connections.per.ip", "false") == ErrorCode.none
         assert first_answer_error(broker) == ErrorCode.policy_violation  # enforced now
         assert broker.metric("broker_connections_rejected_total", listener="PLAINTEXT",
                              reason="per_ip_limit") == 1
     finally:
         for client in held:
             client.close()
-    wait_until(lambda: first_answer_error(broker) == 0)  # back under the limit
+    wait_until(lambda: first_answer_error(broker) == ErrorCode.none)  # back under the limit
 
 
 def produce_throttle_ms(client: KafkaSocket, correlation: int) -> int:
     client.send(produce_request("shadowed", make_batch(100, value_size=1000),
                                 correlation_id=correlation))
     _, body = decode_response(0, 9, client.receive())
-    assert body.responses[0].partition_responses[0].error_code == 0
+    assert body.responses[0].partition_responses[0].error_code == ErrorCode.none
     return body.throttle_time // datetime.timedelta(milliseconds=1)
 
 
 def test_a_shadowed_quota_throttles_no_one_and_counts_what_it_would_have(broker):
     address = broker.listeners["PLAINTEXT"]
     create_topic(broker.bootstrap, "shadowed")
-    assert alter_client_quota(address, {"client-id": "test"}, "producer_byte_rate", 50_000) == 0
+    assert alter_client_quota(address, {"client-id": "test"}, "producer_byte_rate", 50_000) == ErrorCode.none
     with KafkaSocket(address) as client:  # 100 KB a request, twice the quota a second
         throttles = [produce_throttle_ms(client, n) for n in range(10)]
         assert throttles == [0] * 10
@@ -92,6 +92,6 @@ def test_a_shadowed_quota_throttles_no_one_and_counts_what_it_would_have(broker)
                              quota="producer_byte_rate") > 0
         assert broker.metric("broker_throttle_time_seconds_total",
                              quota="producer_byte_rate") == 0
-        assert alter_raw(address, "0", "pybroker.shadow.client.quotas", "false") == 0
+        assert alter_raw(address, "0", "pybroker.shadow.client.quotas", "false") == ErrorCode.none
         wait_until(lambda: produce_throttle_ms(client, 99) > 0, timeout=10)
     assert broker.metric("broker_throttle_time_seconds_total", quota="producer_byte_rate") > 0

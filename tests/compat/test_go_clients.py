@@ -140,12 +140,12 @@ def test_sarama_group_commits_what_it_marked(broker, version):
     answer = run("saramacheck", broker, "group", f"sarama-{version}", "-version", version,
                  "-members", "2")
     assert answer["version"] == {"default": "2.8.0", "max": "4.3.1"}[version]
-    assert answer["create_error"] == 0
+    assert answer["create_error"] == ErrorCode.none
     assert answer["create_again_error"] == ErrorCode.topic_already_exists
     assert [(p["partition"], p["leader"], p["replicas"], p["isr"], p["error"])
-            for p in answer["describe"]] == [(p, 0, [0], [0], 0) for p in PARTITIONS]
+            for p in answer["describe"]] == [(p, 0, [0], [0], ErrorCode.none) for p in PARTITIONS]
     produced = answer["produced"]
-    assert produced["error"] == 0
+    assert produced["error"] == ErrorCode.none
     counts = per_partition(produced["per_partition"])
     assert sum(counts) == RECORDS and all(counts)
     assert per_partition(produced["last_offset"]) == [count - 1 for count in counts]
@@ -177,7 +177,7 @@ def create_topic(broker: BrokerProcess, name: str) -> uuid.UUID:
     answer = ask(broker, 19, 7, {"timeout": TIMEOUT, "validate_only": False, "topics": [
         {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [],
          "configs": []}]})
-    assert answer.topics[0].error_code == 0
+    assert answer.topics[0].error_code == ErrorCode.none
     return answer.topics[0].topic_id
 
 
@@ -204,9 +204,9 @@ def test_delete_topics_by_name_answers_the_deleted_topics_id(broker):
         {"name": "never-was", "topic_id": None}]}).responses
     found = [(a.name, a.topic_id, a.error_code, a.error_message) for a in answers]
     assert found == [
-        ("doomed-by-name", doomed, 0, None),
+        ("doomed-by-name", doomed, ErrorCode.none, None),
         ("named-twice", other, 42, "You may not specify both topic name and topic id."),
         (None, None, 42, "Neither topic name nor id were specified."),
         ("never-was", None, 3, None)]
     assert listed(broker, "doomed-by-name") == (3, None)  # UNKNOWN_TOPIC_OR_PARTITION
-    assert listed(broker, "named-twice") == (0, other)  # the malformed entry deleted nothing
+    assert listed(broker, "named-twice") == (ErrorCode.none, other)  # the malformed entry deleted nothing

@@ -24,7 +24,8 @@ from kio.schema.errors import ErrorCode
 from loadtest.apache_kafka import ApacheKafka, java_command, tool
 from tests.batches import make_batch
 from tests.harness import BrokerProcess
-from tests.requests.test_parent_amplification import ask
+from tests.helpers import ask
+from tests.security.helpers import SASL_JAAS, STANDARD
 from tests.wire import KafkaSocket, create_topic, produce_request
 
 pytestmark = pytest.mark.system  # every test here starts a broker
@@ -43,12 +44,9 @@ BROKER = {"group.initial.rebalance.delay.ms": "0",
           "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
           "group.consumer.heartbeat.interval.ms": "500",
           "group.consumer.min.heartbeat.interval.ms": "500"}
-STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
-JAAS = (f'{PLAIN} username="admin" password="admin-secret" user_admin="admin-secret" '
-        'user_alice="alice-secret";')
 SASL_BROKER = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
-               "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+               "listener.name.sasl_plaintext.plain.sasl.jaas.config": SASL_JAAS,
                "authorizer.class.name": STANDARD, "inter.broker.listener.name": "SASL_PLAINTEXT"}
 AS_ADMIN = ("security.protocol=SASL_PLAINTEXT", "sasl.mechanism=PLAIN",
             f'sasl.jaas.config={PLAIN} username="admin" password="admin-secret";')
@@ -369,10 +367,10 @@ def test_metadata_by_topic_id_ignores_the_empty_names_the_java_client_sends(brok
                                      "include_topic_authorized_operations": False})[1].topics
 
         (named,) = metadata(("by-id", None))
-        assert named.error_code == 0 and named.topic_id != uuid.UUID(int=0)
+        assert named.error_code == ErrorCode.none and named.topic_id != uuid.UUID(int=0)
         unknown = uuid.uuid4()
         found, missing = metadata(("", named.topic_id), ("", unknown))
-        assert (found.error_code, found.name, found.topic_id) == (0, "by-id", named.topic_id)
+        assert (found.error_code, found.name, found.topic_id) == (ErrorCode.none, "by-id", named.topic_id)
         assert [p.partition_index for p in found.partitions] == [0, 1]
         assert (missing.error_code, missing.name, missing.topic_id) == (
             ErrorCode.unknown_topic_id, None, unknown)
@@ -388,7 +386,7 @@ def test_describe_groups_v6_answers_an_unknown_group_with_group_id_not_found(bro
         assert (v6.error_code, v6.error_message, v6.group_state) == (
             ErrorCode.group_id_not_found, "Group no-such-group not found.", "Dead")
         (v5,) = ask(sock, 15, 5, values)[1].groups
-        assert (v5.error_code, v5.group_state) == (0, "Dead")
+        assert (v5.error_code, v5.group_state) == (ErrorCode.none, "Dead")
 
 
 def test_list_offsets_of_tiered_storage_are_minus_one_without_it(broker):
@@ -408,7 +406,7 @@ def test_list_offsets_of_tiered_storage_are_minus_one_without_it(broker):
             return [(p.error_code, p.offset, p.leader_epoch)
                     for p in answer.topics[0].partitions]
 
-        assert offsets(11, -1) == [(0, 3, 0)]
-        assert offsets(11, -5) == [(0, -1, -1)]
-        assert offsets(11, -6) == [(0, -1, -1)]
-        assert offsets(9, -5) == [(0, -1, -1)]
+        assert offsets(11, -1) == [(ErrorCode.none, 3, 0)]
+        assert offsets(11, -5) == [(ErrorCode.none, -1, -1)]
+        assert offsets(11, -6) == [(ErrorCode.none, -1, -1)]
+        assert offsets(9, -5) == [(ErrorCode.none, -1, -1)]

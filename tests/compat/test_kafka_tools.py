@@ -28,8 +28,8 @@ from kio.schema.errors import ErrorCode
 from loadtest import apache_kafka
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import create_topics, produce
-from tests.security.test_acls import STANDARD
-from tests.requests.test_parent_amplification import ask, stable_group
+from tests.security.helpers import STANDARD
+from tests.helpers import ask, stable_group
 from tests.wire import KafkaSocket, alter_raw
 
 pytestmark = [
@@ -165,7 +165,7 @@ def test_the_short_set_topics_configs_groups_offsets_and_verifiable_clients(brok
     produce(broker.bootstrap, "short-groups", partitions=range(2), **numbered(10))
     commit(broker, "short-group", {("short-groups", 0): 3, ("short-groups", 1): 5})
     for layer, value in ((NODE, "5000"), ("", "6000")):  # this broker's, the cluster default
-        assert alter_raw(broker.listeners["PLAINTEXT"], layer, "max.connections", value) == 0
+        assert alter_raw(broker.listeners["PLAINTEXT"], layer, "max.connections", value) == ErrorCode.none
     together(lambda: check_topic_creation(broker), lambda: check_broker_configs(broker),
              lambda: check_group_describe_and_reset(broker),
              lambda: check_get_offsets(broker),
@@ -305,8 +305,8 @@ def test_broker_configs_say_kafkas_sources_and_synonyms(broker):
     source 1 (DYNAMIC_TOPIC_CONFIG to every client) and the cluster default as 2, without
     synonyms; and the cluster-default resource described every key, as DEFAULT_CONFIG."""
     address = broker.listeners["PLAINTEXT"]
-    assert alter_raw(address, NODE, "max.connections.per.ip", "9000") == 0
-    assert alter_raw(address, "", "max.connections.per.ip", "9500") == 0
+    assert alter_raw(address, NODE, "max.connections.per.ip", "9000") == ErrorCode.none
+    assert alter_raw(address, "", "max.connections.per.ip", "9500") == ErrorCode.none
     with KafkaSocket(address) as sock:
         node = describe_broker(sock, NODE, ["max.connections.per.ip", "num.network.threads",
                                             "max.connection.creation.rate"])
@@ -354,7 +354,7 @@ def test_offsets_by_time_begin_at_the_log_start_offset_and_latest_tiered_is_none
             {"name": "regress-times", "partitions": [
                 {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -5}]}]})[1]
     part = answer.topics[0].partitions[0]
-    assert (part.error_code, part.offset, part.timestamp, part.leader_epoch) == (0, -1, -1, -1)
+    assert (part.error_code, part.offset, part.timestamp, part.leader_epoch) == (ErrorCode.none, -1, -1, -1)
 
 
 def test_records_of_a_compacted_topic_cannot_be_deleted(broker):

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tests.harness import BrokerProcess
-from tests.security.test_tls import client_context, tls_api_versions, tls_settings
+from tests.security.helpers import client_context, tls_api_versions, tls_settings
 
 pytestmark = pytest.mark.system
 

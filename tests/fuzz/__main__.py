@@ -82,7 +82,7 @@ def write_seeds(target: str, directory: str) -> int:
 
     frames = captured()
     seeds: list[bytes] = []
-    if target == "handlers":
+    if target == "router":
         seeds = frames
     elif target == "framing":
         seeds = [bytes([flags]) + b"".join(struct.pack(">i", len(f)) + f for f in frames[i::7])
@@ -110,7 +110,7 @@ def write_seeds(target: str, directory: str) -> int:
             if key is not None and frame[-1:] == b"\x00":
                 seeds.append(struct.pack(">H", key) + frame[:-1] + b"\x01\x2a\x02ok")
     elif target == "proxy":  # HAProxy's headers, v1 and v2 (with TLVs), then a Kafka frame
-        from tests.admission.test_proxy_header import V2_LOCAL, V2_TCP4, V2_TCP6
+        from tests.admission.helpers import V2_LOCAL, V2_TCP4, V2_TCP6
 
         seeds = [header + frames[0] for header in (
             b"PROXY TCP4 192.0.2.7 10.0.0.1 40000 9092\r\n", b"PROXY UNKNOWN\r\n",
@@ -126,7 +126,7 @@ def write_seeds(target: str, directory: str) -> int:
     elif target == "names":  # hostile subjects, alone and in a signed certificate
         import trustme
 
-        from tests.security.test_certificate_principals import JAVA_17, certificate
+        from tests.security.subjects import JAVA_17, certificate
 
         ca = trustme.CA()
         seeds = [der for der, _printed in JAVA_17.values()]

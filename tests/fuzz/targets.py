@@ -12,8 +12,9 @@ outcome.  An abort (kio's native reader), a hang or an unexpected exception is a
               Python oracles: the same counters and event aggregate.
     requests  a request frame for any (API key, version) kio knows, through the guarded
               decoder the worker and the parent use: only ordinary exceptions, never an abort.
-    handlers  a request frame through the worker's real router (and the parent's services for
-              what it forwards): an answer or InvalidRequest, never another exception.
+    router    a request frame through the worker's real router (workers/router.py) and the
+              parent's services for what it forwards: an answer or InvalidRequest, never
+              another exception.
     records   bytes as a produced record batch (every codec, the CRC fixed up in half of the
               runs so mutations reach the records) and as a stored log chunk: validation
               refuses with a Kafka error name, decompression stays within its bound, and the
@@ -238,18 +239,18 @@ def requests(data: bytes) -> None:
         pass
 
 
-# --- handlers ----------------------------------------------------------------------------------
+# --- router ------------------------------------------------------------------------------------
 
 
-def handlers(data: bytes) -> None:
+def router(data: bytes) -> None:
     """`data` is a whole request frame (a captured one, mutated)."""
     from workers.router import ForwardRequest, InvalidRequest
 
-    from tests.requests.test_api_sweep import ask
+    from tests.requests.helpers import ask_in_loop
 
-    router, parent, loop = _services()
+    worker_router, parent, loop = _services()
     try:
-        answer = ask(loop, router, data)  # in a running loop, as a worker asks
+        answer = ask_in_loop(loop, worker_router, data)  # in a running loop, as a worker asks
     except InvalidRequest:
         return
     if isinstance(answer, ForwardRequest):
@@ -260,8 +261,8 @@ def handlers(data: bytes) -> None:
 
 def _services():
     if "services" not in _WORKERS:
-        from tests.requests.test_api_sweep import Parent
         from tests.helpers import make_router
+        from tests.requests.helpers import Parent
 
         _WORKERS["services"] = (make_router(tempfile.mkdtemp(prefix="fuzz-worker-")),
                                 Parent(tempfile.mkdtemp(prefix="fuzz-parent-")),
@@ -552,9 +553,9 @@ def names(data: bytes) -> None:
             raise Finding(f"{read.__name__} printed {printed!r} from {len(data)} bytes")
 
 
-TARGETS = {"framing": framing, "requests": requests, "handlers": handlers, "records": records,
+TARGETS = {"framing": framing, "requests": requests, "router": router, "records": records,
            "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy, "http": http, "names": names}
 # Which committed seed directory each target starts from (corpus/<name>/).
-SEEDS = {"framing": "frames", "requests": "bodies", "handlers": "requests",
+SEEDS = {"framing": "frames", "requests": "bodies", "router": "requests",
          "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged",
          "proxy": "proxy", "http": "http", "names": "names"}

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import produce
@@ -195,13 +196,13 @@ class RawMember:
                 "rebalance_timeout": datetime.timedelta(seconds=10), "protocol_type": "consumer",
                 "protocols": [{"name": "range", "metadata": b"\x00\x01"}]})
             self.member_id = answer.member_id
-        assert answer.error_code == 0 and answer.leader == self.member_id
+        assert answer.error_code == ErrorCode.none and answer.leader == self.member_id
         self.generation = answer.generation_id
         synced = self._ask(14, 3, {"group_id": self.group, "generation_id": self.generation,
                                    "member_id": self.member_id, "group_instance_id": None,
                                    "assignments": [{"member_id": self.member_id,
                                                     "assignment": assignment}]})
-        assert synced.error_code == 0 and synced.assignment == assignment
+        assert synced.error_code == ErrorCode.none and synced.assignment == assignment
 
     def heartbeat(self) -> int:
         return self._ask(12, 3, {"group_id": self.group, "generation_id": self.generation,
@@ -299,11 +300,11 @@ def lone_member(sock: KafkaSocket, group: str, session_s: float) -> tuple[str, i
         "group_id": group, "session_timeout": datetime.timedelta(seconds=session_s),
         "rebalance_timeout": datetime.timedelta(seconds=5), "member_id": "",
         "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]})
-    assert joined.error_code == 0
+    assert joined.error_code == ErrorCode.none
     synced = ask(sock, 14, 2, {"group_id": group, "generation_id": joined.generation_id,
                                "member_id": joined.member_id, "assignments": [
                                    {"member_id": joined.member_id, "assignment": b"a"}]})
-    assert synced.error_code == 0
+    assert synced.error_code == ErrorCode.none
     return joined.member_id, joined.generation_id
 
 
@@ -322,11 +323,11 @@ def test_a_member_that_commits_keeps_its_session_one_that_does_not_expires(share
                     {"name": "quiet", "partitions": [{"partition_index": 0,
                                                       "committed_offset": 1,
                                                       "committed_metadata": None}]}]})
-            assert [p.error_code for t in answer.topics for p in t.partitions] == [0]
+            assert [p.error_code for t in answer.topics for p in t.partitions] == [ErrorCode.none]
             time.sleep(0.2 * session)  # a pace, not a wait for a condition
         heartbeat = ask(sock, 12, 2, {"group_id": "committing", "generation_id": committer[1],
                                       "member_id": committer[0]})
-        assert heartbeat.error_code == 0  # still a member, past its session timeout
+        assert heartbeat.error_code == ErrorCode.none  # still a member, past its session timeout
 
         def members(group: str) -> list:  # DescribeGroups restarts no session timer
             return ask(sock, 15, 0, {"groups": [group]}).groups[0].members

@@ -33,11 +33,11 @@ def test_many_new_partitions_are_built_a_slice_per_loop_turn(tmp_path):
     finally:
         loop.close()
     [result] = decode_response(37, 3, answer[4:])[1].results
-    assert result.error_code == 0 and registry.get("wide").partitions == 200
+    assert result.error_code == ErrorCode.none and registry.get("wide").partitions == 200
     assert turns[0] >= 199 // 32  # SLICE_PARTITIONS per turn, other work in between
     small = request(37, 3, {"topics": [{"name": "wide", "count": 201, "assignments": None},
                                        {"name": "missing", "count": 2, "assignments": None}],
                             "timeout": datetime.timedelta(seconds=30), "validate_only": False})
     grown, missing = decode_response(37, 3, router.handle(small, 0)[4:])[1].results
-    assert grown.error_code == 0 and registry.get("wide").partitions == 201
+    assert grown.error_code == ErrorCode.none and registry.get("wide").partitions == 201
     assert missing.error_code == ErrorCode.unknown_topic_or_partition

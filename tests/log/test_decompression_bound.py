@@ -8,6 +8,7 @@ import time
 
 import cramjam
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.log.records import read_header
 
@@ -97,7 +98,7 @@ def test_many_connections_sending_dense_batches_hold_a_bounded_decompressed_tota
     try:
         for client in clients:  # connected, and the worker warmed up, before the baseline
             client.send(produce_request("probe", make_batch(1)))
-            assert produce_errors(client.receive())[0][0] == 0
+            assert produce_errors(client.receive())[0][0] == ErrorCode.none
         # The first test's: memory a previous one freed may be the worker's to reuse.
         baseline = BASELINE.setdefault("rss", memory(pid)["VmRSS"])
         probe.start()
@@ -116,7 +117,7 @@ def test_many_connections_sending_dense_batches_hold_a_bounded_decompressed_tota
         probe.running = False
         for client in clients:
             client.close()
-    assert [codes for codes in answers if codes[0][0] != 0] == []
+    assert [codes for codes in answers if codes[0][0] != ErrorCode.none] == []
     assert sorted(offset for (_, offset), in answers) == [n * RECORDS for n in range(connections)]
     stored = read_header(fetched.responses[0].partitions[0].records, 0)
     assert stored.attributes & 7 == (4 if topic == "dense" else 3)  # zstd as sent, or lz4
@@ -153,7 +154,7 @@ def test_lookups_by_time_in_dense_batches_take_turns_with_other_clients(broker):
     with KafkaSocket(address, timeout=60) as client:
         client.send(produce_request("dense", batch))
         ((code, base),) = produce_errors(client.receive())
-        assert code == 0
+        assert code == ErrorCode.none
     found, running = [], True
 
     def ask() -> None:
@@ -175,5 +176,5 @@ def test_lookups_by_time_in_dense_batches_take_turns_with_other_clients(broker):
     for asker in askers:
         asker.join(timeout=60)
     probe.stop()
-    assert set(found) == {(0, base)} and not probe.errors
+    assert set(found) == {(ErrorCode.none, base)} and not probe.errors
     assert probe.slowest < 0.6, f"a produce waited {probe.slowest:.2f} s behind the lookups"

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
 from tests.wire import request
-from tests.robustness.test_hostile import timed_create_topic
+from tests.helpers import timed_create_topic
 from tests.wire import KafkaSocket, decode_response, frame
 
 pytestmark = pytest.mark.system
@@ -79,14 +79,14 @@ def test_more_partitions_than_descriptors_serve_stop_cleanly_and_restart(tmp_pat
     batch_size = len(make_batch(2))
     with BrokerProcess(workers=2, data_dir=data_dir, open_files=LIMIT,
                        overrides=overrides) as broker:
-        assert timed_create_topic(broker, "wide", PARTITIONS)[0] == 0
+        assert timed_create_topic(broker, "wide", PARTITIONS)[0] == ErrorCode.none
         with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=60) as client:
             for partitions in slices():
-                assert set(produce_to_each(client, "wide", partitions)) == {0}
+                assert set(produce_to_each(client, "wide", partitions)) == {ErrorCode.none}
             for partitions in slices():
                 assert fetch(client, "wide", partitions) == {
-                    index: (0, batch_size) for index in partitions}
-                assert offsets_by_time(client, "wide", partitions) == [(0, 0)] * len(partitions)
+                    index: (ErrorCode.none, batch_size) for index in partitions}
+                assert offsets_by_time(client, "wide", partitions) == [(ErrorCode.none, 0)] * len(partitions)
         pids = [broker.pid, *broker.worker_pids.values()]
         assert max(open_descriptors(pid) for pid in pids) < LIMIT // 2
         wait_until(lambda: broker.metric("broker_log_file_evictions_total") > 0,  # the budget
@@ -102,7 +102,7 @@ def test_more_partitions_than_descriptors_serve_stop_cleanly_and_restart(tmp_pat
             for partitions in slices():
                 assert fetch(client, "wide", partitions) == {
                     index: (0, batch_size) for index in partitions}
-                assert set(produce_to_each(client, "wide", partitions)) == {0}
+                assert set(produce_to_each(client, "wide", partitions)) == {ErrorCode.none}
         assert again.stop(timeout=120) == 0
 
 
@@ -114,7 +114,7 @@ def test_a_worker_out_of_descriptors_answers_a_retriable_error_and_lives(tmp_pat
     overrides = {"auto.create.topics.enable": "false"}
     with BrokerProcess(workers=1, data_dir=str(tmp_path), open_files=limit,
                        overrides=overrides) as broker:
-        assert timed_create_topic(broker, "late", 40)[0] == 0
+        assert timed_create_topic(broker, "late", 40)[0] == ErrorCode.none
         (worker,) = broker.worker_pids.values()
         address = broker.listeners["PLAINTEXT"]
         client = KafkaSocket(address, timeout=30)
@@ -135,7 +135,7 @@ def test_a_worker_out_of_descriptors_answers_a_retriable_error_and_lives(tmp_pat
                 sock.close()
         wait_until(lambda: open_descriptors(worker) < limit - 60, timeout=15,
                    message="the idle connections' descriptors released")
-        assert set(produce_to_each(client, "late", range(40))) == {0}
+        assert set(produce_to_each(client, "late", range(40))) == {ErrorCode.none}
         assert broker.worker_pids == {name: worker for name in broker.worker_pids}  # same one
         assert any("out of descriptors" in line for line in broker.lines)
         client.close()

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import produce_acked
 from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_request, produce_errors,
                         produce_request)
 
@@ -38,18 +39,6 @@ def fetch_all(address, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
                         found.append((record.offset, record.key))
                 position += length
             offset = found[-1][0] + 1
-
-
-def produce_acked(address, topic: str, count: int, prefix: bytes) -> list[int]:
-    with KafkaSocket(address) as client:
-        acked = []
-        for i in range(count):
-            client.send(produce_request(topic, make_batch(1, key_prefix=prefix + b"%d-" % i),
-                                        correlation_id=i))
-            [(code, base)] = produce_errors(client.receive())
-            assert code == 0
-            acked.append(base)
-        return acked
 
 
 def test_several_producers_on_two_workers_share_one_partition(tmp_path):
@@ -134,7 +123,7 @@ def test_long_poll_wakes_on_a_produce_through_another_worker(tmp_path):
         waiter.send(fetch_request("poll", offset=1, max_wait_ms=5000, correlation_id=1))
         wait_until(lambda: broker.metric("broker_delayed_fetches") == 1)
         producer_conn.send(produce_request("poll", make_batch(2), correlation_id=2))
-        assert produce_errors(producer_conn.receive()) == [(0, 1)]
+        assert produce_errors(producer_conn.receive()) == [(ErrorCode.none, 1)]
         _, response = decode_response(1, 12, waiter.receive())
         waited = time.monotonic() - started
         assert response.responses[0].partitions[0].records  # the new batch

@@ -89,20 +89,20 @@ def broker(tmp_path):
 def test_a_full_fetch_with_epoch_0_opens_a_session_and_increments_answer_only_news(broker):
     broker.produce("a", 0, 3)
     error, session, parts = broker.fetch(0, 0, {"a": {0: 0, 1: 0, 2: 0}, "b": {0: 0, 1: 0}})
-    assert error == 0 and session != 0 and len(broker.sessions) == 1
+    assert error == ErrorCode.none and session != 0 and len(broker.sessions) == 1
     assert set(parts) == {("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)}
     assert parts["a", 0][:2] == (3, parts["a", 0][1]) and parts["a", 0][1] > 0
     # The session fetches a-0 from 0 until told otherwise: its records again.
     assert list(broker.fetch(session, 1, {})[2]) == [("a", 0)]
     # a-0 moved on (named with its new offset), nothing else new: an empty answer.
-    assert broker.fetch(session, 2, {"a": {0: 3}}) == (0, session, {})
+    assert broker.fetch(session, 2, {"a": {0: 3}}) == (ErrorCode.none, session, {})
     broker.produce("b", 1, 2)
     error, same, parts = broker.fetch(session, 3, {})
-    assert (error, same) == (0, session) and list(parts) == [("b", 1)]
+    assert (error, same) == (ErrorCode.none, session) and list(parts) == [("b", 1)]
     assert parts["b", 1][0] == 2 and parts["b", 1][1] > 0
     # b-1 was not named again: the session still fetches it from offset 0.
     assert list(broker.fetch(session, 4, {})[2]) == [("b", 1)]
-    assert broker.fetch(session, 5, {"b": {1: 2}}) == (0, session, {})
+    assert broker.fetch(session, 5, {"b": {1: 2}}) == (ErrorCode.none, session, {})
 
 
 def test_session_errors_as_kafka_answers_them(broker):
@@ -111,7 +111,7 @@ def test_session_errors_as_kafka_answers_them(broker):
     assert broker.fetch(session, 5, {})[:2] == (ErrorCode.invalid_fetch_session_epoch, 0)
     assert broker.fetch(session, 1, {}, version=13)[:2] == \
         (ErrorCode.fetch_session_topic_id_error, 0)
-    assert broker.fetch(session, 1, {})[:2] == (0, session)  # the errors changed nothing
+    assert broker.fetch(session, 1, {})[:2] == (ErrorCode.none, session)  # the errors changed nothing
     # A full fetch naming the session closes it; with epoch -1 no new one is opened.
     assert broker.fetch(session, -1, {"a": {0: 0}})[1] == 0
     assert len(broker.sessions) == 0
@@ -122,16 +122,16 @@ def test_forgotten_partitions_leave_and_an_emptied_session_closes(broker):
     broker.produce("a", 2, 1)
     _, session, _ = broker.fetch(0, 0, {"a": {0: 0, 2: 0}})
     broker.produce("a", 2, 1)
-    assert broker.fetch(session, 1, {}, forget={"a": [2]}) == (0, session, {})
+    assert broker.fetch(session, 1, {}, forget={"a": [2]}) == (ErrorCode.none, session, {})
     assert broker.sessions.partitions == 1
     error, closed, parts = broker.fetch(session, 2, {}, forget={"a": [0]})
-    assert (error, closed, parts) == (0, 0, {}) and len(broker.sessions) == 0
+    assert (error, closed, parts) == (ErrorCode.none, 0, {}) and len(broker.sessions) == 0
 
 
 def test_topic_id_sessions_of_fetch_v13(broker):
     broker.produce("b", 0, 2)
     error, session, parts = broker.fetch(0, 0, {"a": {0: 0}, "b": {0: 0}}, version=13)
-    assert error == 0 and session and parts["b", 0][0] == 2
+    assert error == ErrorCode.none and session and parts["b", 0][0] == 2
     broker.produce("a", 0, 1)
     assert list(broker.fetch(session, 1, {"b": {0: 2}}, version=13)[2]) == [("a", 0)]
     assert broker.fetch(session, 2, {}, version=12)[:2] == \
@@ -144,7 +144,7 @@ def test_a_partition_in_error_is_answered_until_the_error_is_gone(broker):
     assert broker.fetch(session, 1, {})[2]["a", 0][2] == 1  # still wrong: said again
     broker.produce("a", 0, 5)
     assert broker.fetch(session, 2, {})[2]["a", 0][:2] == (5, 0)  # fine now, high watermark 5
-    assert broker.fetch(session, 3, {}) == (0, session, {})
+    assert broker.fetch(session, 3, {}) == (ErrorCode.none, session, {})
 
 
 def test_partitions_that_returned_records_go_to_the_back(broker):
@@ -159,7 +159,7 @@ def test_partitions_that_returned_records_go_to_the_back(broker):
 def test_with_no_slots_a_full_fetch_gets_no_session(tmp_path):
     broker = Broker(tmp_path, slots=0)
     broker.registry.create("a", 1)
-    assert broker.fetch(0, 0, {"a": {0: 0}})[:2] == (0, 0)
+    assert broker.fetch(0, 0, {"a": {0: 0}})[:2] == (ErrorCode.none, 0)
 
 
 PARTITIONS = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
@@ -195,7 +195,7 @@ def test_what_a_session_tells_adds_up_to_what_full_fetches_tell(operations):
             elif operation[0] == "fetch":
                 error, same, told = broker.fetch(session, epoch, as_topics(moved),
                                                  forget=as_topics(forgotten))
-                assert (error, same) == (0, session)
+                assert (error, same) == (ErrorCode.none, session)
                 epoch, moved, forgotten = epoch + 1, {}, {}
                 truth = broker.fetch(0, -1, as_topics(offsets))[2]
                 assert set(told) <= set(offsets)

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from broker.shared.log.producers import ProducerState
 from broker.shared.protocol.codec import build, encode_entity, response_class
 from tests.harness import BrokerProcess
-from tests.robustness.test_bounds import new_producers
+from tests.helpers import new_producers
 from tests.wire import request
 from tests.wire import KafkaSocket, api_versions_request, create_topic, decode_response, frame
 from workers import producers_response
@@ -122,7 +122,7 @@ def test_one_describe_producers_answer_is_bounded_by_the_request_entry_bound():
             _, answer = describe_producers(client, [("many", [0, 1, 2, 3])])
             parts = answer.topics[0].partitions
             assert [(p.partition_index, p.error_code.value, len(p.active_producers))
-                    for p in parts] == [(0, 0, 700), (1, 0, 700),
+                    for p in parts] == [(0, ErrorCode.none, 700), (1, ErrorCode.none, 700),
                                         (2, ErrorCode.throttling_quota_exceeded, 0),
                                         (3, ErrorCode.throttling_quota_exceeded, 0)]
             assert "pybroker.request.max.entries" in parts[2].error_message
@@ -148,7 +148,7 @@ def test_delete_records_serves_each_partition_once_with_the_last_offset_given():
             answer = decode_response(DELETE_RECORDS, 2, client.receive())[1]
         [topic] = answer.topics
         assert [(p.partition_index, p.low_watermark, p.error_code.value)
-                for p in topic.partitions] == [(0, 6, 0), (1, 0, 0)]
+                for p in topic.partitions] == [(0, 6, ErrorCode.none), (1, 0, ErrorCode.none)]
 
 
 @pytest.mark.system

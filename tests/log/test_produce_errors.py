@@ -54,7 +54,7 @@ def test_refused_batches_leave_the_log_untouched(broker, records, topic, code):
         assert produce_errors(client.receive()) == [(code, -1)]
         assert log_end(client) == before
         client.send(produce_request("t", make_batch(1), correlation_id=6))  # still usable
-        assert produce_errors(client.receive()) == [(0, before)]
+        assert produce_errors(client.receive()) == [(ErrorCode.none, before)]
 
 
 def test_unknown_topic_is_not_created_when_auto_create_is_off(broker):

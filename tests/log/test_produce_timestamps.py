@@ -82,7 +82,7 @@ def test_a_create_time_topic_stores_a_client_log_append_time_batch_as_create_tim
     now = now_ms()
     code, offset = produce_answered(broker, "bounded",
                                     client_stamped([now - 5, now - 9], now + 1000))
-    assert code == 0
+    assert code == ErrorCode.none
     attributes, base, greatest = stored_header(broker, "bounded", offset)
     assert attributes & LOG_APPEND_TIME == 0
     assert (base, greatest) == (now - 5, now - 5)  # the records' greatest, not the client's
@@ -99,7 +99,7 @@ def test_log_append_time_set_by_a_client_is_refused_as_kafka_refuses_it(broker):
 def test_a_log_append_time_topic_still_stamps_plain_batches(broker):
     before = now_ms()
     code, offset = produce_answered(broker, "stamped", batch_of(record(0), 1, 1000))
-    assert code == 0
+    assert code == ErrorCode.none
     attributes, _, stamp = stored_header(broker, "stamped", offset)
     assert attributes & LOG_APPEND_TIME and stamp >= before
 
@@ -118,7 +118,7 @@ def test_a_timestamp_past_64_bits_is_refused_and_the_connection_stays(broker, ba
 def test_the_extremes_of_64_bits_are_stored(broker):
     records = record(0, INT64_MIN) + record(1, INT64_MAX)
     code, offset = produce_answered(broker, "unbounded", batch_of(records, 2, 0, 0))
-    assert code == 0
+    assert code == ErrorCode.none
     assert stored_header(broker, "unbounded", offset)[1:] == (0, INT64_MAX)
 
 
@@ -141,7 +141,7 @@ def test_a_record_without_a_timestamp_hides_no_other_from_the_bounds(broker):
                      max_timestamp=now)  # stamps -1, 0 and now: 0 is neither least nor greatest
     assert produce_answered(broker, "bounded", stale) == (ErrorCode.invalid_timestamp, -1)
     fresh = batch_of(record(0, 0) + record(1, now + 1), 2, -1, max_timestamp=now)
-    assert produce_answered(broker, "bounded", fresh)[0] == 0
+    assert produce_answered(broker, "bounded", fresh)[0] == ErrorCode.none
 
 
 def refused_records(broker, topic: str, batch: bytes):

@@ -64,7 +64,7 @@ def test_batches_are_stored_in_the_topics_codec(broker, topic, codec):
     sent = compressed(plain, codec) if codec else plain
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         code, offset = produce_batch(client, topic, sent)
-        assert code == 0
+        assert code == ErrorCode.none
         batch = stored(client, topic, offset)
     header, original = records.read_header(batch, 0), records.read_header(sent, 0)
     expected = TOPICS[topic][1]
@@ -94,7 +94,7 @@ def test_a_topics_codec_can_be_changed_and_is_described(broker):
             deadline = time.monotonic() + 10  # every process applies it at its next look
             while True:
                 code, offset = produce_batch(client, "as-produced", make_batch(3))
-                assert code == 0
+                assert code == ErrorCode.none
                 if records.read_header(stored(client, "as-produced", offset), 0).attributes \
                         & 7 == ZSTD or time.monotonic() > deadline:
                     break
@@ -151,7 +151,7 @@ def test_an_idempotent_producer_keeps_its_sequence_through_recompression(broker)
     batch = make_batch(4, producer_id=777, epoch=0, sequence=0)
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         code, offset = produce_batch(client, "zstd", batch)
-        assert code == 0
+        assert code == ErrorCode.none
         # A duplicate: no error, and the offset the first one got.
         assert produce_batch(client, "zstd", batch, correlation_id=3) == (ErrorCode.none, offset)
         gap = make_batch(1, producer_id=777, epoch=0, sequence=9)
@@ -179,7 +179,7 @@ def test_a_large_batch_is_recompressed_in_slices(broker):
     assert len(plain) > 3 * records.COMPRESS_SLICE
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         code, offset = produce_batch(client, "zstd", plain)
-        assert code == 0
+        assert code == ErrorCode.none
         batch = stored(client, "zstd", offset)
     assert records.read_header(batch, 0).attributes & 7 == ZSTD and len(batch) < len(plain)
     assert records_of(batch) == plain[records.HEADER_BYTES:]
@@ -205,7 +205,7 @@ def test_a_request_over_many_partitions_is_recompressed_a_slice_at_a_time(broker
         answers = [(answer.index, int(answer.error_code), answer.base_offset)
                    for answer in response.responses[0].partition_responses]
         assert [index for index, _, _ in answers] == [0, 1, 2]
-        assert all(code == 0 for _, code, _ in answers), answers
+        assert all(code == ErrorCode.none for _, code, _ in answers), answers
         for (index, _, offset), batch in zip(answers, sent):
             client.send(fetch_request("zstd-3", offset=offset, partition=index,
                                       correlation_id=6))
@@ -223,4 +223,4 @@ def test_a_batch_grown_past_max_message_bytes_is_refused(broker):
     assert len(dense) < 20000 < len(records_of(dense))
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         assert produce_batch(client, "uncompressed", dense) == (ErrorCode.message_too_large, -1)
-        assert produce_batch(client, "uncompressed", compressed(make_batch(3), ZSTD))[0] == 0
+        assert produce_batch(client, "uncompressed", compressed(make_batch(3), ZSTD))[0] == ErrorCode.none

@@ -193,7 +193,7 @@ def test_flush_messages_and_flush_ms_fsync_their_topics_only(broker):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from broker.shared.log.partition_state import W_LAST_FLUSH, W_UNFLUSHED
-    from tests.log.test_durability import produce_acked
+    from tests.helpers import produce_acked
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     configs = {"each": {"flush.messages": "2"}, "timed": {"flush.ms": "200"}, "never": {}}

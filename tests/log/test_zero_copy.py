@@ -13,6 +13,7 @@ import struct
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared.log import records
 from tests.batches import make_batch
@@ -41,7 +42,7 @@ def fill(broker, topic: str) -> bytes:
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         for _ in range(BATCHES):
             client.send(produce_request(topic, make_batch(64, value_size=4000)))
-            assert produce_errors(client.receive())[0][0] == 0
+            assert produce_errors(client.receive())[0][0] == ErrorCode.none
     return segment_bytes(broker, topic)
 
 
@@ -73,7 +74,7 @@ def fetched_records(body: bytes) -> bytes:
     answer = decode_response(1, FETCH_VERSION, body)[1]
     (topic,) = answer.responses
     (part,) = topic.partitions
-    assert part.error_code == 0
+    assert part.error_code == ErrorCode.none
     return part.records
 
 
@@ -190,7 +191,7 @@ def test_a_long_poll_answered_by_new_records_sends_them_from_the_file(broker):
                     api_versions_request(correlation_id=2))
         with KafkaSocket(broker.listeners["PLAINTEXT"]) as producer:
             producer.send(produce_request("awaited", make_batch(64, value_size=4000)))
-            assert produce_errors(producer.receive())[0][0] == 0
+            assert produce_errors(producer.receive())[0][0] == ErrorCode.none
         answers = [client.receive() for _ in range(2)]
     assert [correlation_of(body) for body in answers] == [1, 2]
     added = fetched_records(answers[0])

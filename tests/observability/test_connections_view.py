@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import PROJECT, wait_until
@@ -86,7 +87,7 @@ def test_the_storming_client_is_on_top_and_each_listing_comes_within_100_ms(brok
 def test_a_throttled_client_shows_why_it_is_not_read(broker):
     address = broker.listeners["PLAINTEXT"]
     # The wire helpers' client id is "test".
-    assert alter_client_quota(address, {"client-id": "test"}, "producer_byte_rate", 500) == 0
+    assert alter_client_quota(address, {"client-id": "test"}, "producer_byte_rate", 500) == ErrorCode.none
     create_topic(broker.bootstrap, "slow")
     batch = make_batch(10, value_size=1000)
     with KafkaSocket(address, source="127.0.0.6", timeout=30) as client:

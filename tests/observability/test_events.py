@@ -13,7 +13,6 @@ from broker.shared.config import ConfigError, load_config
 from broker.shared.events import EventLog, decode_line
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
-from tests.observability.test_pipeline import spark  # noqa: F401  (the session-wide Spark fixture)
 from tests.wire import KafkaSocket, alter_client_quota, create_topic, produce_request
 
 
@@ -65,7 +64,7 @@ def test_event_log_settings():
 
 @pytest.mark.system
 def test_a_broker_run_becomes_a_report_naming_the_storm_and_the_throttled_client(
-        spark, tmp_path):  # noqa: F811
+        spark, tmp_path):
     overrides = {"max.connections.per.ip": "5", "quota.window.num": "2",
                  "pybroker.quota.burst.windows": "1"}
     with BrokerProcess(workers=2, overrides=overrides, data_dir=str(tmp_path)) as broker:

@@ -11,40 +11,12 @@ from broker.shared import events as ev
 from broker.shared.events import bucket_upper, latency_bucket
 from pipeline import aggregate
 from pipeline.job import run
-from pipeline.load import load_events, spark_session
+from pipeline.load import load_events
+from tests.observability.helpers import TEST_JVM_OPTIONS, submit_args
 
 pytestmark = pytest.mark.system  # every test here runs Spark (a JVM)
 
 T0 = 1_790_000_000  # an epoch second
-
-
-# The tests' JVMs compile with C1 only and collect with the serial collector: each job here is
-# small, and C2's compiler threads and a parallel collector took a third of Spark's CPU on two
-# cores (this file without the cluster test: 167 -> 115 s of CPU).  No answer depends on them.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-def submit_args(executors: bool = False) -> str:
-    """PYSPARK_SUBMIT_ARGS giving the driver's JVM (and the executors') TEST_JVM_OPTIONS."""
-    given = f"--driver-java-options '{TEST_JVM_OPTIONS}'"
-    if executors:
-        given += f" --conf 'spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}'"
-    return given + " pyspark-shell"
-
-
-@pytest.fixture(scope="session")
-def spark():
-    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args()  # read as the driver's JVM starts
-    try:
-        session = spark_session()
-    finally:
-        if before is None:
-            del os.environ["PYSPARK_SUBMIT_ARGS"]
-        else:
-            os.environ["PYSPARK_SUBMIT_ARGS"] = before
-    yield session
-    session.stop()
 
 
 def write(directory, items, name="events-1.jsonl"):

@@ -24,7 +24,7 @@ import pytest
 
 from tests.harness import PROJECT, BrokerProcess, wait_until
 from tests.helpers import free_port
-from tests.admission.test_admission import served_probes
+from tests.admission.helpers import served_probes
 from tests.wire import KafkaSocket, api_versions_request
 
 ROOT = Path(PROJECT)

@@ -13,9 +13,6 @@ import pytest
 from pipeline import compare, words
 from pipeline.aggregate import Thresholds
 from pipeline.report import Report, page, write_html
-from tests.observability import test_pipeline
-
-spark = test_pipeline.spark  # the session-wide Spark fixture: one JVM for every test
 
 T0 = 1_790_000_000  # an epoch second: 2026-09-21 14:13:20 UTC
 LIMITS = asdict(Thresholds())  # the job's defaults: 10 refused/s, 500 ms depleted, ...

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from broker.shared.config import ConfigError, load_config
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
-from tests.admission.test_admission import Probe, served_probes
+from tests.admission.helpers import Probe, served_probes
 from tests.wire import (KafkaSocket, alter_client_quota, alter_raw, api_versions_request,
                         create_topic, decode_response, describe_configs_request, frame,
                         metadata_request, peer_closed, produce_request)
@@ -153,7 +153,7 @@ def test_the_control_plane_serves_admin_apis_and_data_listeners_refuse_changes()
             metadata = request(address, 3, 9, metadata_request(version=9))
             assert [(b.host, b.port) for b in metadata.brokers] == [address]
             cluster = request(address, 60, 1, describe_cluster_frame())
-            assert cluster.error_code == 0
+            assert cluster.error_code == ErrorCode.none
             assert [(b.host, b.port) for b in cluster.brokers] == [address]
         # Changes: refused on the data listener, served on the control plane.
         assert alter_raw(client, "0", "max.connections", "100") == \
@@ -162,14 +162,14 @@ def test_the_control_plane_serves_admin_apis_and_data_listeners_refuse_changes()
             ErrorCode.cluster_authorization_failed
         created = request(client, 19, 5, create_topics_frame("t1"))
         assert [t.error_code for t in created.topics] == [ErrorCode.cluster_authorization_failed]
-        assert alter_raw(control, "0", "max.connections", "100") == 0
-        assert alter_client_quota(control, {"client-id": "x"}, "producer_byte_rate", 1e6) == 0
+        assert alter_raw(control, "0", "max.connections", "100") == ErrorCode.none
+        assert alter_client_quota(control, {"client-id": "x"}, "producer_byte_rate", 1e6) == ErrorCode.none
         created = request(control, 19, 5, create_topics_frame("t1"))
-        assert [t.error_code for t in created.topics] == [0]
+        assert [t.error_code for t in created.topics] == [ErrorCode.none]
         deleted = request(client, 20, 4, delete_topics_frame("t1"))
         assert [r.error_code for r in deleted.responses] == [ErrorCode.cluster_authorization_failed]
         deleted = request(control, 20, 4, delete_topics_frame("t1"))
-        assert [r.error_code for r in deleted.responses] == [0]
+        assert [r.error_code for r in deleted.responses] == [ErrorCode.none]
         # Reading configuration stays open to data listeners.
         from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -189,9 +189,9 @@ def test_a_key_of_ours_serves_changes_on_data_listeners_too():
     overrides = dict(CONTROL, **{"pybroker.control.plane.alter.on.data.listeners": "true"})
     with BrokerProcess(workers=1, overrides=overrides) as broker:
         client = broker.listeners["CLIENT"]
-        assert alter_raw(client, "0", "max.connections", "100") == 0
+        assert alter_raw(client, "0", "max.connections", "100") == ErrorCode.none
         created = request(client, 19, 5, create_topics_frame("t1"))
-        assert [t.error_code for t in created.topics] == [0]
+        assert [t.error_code for t in created.topics] == [ErrorCode.none]
 
 
 @pytest.mark.system
@@ -200,7 +200,7 @@ def test_without_a_control_plane_every_listener_serves_changes():
                  if key != "control.plane.listener.name"}
     with BrokerProcess(workers=1, overrides=overrides) as broker:
         for name in ("CLIENT", "CONTROLLER"):
-            assert alter_raw(broker.listeners[name], "0", "max.connections", "100") == 0
+            assert alter_raw(broker.listeners[name], "0", "max.connections", "100") == ErrorCode.none
         assert "control-plane" not in broker.worker_pids
         assert broker.metric("broker_worker_up", worker="control-plane") == 0
 
@@ -225,7 +225,7 @@ def test_control_plane_connections_escape_data_limits_but_keep_their_own():
         extra.close()
         wait_until(lambda: broker.metric("broker_connections", listener="CONTROLLER") == 2)
         # Lowering max.connections evicts data connections only.
-        assert alter_raw(control, "0", "max.connections", "1") == 0
+        assert alter_raw(control, "0", "max.connections", "1") == ErrorCode.none
         wait_until(lambda: broker.metric("broker_connections", listener="CLIENT") == 1)
         assert sum(probe.is_closed(0.2) for probe in held) == 1
         assert not any(probe.is_closed(0.1) for probe in admins)

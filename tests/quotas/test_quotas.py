@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess
@@ -52,7 +53,7 @@ def broker():
     with BrokerProcess(workers=2, overrides=QUOTA) as running:
         address = running.listeners["PLAINTEXT"]
         for client in ("confluent", "aio", "kpy", "shared"):
-            assert alter_client_quota(address, {"client-id": client}, "producer_byte_rate", MB) == 0
+            assert alter_client_quota(address, {"client-id": client}, "producer_byte_rate", MB) == ErrorCode.none
             create_topic(running.bootstrap, f"q-{client}")
         yield running
 
@@ -160,8 +161,8 @@ def test_a_consumer_over_its_quota_gets_empty_throttled_fetches(tmp_path):
         with KafkaSocket(address) as client:
             for n in range(20):
                 client.send(produce_request("read", make_batch(5, value_size=1000), correlation_id=n))
-                assert produce_errors(client.receive())[0][0] == 0
-        assert alter_client_quota(address, {"client-id": "test"}, "consumer_byte_rate", 1000) == 0
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
+        assert alter_client_quota(address, {"client-id": "test"}, "consumer_byte_rate", 1000) == ErrorCode.none
         with KafkaSocket(address) as client:
             client.send(fetch_request("read", offset=0))
             _, first = decode_response(1, 12, client.receive())
@@ -190,7 +191,7 @@ def test_a_consumer_over_its_quota_gets_empty_throttled_fetches(tmp_path):
 def test_default_and_user_quotas_follow_kafkas_precedence(tmp_path):
     with BrokerProcess(workers=1, overrides=QUOTA, data_dir=str(tmp_path)) as broker:
         address = broker.listeners["PLAINTEXT"]
-        assert alter_client_quota(address, {"client-id": None}, "producer_byte_rate", 50) == 0
+        assert alter_client_quota(address, {"client-id": None}, "producer_byte_rate", 50) == ErrorCode.none
         assert alter_client_quota(address, {"user": "ANONYMOUS", "client-id": "test"},
                                   "producer_byte_rate", 10_000_000) == 0
         assert alter_client_quota(address, {"client-id": "x"}, "nonsense", 1) == 42
@@ -199,14 +200,14 @@ def test_default_and_user_quotas_follow_kafkas_precedence(tmp_path):
         with KafkaSocket(address) as client:  # client id "test": the user+client level wins
             for n in range(5):
                 client.send(produce_request("p", make_batch(10, value_size=1000), correlation_id=n))
-                assert produce_errors(client.receive())[0][0] == 0
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
         assert broker.metric("broker_throttle_time_seconds_total", quota="producer_byte_rate") == 0
 
 
 def test_request_percentage_throttles_a_busy_client():
     with BrokerProcess(workers=1, overrides=QUOTA) as broker:
         address = broker.listeners["PLAINTEXT"]
-        assert alter_client_quota(address, {"client-id": "test"}, "request_percentage", 0.5) == 0
+        assert alter_client_quota(address, {"client-id": "test"}, "request_percentage", 0.5) == ErrorCode.none
         create_topic(broker.bootstrap, "busy")
         with KafkaSocket(address, timeout=30) as client:  # client id "test": 0.5 % of a worker
             deadline = time.monotonic() + 20
@@ -214,7 +215,7 @@ def test_request_percentage_throttles_a_busy_client():
                                 quota="request_percentage") == 0:
                 assert time.monotonic() < deadline, "never throttled"
                 client.send(produce_request("busy", make_batch(50, value_size=1000)))
-                assert produce_errors(client.receive())[0][0] == 0
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
         # The busiest named entities are visible with their measured rate, in percent: just
         # past a violation it is near the 0.5 % quota (it decays as the window grows, so the
         # bound leaves room; a unit error would be off by orders of magnitude).

@@ -18,18 +18,10 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
-from broker.parent.admin import AdminService
-from broker.parent.dynamic import DynamicConfig
-from broker.parent.forwarded import ForwardedRouter
-from broker.parent.groups.coordinator import GroupCoordinator
-from broker.parent.groups.offsets import OffsetStore
-from broker.parent.transactions.coordinator import TransactionCoordinator
-from broker.shared.config import load_config
-from broker.shared.log.settings import LogSettings
-from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.protocol.codec import build, encode_entity
 from tests.batches import make_batch
 from tests.helpers import make_router
+from tests.requests.helpers import Parent, ask_in_loop
 from workers.fetch_response import FileResponse
 from workers.router import ForwardRequest, InvalidRequest
 
@@ -53,45 +45,6 @@ def frame_of(api_key: int, version: int, body) -> bytes:
     return encode_entity(header) + buffer.getvalue()
 
 
-class Parent:
-    """The parent's services that answer forwarded requests, on a private loop."""
-
-    def __init__(self, directory: str):
-        config = load_config({"log.dirs": directory, "group.initial.rebalance.delay.ms": "0"})
-        self.loop = asyncio.new_event_loop()
-        self.admin = AdminService(0, DynamicConfig(config), on_change=lambda: None)
-        offsets = OffsetStore(directory)
-        self.groups = GroupCoordinator(self.loop, config.props, offsets, {"t": 1}.get)
-        self.registry = TopicRegistry((directory,), LogSettings(), Epoch())
-        self.transactions = TransactionCoordinator(self.loop, config.props, directory,
-                                                   self.registry, offsets)
-        self.groups.transaction_problem = self.transactions.offsets_problem
-        self.router = ForwardedRouter(self.admin, self.groups, self.transactions, None)
-
-    def close(self) -> None:
-        self.groups.close()
-        self.transactions.close()
-        self.registry.close()
-        self.loop.close()
-
-    def handle(self, frame: bytes):
-        service = self.router.service_for(int.from_bytes(frame[:2], "big"))
-        return service.handle(frame, 0, "127.0.0.1:1")
-
-
-def ask(loop: asyncio.AbstractEventLoop, router, frame: bytes):
-    """The router's answer to a frame, asked as a worker asks: inside its running loop.  An
-    answer that would take more turns (a long poll, a rebalance wait, CreatePartitions built
-    a slice per turn) is cancelled, and the loop turned once so its work sees that and stops."""
-    async def once():
-        answer = router.handle(memoryview(frame).toreadonly(), 0)
-        if isinstance(answer, asyncio.Future):
-            answer.cancel()
-            await asyncio.sleep(0)
-        return answer
-    return loop.run_until_complete(once())
-
-
 @pytest.fixture(scope="module")
 def services(tmp_path_factory):
     parent = Parent(str(tmp_path_factory.mktemp("parent")))
@@ -109,7 +62,7 @@ def test_every_advertised_version_is_answered(services, api_key, version, data):
     body = data.draw(st.from_type(load_request_schema(api_key, version)))
     frame = frame_of(api_key, version, body)
     try:
-        answer = ask(loop, router, frame)
+        answer = ask_in_loop(loop, router, frame)
     except InvalidRequest:
         return  # closed with a metric: what Kafka does with requests it cannot serve
     if isinstance(answer, ForwardRequest):
@@ -132,17 +85,17 @@ def test_a_create_partitions_built_over_several_turns_is_asked_inside_the_loop(s
                                          "replication_factor": 1, "assignments": [],
                                          "configs": []}],
                              "timeout": datetime.timedelta(seconds=5), "validate_only": False})
-    assert isinstance(ask(loop, router, create), bytes)
+    assert isinstance(ask_in_loop(loop, router, create), bytes)
     grow = request(37, 3, {"topics": [{"name": "grown", "count": 69, "assignments": None}],
                            "timeout": datetime.timedelta(0), "validate_only": False})
-    answer = ask(loop, router, grow)
+    answer = ask_in_loop(loop, router, grow)
     assert isinstance(answer, asyncio.Future) and answer.cancelled()
     registry = router.apis[37].services.registry
     assert registry.get("grown").partitions == 1  # cancelled mid-build: nothing committed
 
 
 def test_a_memoized_request_shortened_by_skipping_unknown_tags_is_answered(services):
-    """Found by the handlers fuzz target in CI: an ApiVersions frame too long for the memo
+    """Found by the router fuzz target in CI: an ApiVersions frame too long for the memo
     whose unknown tagged fields, once skipped, left it short enough raised UnboundLocalError
     (the memo's key was never taken)."""
     import base64
@@ -156,7 +109,7 @@ def test_a_memoized_request_shortened_by_skipping_unknown_tags_is_answered(servi
         "4CAAAwE2EBAC4wNgA=")
     router, _parent, loop = services
     try:
-        answer = ask(loop, router, found)
+        answer = ask_in_loop(loop, router, found)
     except InvalidRequest:  # refusing it is fine too; a crash of the handler is not
         return
     assert isinstance(answer, bytes) and answer[4:8] == found[4:8]  # size, then correlation

@@ -13,49 +13,18 @@ import contextlib
 import datetime
 import os
 import struct
-import time
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
+from tests.helpers import MEMBER_METADATA, ask, stable_group
 from tests.wire import request
-from tests.wire import KafkaSocket, create_topic, decode_response, frame
+from tests.wire import KafkaSocket, create_topic, frame
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 GROUPS = {"group.initial.rebalance.delay.ms": "0"}
-METADATA = 110_000  # a member's metadata, as in the review's attack
-
-
-def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
-    """(answer bytes, decoded answer, seconds the broker took) of one raw request."""
-    data = frame(request(api_key, version, values))
-    started = time.monotonic()
-    sock.send(data)
-    body = sock.receive()
-    took = time.monotonic() - started
-    return len(body), decode_response(api_key, version, body)[1], took
-
-
-def join(sock: KafkaSocket, group: str, metadata: bytes):
-    """A JoinGroup v2 (no member id round trip); returns once it is answered."""
-    return ask(sock, 11, 2, {
-        "group_id": group, "session_timeout": datetime.timedelta(seconds=60),
-        "rebalance_timeout": datetime.timedelta(seconds=60), "member_id": "",
-        "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": metadata}]})[1]
-
-
-def stable_group(sock: KafkaSocket, group: str, metadata: bytes = b"m" * METADATA) -> str:
-    """A group of one member, Stable (its metadata is described only then, as Kafka)."""
-    joined = join(sock, group, metadata)
-    assert joined.error_code == ErrorCode.none
-    synced = ask(sock, 14, 2, {"group_id": group, "generation_id": joined.generation_id,
-                               "member_id": joined.member_id,
-                               "assignments": [{"member_id": joined.member_id,
-                                                "assignment": b"a"}]})[1]
-    assert synced.error_code == ErrorCode.none
-    return joined.member_id
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +50,8 @@ def test_a_group_named_thousands_of_times_is_described_once():
             size, answer, took = ask(asker, 15, 5, {"groups": ["g"] * 2000,
                                                     "include_authorized_operations": False})
             assert [group.group_id for group in answer.groups] == ["g"]
-            assert len(answer.groups[0].members[0].member_metadata) == METADATA
-            assert size < METADATA + 1000 and took < 2.0
+            assert len(answer.groups[0].members[0].member_metadata) == MEMBER_METADATA
+            assert size < MEMBER_METADATA + 1000 and took < 2.0
             _, listed, took = ask(other, 16, 4, {"states_filter": []})
             assert [group.group_id for group in listed.groups] == ["g"] and took < 1.0
         worker_survived(broker, pid)

@@ -28,7 +28,7 @@ def assert_still_serving(broker):
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(api_versions_request(correlation_id=99))
         correlation, response = decode_response(18, 3, client.receive())
-        assert correlation == 99 and response.error_code == 0
+        assert correlation == 99 and response.error_code == ErrorCode.none
 
 
 def invalid_count(broker, reason):
@@ -41,7 +41,7 @@ def test_api_versions_lists_only_what_is_served(broker):
             client.send(api_versions_request(version, correlation_id=version))
             correlation, response = decode_response(18, version, client.receive())
             assert correlation == version
-            assert response.error_code == 0
+            assert response.error_code == ErrorCode.none
             assert {(k.api_key, k.min_version, k.max_version) for k in response.api_keys} == {
                 (0, 3, 10), (1, 4, 16), (2, 1, 11), (3, 0, 13), (10, 0, 6), (18, 0, 4),
                 (19, 2, 7), (20, 1, 6), (22, 0, 4), (32, 1, 4), (44, 0, 1), (48, 0, 1),

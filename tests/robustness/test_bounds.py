@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.batches import compressed, make_batch
 from tests.harness import BrokerProcess, rss, wait_until
+from tests.helpers import new_producers
 from tests.wire import (KafkaSocket, api_versions_request, create_topic, decode_response,
                         fetch_request, frame, metadata_request, produce_errors, produce_request)
 
@@ -58,7 +59,7 @@ def test_a_new_client_never_shares_a_sensor_with_a_heavy_one():
         address = broker.listeners["PLAINTEXT"]
         with KafkaSocket(address) as client:
             for n in range(260):
-                assert produce_as(client, f"crowd-{n}", "q", make_batch(1), n)[0] == 0
+                assert produce_as(client, f"crowd-{n}", "q", make_batch(1), n)[0] == ErrorCode.none
         with KafkaSocket(address) as client:  # its channel stays muted once throttled
             heavy = 0.0
             for n in range(10):
@@ -68,7 +69,7 @@ def test_a_new_client_never_shares_a_sensor_with_a_heavy_one():
             assert heavy > 0
         with KafkaSocket(address) as client:
             code, newcomer = produce_as(client, "newcomer", "q", make_batch(1), 99)
-            assert (code, newcomer) == (0, 0)
+            assert (code, newcomer) == (ErrorCode.none, 0)
         assert broker.metric("broker_quota_untracked_requests_total") == 0
 
 
@@ -82,7 +83,7 @@ def test_a_full_sensor_table_says_so_and_frees_idle_sensors():
             for n in range(16):
                 produce_as(client, f"early-{n}", "q", make_batch(1), n)
             big = make_batch(50, value_size=500)
-            assert produce_as(client, "late", "q", big, 20) == (0, 0)  # untracked, said so
+            assert produce_as(client, "late", "q", big, 20) == (ErrorCode.none, 0)  # untracked, said so
             assert broker.metric("broker_quota_untracked_requests_total") >= 1
             assert broker.metric("broker_quota_sensors", state="in_use") == 16
             assert broker.wait_for_line("every quota sensor .* client-id=late")
@@ -131,7 +132,7 @@ def test_a_damaged_state_file_is_rebuilt_even_after_a_clean_shutdown(tmp_path, d
             for n in range(3):
                 client.send(produce_request("s", make_batch(1, key_prefix=b"first"),
                                             correlation_id=n))
-                assert produce_errors(client.receive()) == [(0, n)]
+                assert produce_errors(client.receive()) == [(ErrorCode.none, n)]
     state = os.path.join(data, "logs", "s-0", "state")
     assert os.path.exists(os.path.join(data, "logs", ".pybroker-clean-shutdown"))
     if damage == "zeroed":
@@ -143,7 +144,7 @@ def test_a_damaged_state_file_is_rebuilt_even_after_a_clean_shutdown(tmp_path, d
         broker.wait_for_line("partition s-0: .*recovering it from its segments")
         with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
             client.send(produce_request("s", make_batch(1), correlation_id=9))
-            assert produce_errors(client.receive()) == [(0, 3)]  # not 0: nothing overwritten
+            assert produce_errors(client.receive()) == [(ErrorCode.none, 3)]  # not 0: nothing overwritten
             client.send(fetch_request("s", offset=0))
             _, response = decode_response(1, 12, client.receive())
             assert response.responses[0].partitions[0].records[61:90].count(b"first") == 1
@@ -158,14 +159,14 @@ def test_a_retry_after_a_hundred_other_producers_is_not_appended_again():
         address = broker.listeners["PLAINTEXT"]
         with KafkaSocket(address) as first, KafkaSocket(address) as second:  # both workers
             first.send(produce_request("i", make_batch(2, producer_id=7, epoch=0, sequence=0)))
-            assert produce_errors(first.receive()) == [(0, 0)]
+            assert produce_errors(first.receive()) == [(ErrorCode.none, 0)]
             for n, client in enumerate([first, second] * 50):
                 client.send(produce_request("i", make_batch(1, producer_id=1000 + n, epoch=0,
                                                              sequence=0), correlation_id=n))
-                assert produce_errors(client.receive())[0][0] == 0
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
             second.send(produce_request("i", make_batch(2, producer_id=7, epoch=0, sequence=0),
                                         correlation_id=200))
-            assert produce_errors(second.receive()) == [(0, 0)]  # the original offset
+            assert produce_errors(second.receive()) == [(ErrorCode.none, 0)]  # the original offset
             second.send(produce_request("i", make_batch(1, producer_id=99, epoch=0, sequence=5),
                                         correlation_id=201))
             assert produce_errors(second.receive()) == [(ErrorCode.unknown_producer_id, -1)]
@@ -212,33 +213,6 @@ def test_new_producer_ids_at_the_table_bound_cost_what_they_cost_below_it():
         assert median < 0.004
 
 
-def with_producer(batch: bytes, producer_id: int) -> bytes:
-    """`batch` as producer `producer_id` sends it (its id and CRC rewritten)."""
-    patched = bytearray(batch)
-    struct.pack_into(">q", patched, 43, producer_id)
-    struct.pack_into(">I", patched, 17, crc32c(bytes(patched[21:])))
-    return bytes(patched)
-
-
-def new_producers(clients: list[KafkaSocket], topic: str, producer_ids, in_flight: int = 32,
-                  partition: int = 0) -> float:
-    """Seconds to append a first batch (sequence 0) for each producer id, `in_flight`
-    requests at a time on each client; the requests are built before the clock starts."""
-    template = make_batch(1, producer_id=0, epoch=0, sequence=0)
-    frames = [produce_request(topic, with_producer(template, producer_id), partition=partition,
-                              correlation_id=n) for n, producer_id in enumerate(producer_ids)]
-    start = time.perf_counter()
-    for first in range(0, len(frames), in_flight * len(clients)):
-        chunks = [frames[at:at + in_flight]
-                  for at in range(first, first + in_flight * len(clients), in_flight)]
-        for client, chunk in zip(clients, chunks):
-            client.send(b"".join(chunk))
-        for client, chunk in zip(clients, chunks):
-            for _ in chunk:
-                assert produce_errors(client.receive())[0][0] == 0
-    return time.perf_counter() - start
-
-
 def _time_produce(address, topic: str, latencies: list, done: threading.Event) -> None:
     """Produce one plain batch at a time, recording each round trip, until `done`."""
     batch = make_batch(1)
@@ -248,7 +222,7 @@ def _time_produce(address, topic: str, latencies: list, done: threading.Event) -
                 return
             start = time.perf_counter()
             client.send(produce_request(topic, batch, correlation_id=n))
-            assert produce_errors(client.receive())[0][0] == 0
+            assert produce_errors(client.receive())[0][0] == ErrorCode.none
             latencies.append(time.perf_counter() - start)
 
 
@@ -296,7 +270,7 @@ def test_compressed_batches_that_lie_or_explode_are_refused(codec):
                 assert produce_errors(client.receive())[0][0] in (ErrorCode.corrupt_message,
                                                                   ErrorCode.invalid_record)
             client.send(produce_request("z", compressed(make_batch(5), codec), correlation_id=7))
-            assert produce_errors(client.receive()) == [(0, 0)]
+            assert produce_errors(client.receive()) == [(ErrorCode.none, 0)]
 
 
 def test_a_batch_of_100000_tiny_records_is_walked_without_holding_the_worker():
@@ -322,7 +296,7 @@ def test_a_batch_of_100000_tiny_records_is_walked_without_holding_the_worker():
                 pinger.receive()
                 pings += 1
             producer.join(60)
-        assert result["answer"] == [(0, 0)]
+        assert result["answer"] == [(ErrorCode.none, 0)]
         assert pings >= 2  # answered while the batch was being walked
 
 
@@ -370,7 +344,7 @@ def test_killed_workers_under_memory_pressure_leave_the_pool_whole():
                 thread.join(30)
         wait_until(lambda: broker.metric("broker_request_memory_used_bytes") == 0, timeout=15,
                    message="pool bytes leaked by killed workers")
-        assert _produce_once(address, "p", make_batch(1))[0][0] == 0
+        assert _produce_once(address, "p", make_batch(1))[0][0] == ErrorCode.none
 
 
 def test_more_memory_waiters_than_the_bound_are_refused_with_a_reason():
@@ -480,7 +454,7 @@ def test_pending_members_and_member_ids_are_bounded():
             assert int(answer.error_code) == ErrorCode.unknown_member_id  # it joins from the start
             client.send(join_request("g-1999", ids[-1], "c"))  # the newest is still known
             _, answer = decode_response(11, 5, client.receive())
-            assert int(answer.error_code) == 0
+            assert int(answer.error_code) == ErrorCode.none
         assert rss(broker.pid) - parent_before < 16 * MIB
 
 

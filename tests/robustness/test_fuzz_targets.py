@@ -71,7 +71,7 @@ mutations = st.tuples(st.sampled_from(FRAMES), st.lists(st.integers(0, 2**16), m
 @given(mutations)
 def test_mutated_client_requests_get_an_answer_or_a_refusal(case):
     frame, choices = case
-    targets.handlers(mutate(frame, choices))  # raises on anything but an answer or a refusal
+    targets.router(mutate(frame, choices))  # raises on anything but an answer or a refusal
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

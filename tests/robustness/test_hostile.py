@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, rss, wait_until
+from tests.helpers import timed_create_topic
 from tests.wire import (KafkaSocket, create_topic, decode_response, fetch_request, frame,
                         metadata_request, peer_closed, produce_errors, produce_request, raw_request)
 
@@ -132,7 +133,7 @@ def test_inconsistent_batches_are_refused_and_the_partition_keeps_serving(broker
         [(code, base)] = produce_errors(client.receive())
         assert base == -1 and code in (ErrorCode.invalid_record, ErrorCode.corrupt_message)
         client.send(produce_request("t", make_batch(2), correlation_id=2))
-        assert produce_errors(client.receive()) == [(0, before)]
+        assert produce_errors(client.receive()) == [(ErrorCode.none, before)]
     assert log_end(broker) == before + 2
 
 
@@ -167,11 +168,11 @@ def test_a_partition_recovery_cannot_repair_goes_offline_and_the_rest_serves(tmp
             by_name = {topic.name: topic.partitions[0] for topic in response.topics}
             assert int(by_name["bad"].error_code) == ErrorCode.leader_not_available
             assert by_name["bad"].leader_id == -1 and list(by_name["bad"].offline_replicas) == [0]
-            assert int(by_name["good"].error_code) == 0
+            assert int(by_name["good"].error_code) == ErrorCode.none
             client.send(produce_request("bad", make_batch(1), correlation_id=2))
             assert produce_errors(client.receive()) == [(ErrorCode.kafka_storage_error, -1)]
             client.send(produce_request("good", make_batch(1), correlation_id=3))
-            assert produce_errors(client.receive()) == [(0, 0)]
+            assert produce_errors(client.receive()) == [(ErrorCode.none, 0)]
         assert broker.metric("broker_worker_restarts_total") == 0
 
 
@@ -188,9 +189,9 @@ def test_a_batch_just_under_message_max_bytes_is_fetched_whole(broker):
     assert len(batch) == 1_048_584
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(produce_request("big", batch, correlation_id=1))
-        assert produce_errors(client.receive()) == [(0, 0)]
+        assert produce_errors(client.receive()) == [(ErrorCode.none, 0)]
         client.send(produce_request("big", make_batch(1), correlation_id=2))
-        assert produce_errors(client.receive()) == [(0, 1)]
+        assert produce_errors(client.receive()) == [(ErrorCode.none, 1)]
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=10000,
                              max_partition_fetch_bytes=MIB)
@@ -242,7 +243,7 @@ def test_a_quota_table_of_1000_entries_reaches_every_worker(broker):
     with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=20) as client:
         client.send(frame(bytes(request.encode(header=True))))
         _, response = decode_response(49, 1, client.receive())
-        assert [int(e.error_code) for e in response.entries] == [0] * 1000
+        assert [int(e.error_code) for e in response.entries] == [ErrorCode.none] * 1000
     from kafka.protocol.producer.produce import ProduceRequest
 
     for _ in range(2):  # both workers (round-robin) throttle the last client id
@@ -355,23 +356,6 @@ def test_metadata_names_repeated_are_answered_once(broker):
     assert [topic.name for topic in response.topics] == ["t"]
 
 
-def timed_create_topic(broker, name: str, partitions: int,
-                       timeout: float = 60) -> tuple[int, float]:
-    """CreateTopics v5 of one topic on a raw connection: (error code, seconds to the answer)."""
-    from kafka.protocol.admin.topics import CreateTopicsRequest
-
-    request = CreateTopicsRequest[5](topics=[
-        CreateTopicsRequest[5].CreatableTopic(name=name, num_partitions=partitions,
-                                              replication_factor=1, assignments=[], configs=[])],
-        timeout_ms=60000, validate_only=False)
-    request.with_header(correlation_id=8, client_id="admin")
-    with KafkaSocket(broker.listeners["PLAINTEXT"], timeout=timeout) as client:
-        started = time.monotonic()
-        client.send(frame(bytes(request.encode(header=True))))
-        _, response = decode_response(19, 5, client.receive())
-        return int(response.topics[0].error_code), time.monotonic() - started
-
-
 def delete_topics(broker, names: list[str]) -> list[int]:
     """DeleteTopics, then wait until the parent removed their directories: each topic's error
     code.  A test that created thousands of partitions deletes them after: the module broker's
@@ -408,9 +392,9 @@ def test_creating_2000_partitions_never_holds_a_worker(broker):
             assert_answers(broker, timeout=1)
         pings += 1
     creator.join(60)
-    assert result["answer"][0] == 0
+    assert result["answer"][0] == ErrorCode.none
     assert pings >= 2, "the creation ended before anyone could ask (too fast to tell)"
-    assert delete_topics(broker, ["wide"]) == [0]
+    assert delete_topics(broker, ["wide"]) == [ErrorCode.none]
 
 
 def test_deleting_2000_partitions_leaves_their_files_to_the_parent(broker):
@@ -418,7 +402,7 @@ def test_deleting_2000_partitions_leaves_their_files_to_the_parent(broker):
     parent's maintenance thread within seconds, not in the worker's loop."""
     from kafka.protocol.admin.topics import DeleteTopicsRequest
 
-    if timed_create_topic(broker, "wide-gone", 2000)[0] != 0:
+    if timed_create_topic(broker, "wide-gone", 2000)[0] != ErrorCode.none:
         raise AssertionError("could not create the topic to delete")
     request = DeleteTopicsRequest[4](topic_names=["wide-gone"], timeout_ms=30000)
     request.with_header(correlation_id=9, client_id="admin")
@@ -428,7 +412,7 @@ def test_deleting_2000_partitions_leaves_their_files_to_the_parent(broker):
         client.send(frame(bytes(request.encode(header=True))))
         _, response = decode_response(20, 4, client.receive())
         elapsed = time.monotonic() - started
-    assert response.responses[0].error_code == 0
+    assert response.responses[0].error_code == ErrorCode.none
     # Renaming 2,000 directories takes about 0.1 s here; removing their files too, 0.9 s.
     assert elapsed < 0.45, f"the deletion held its worker {elapsed:.2f} s"
     wait_until(lambda: not any(name.startswith("wide-gone-") for name in os.listdir(logs)),
@@ -459,7 +443,7 @@ def test_one_create_topics_builds_a_bounded_number_of_partitions(broker):
     assert codes == {"budget-a": 0, "budget-b": ErrorCode.throttling_quota_exceeded,
                      "twice": ErrorCode.invalid_request}
     assert response.throttle_time.total_seconds() > 0
-    assert delete_topics(broker, ["budget-a"]) == [0]
+    assert delete_topics(broker, ["budget-a"]) == [ErrorCode.none]
 
 
 def test_deleting_thousands_of_topics_takes_one_lock(broker):
@@ -497,7 +481,7 @@ def test_a_stored_batch_that_lies_about_its_count_cannot_drive_a_lookup(tmp_path
         create_topic(broker.bootstrap, "liar")
         with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
             client.send(produce_request("liar", make_batch(1, timestamp_ms=1000), correlation_id=1))
-            assert produce_errors(client.receive()) == [(0, 0)]
+            assert produce_errors(client.receive()) == [(ErrorCode.none, 0)]
     lying = bytearray(make_batch(1, timestamp_ms=2000))
     struct.pack_into(">q", lying, 0, 1)
     struct.pack_into(">i", lying, 57, INT_MAX)  # record count
@@ -518,7 +502,7 @@ def test_a_stored_batch_that_lies_about_its_count_cannot_drive_a_lookup(tmp_path
                 client.send(frame(bytes(request.encode(header=True))))
                 _, response = decode_response(2, 4, client.receive())
                 part = response.topics[0].partitions[0]
-                assert (int(part.error_code), part.offset) == (0, 1)
+                assert (int(part.error_code), part.offset) == (ErrorCode.none, 1)
         assert broker.metric("broker_worker_restarts_total") == 0
 
 
@@ -539,7 +523,7 @@ def test_fetch_v4_to_v6_are_answered(broker, version):
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(frame(bytes(request.encode(header=True))))
         _, response = decode_response(1, version, client.receive())
-    assert int(response.responses[0].partitions[0].error_code) == 0
+    assert int(response.responses[0].partitions[0].error_code) == ErrorCode.none
 
 
 # --- 9. topic names ----------------------------------------------------------------------------
@@ -566,7 +550,7 @@ def test_clients_that_never_read_are_cut_off_and_hold_nothing_after(broker):
     create_topic(broker.bootstrap, "never-read")
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(produce_request("never-read", make_batch(64, value_size=4000)))
-        assert produce_errors(client.receive()) == [(0, 0)]
+        assert produce_errors(client.receive()) == [(ErrorCode.none, 0)]
     closed_before = broker.metric("broker_connections_closed_total", listener="PLAINTEXT",
                                   reason="send_stalled")
     readers_never = []

@@ -6,7 +6,9 @@ lint-imports' job, run by `make test`):
 - every module of the broker says its role in a docstring;
 - a test helper is defined once: no two test modules define a top-level function or class of
   the same name and nearly the same body (shared ones live in tests/helpers.py,
-  tests/harness.py, tests/wire.py and tests/conftest.py).
+  tests/harness.py, tests/wire.py, tests/<component>/helpers.py and the conftest.py files);
+- no test module imports from another test module: what two of them share lives in a
+  helpers module or a conftest.py, so that running one test file never collects another's.
 """
 
 from __future__ import annotations
@@ -70,3 +72,24 @@ def test_each_test_helper_is_defined_once():
                         None, code, other).ratio() >= SAME_BODY):
                     copies.append(f"{name}: {first} and {second}")
     assert copies == []
+
+
+def _imported_modules(tree: ast.Module) -> set[str]:
+    """The modules a module's code imports, at its top or inside a function."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_no_test_module_imports_another():
+    borrowing = []
+    for path in _sources("tests"):
+        for module in sorted(_imported_modules(ast.parse(path.read_text()))):
+            if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_"):
+                borrowing.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert borrowing == []

@@ -23,16 +23,12 @@ from broker.shared.protocol.context import RequestContext
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import create_topics
-from tests.security.test_sasl import _plain_session
+from tests.security.helpers import ACL_JAAS, STANDARD, binding, client, create_acls, plain_session
 from tests.wire import produce_errors, produce_request
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
-STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
-        'username="admin" password="admin-secret" user_admin="admin-secret" '
-        'user_alice="alice-secret" user_bob="bob-secret" user_ops="ops-secret";')
 
 
 def acl(kind, name, pattern, principal, operation, permission=ALLOW, host="*") -> Acl:
@@ -161,37 +157,13 @@ def acl_broker(**extra) -> dict[str, str]:
     settings = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
                 "inter.broker.listener.name": "SASL_PLAINTEXT",
                 "sasl.enabled.mechanisms": "PLAIN",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": ACL_JAAS,
                 "authorizer.class.name": STANDARD, "super.users": "User:admin",
                 # A group forms without Kafka's 3 s wait for more members: who may join is
                 # under test here, not when.
                 "group.initial.rebalance.delay.ms": "0"}
     settings.update(extra)
     return settings
-
-
-def client(broker, user: str, listener: str = "SASL_PLAINTEXT", **extra) -> dict:
-    host, port = broker.listeners[listener]
-    return {"bootstrap.servers": f"{host}:{port}", "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": f"{user}-secret",
-            **extra}
-
-
-def create_acls(config: dict, *bindings) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(config)
-    for future in admin.create_acls(list(bindings)).values():
-        future.result(timeout=20)
-
-
-def binding(kind: str, name: str, pattern: str, principal: str, operation: str,
-            permission: str = "ALLOW"):
-    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
-                                       ResourcePatternType, ResourceType)
-
-    return AclBinding(ResourceType[kind], name, ResourcePatternType[pattern], principal, "*",
-                      AclOperation[operation], AclPermissionType[permission])
 
 
 def produce_error(config: dict, topic: str, count: int = 1):
@@ -331,9 +303,9 @@ def test_acls_from_the_admin_client_grant_exactly_what_they_say():
         prefixed_writes = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.PREFIXED,
                                            None, None, AclOperation.WRITE, AclPermissionType.ANY)
         # Four authenticated connections, so both workers serve some: each may produce now.
-        sessions = [_plain_session(broker.listeners["SASL_PLAINTEXT"], "alice",
+        sessions = [plain_session(broker.listeners["SASL_PLAINTEXT"], "alice",
                                    "alice-secret")[0] for _ in range(4)]
-        assert {raw_produce(sock) for sock in sessions} == {0}
+        assert {raw_produce(sock) for sock in sessions} == {ErrorCode.none}
         [deleted] = [future.result(timeout=20) for future in
                      admin.delete_acls([prefixed_writes]).values()]
         answered = time.monotonic()
@@ -368,7 +340,7 @@ def test_super_users_no_acl_rule_and_the_control_plane_rule():
                                           "CONTROLLER:SASL_PLAINTEXT",
         "control.plane.listener.name": "CONTROLLER",
         "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.controller.plain.sasl.jaas.config": JAAS,
+        "listener.name.controller.plain.sasl.jaas.config": ACL_JAAS,
         "pybroker.control.plane.alter.on.data.listeners": "true",  # topics made below
         "super.users": "User:admin;User:ops",
         "allow.everyone.if.no.acl.found": "true"})
@@ -445,7 +417,7 @@ def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
     DescribeGroups v5 fill in authorized operations when asked: all the resource type knows
     (topic 8 operations, cluster 7, group 3), as Kafka does without an authorizer."""
     from tests.helpers import make_router
-    from tests.groups.test_group_coordinator import Harness
+    from tests.groups.helpers import GroupHarness
     from tests.wire import decode_response, request
 
     router = make_router(str(tmp_path / "logs"))
@@ -468,7 +440,7 @@ def test_without_an_authorizer_every_supported_operation_is_answered(tmp_path):
     described = ask(60, 1, {"include_cluster_authorized_operations": True, "endpoint_type": 1})
     assert described.cluster_authorized_operations == 8096
     (tmp_path / "groups").mkdir()
-    harness = Harness(tmp_path / "groups")
+    harness = GroupHarness(tmp_path / "groups")
     try:
         groups = harness.send(15, 5, {"groups": ["g"], "include_authorized_operations": True})
         assert groups.groups[0].authorized_operations == 328  # READ, DESCRIBE, DELETE
@@ -565,7 +537,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
     group (and the committed topics), DeleteGroups and OffsetDelete DELETE (OffsetDelete READ
     on each topic); ListGroups lists the groups the principal may DESCRIBE.  An undescribable
     topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not."""
-    from tests.requests.test_parent_amplification import ask
+    from tests.helpers import ask
 
     with BrokerProcess(workers=1, overrides=acl_broker()) as broker:
         admin_config = client(broker, "admin")
@@ -579,7 +551,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
                     binding("GROUP", "mine", "LITERAL", "User:alice", "DESCRIBE"),
                     binding("GROUP", "doomed", "LITERAL", "User:alice", "DELETE"))
         address = broker.listeners["SASL_PLAINTEXT"]
-        admin, alice, bob = (_plain_session(address, user, f"{user}-secret")[0]
+        admin, alice, bob = (plain_session(address, user, f"{user}-secret")[0]
                              for user in ("admin", "alice", "bob"))
         for group in ("mine", "theirs", "doomed"):  # offsets committed by a super user
             committed = ask(admin, 8, 8, {
@@ -587,7 +559,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
                 "group_instance_id": None, "topics": [{"name": name, "partitions": [{
                     "partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
                     "committed_metadata": None}]} for name in ("seen", "hidden")]})[1]
-            assert {p.error_code for t in committed.topics for p in t.partitions} == {0}
+            assert {p.error_code for t in committed.topics for p in t.partitions} == {ErrorCode.none}
 
         # Configs.
         resources = [{"resource_type": kind, "resource_name": name, "configuration_keys": None}
@@ -613,7 +585,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
             [cluster_denied, topic_denied, topic_denied]
 
         # Client quotas: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster.
-        assert ask(alice, 48, 1, {"components": [], "strict": False})[1].error_code == 0
+        assert ask(alice, 48, 1, {"components": [], "strict": False})[1].error_code == ErrorCode.none
         assert ask(bob, 48, 1, {"components": [], "strict": False})[1].error_code == \
             ErrorCode.cluster_authorization_failed
         quota = {"entity": [{"entity_type": "user", "entity_name": "bob"}],
@@ -624,7 +596,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
 
         # SCRAM credentials: DESCRIBE / ALTER on the cluster (DESCRIBE_CONFIGS is not enough).
         assert ask(alice, 50, 0, {"users": None})[1].error_code == cluster_denied
-        assert ask(admin, 50, 0, {"users": None})[1].error_code == 0
+        assert ask(admin, 50, 0, {"users": None})[1].error_code == ErrorCode.none
         deletion = {"deletions": [{"name": "carol", "mechanism": 1}], "upsertions": []}
         assert ask(alice, 51, 0, deletion)[1].results[0].error_code == cluster_denied
 
@@ -632,7 +604,7 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
         described = ask(alice, 15, 5, {"groups": ["mine", "theirs"],
                                        "include_authorized_operations": True})[1]
         assert [(g.group_id, g.error_code) for g in described.groups] == \
-            [("mine", 0), ("theirs", ErrorCode.group_authorization_failed)]
+            [("mine", ErrorCode.none), ("theirs", ErrorCode.group_authorization_failed)]
         listed = {name: sorted(g.group_id for g in ask(sock, 16, 4, {"states_filter": []}
                                                         )[1].groups)
                   for name, sock in (("admin", admin), ("alice", alice), ("bob", bob))}
@@ -650,13 +622,13 @@ def test_the_parent_services_authorize_each_resource_as_kafkas_apis():
         assert asked.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
         deleted = ask(alice, 42, 2, {"groups_names": ["mine", "doomed"]})[1]
         assert sorted((r.group_id, r.error_code) for r in deleted.results) == \
-            [("doomed", 0), ("mine", ErrorCode.group_authorization_failed)]
+            [("doomed", ErrorCode.none), ("mine", ErrorCode.group_authorization_failed)]
         offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
             {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1]
         assert offsets_deleted.error_code == ErrorCode.group_authorization_failed
         create_acls(admin_config, binding("GROUP", "mine", "LITERAL", "User:alice", "DELETE"))
         wait_until(lambda: ask(alice, 47, 0, {"group_id": "mine", "topics": [
-            {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1].error_code == 0)
+            {"name": "seen", "partitions": [{"partition_index": 0}]}]})[1].error_code == ErrorCode.none)
         offsets_deleted = ask(alice, 47, 0, {"group_id": "mine", "topics": [
             {"name": "hidden", "partitions": [{"partition_index": 0}]}]})[1]
         assert offsets_deleted.topics[0].partitions[0].error_code == topic_denied

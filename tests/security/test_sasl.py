@@ -21,11 +21,8 @@ from broker.shared.config import ConfigError, load_config
 from broker.shared.events import AuthenticationFailed, decode_line
 from broker.shared.sasl import parse_jaas, plain_users
 from tests.harness import BrokerProcess, wait_until
+from tests.security.helpers import SASL_JAAS, authenticate, kafka_string, plain_session, sasl_broker
 from tests.wire import KafkaSocket, api_versions_request, metadata_request, peer_closed, raw_request
-
-JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
-        'username="admin" password="admin-secret" user_admin="admin-secret" '
-        'user_alice="alice-secret";')
 
 
 @pytest.fixture(scope="module")
@@ -34,23 +31,6 @@ def broker(pki):
     own users and topics, and reads its counts as differences."""
     with BrokerProcess(workers=2, overrides=sasl_broker(pki)) as started:
         yield started
-
-
-def sasl_broker(pki, **extra) -> dict[str, str]:
-    """PLAINTEXT for the admin client, SASL_PLAINTEXT and SASL_SSL for the tests."""
-    settings = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,"
-                     "SASL_SSL://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
-        "ssl.keystore.location": pki["server"],
-        # A group's first member joins at once (Kafka waits 3 s for more): these tests are
-        # about who may connect, not about the join delay.
-        "group.initial.rebalance.delay.ms": "0",
-    }
-    settings.update(extra)
-    return settings
 
 
 def add_scram_user(bootstrap: str, user: str, password: str, mechanism: str) -> None:
@@ -117,9 +97,9 @@ def refused(config: dict) -> bool:
 # --- unit --------------------------------------------------------------------------------------
 
 def test_jaas_plain_users_are_read_as_kafka_writes_them():
-    module, options = parse_jaas(JAAS)
+    module, options = parse_jaas(SASL_JAAS)
     assert module.endswith("PlainLoginModule") and options["username"] == "admin"
-    assert plain_users(JAAS) == {"admin": "admin-secret", "alice": "alice-secret"}
+    assert plain_users(SASL_JAAS) == {"admin": "admin-secret", "alice": "alice-secret"}
     with pytest.raises(ValueError, match="no user_"):
         plain_users('org.apache.kafka.common.security.plain.PlainLoginModule required a="b";')
 
@@ -236,17 +216,6 @@ def test_kafka_python_and_aiokafka_over_sasl_ssl_with_scram(broker, pki):
     assert asyncio.run(with_aiokafka()) == {f"aio-{i}".encode() for i in range(20)}
 
 
-def _string(text: str) -> bytes:
-    return struct.pack(">h", len(text)) + text.encode()
-
-
-def _authenticate(sock: KafkaSocket, token: bytes) -> tuple[int, bytes]:
-    """SaslAuthenticate v1: (error code, body after it)."""
-    sock.send(raw_request(36, 1, 3, struct.pack(">i", len(token)) + token))
-    body = sock.receive()
-    return struct.unpack_from(">h", body, 4)[0], body
-
-
 @pytest.mark.system
 def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
     overrides = sasl_broker(pki, **{"connection.failed.authentication.delay.ms": "700"})
@@ -254,9 +223,9 @@ def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
             sock.send(api_versions_request(3))
             sock.receive()
-            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
-            assert struct.unpack_from(">h", sock.receive(), 4)[0] == 0
-            code, body = _authenticate(sock, b"\x00alice\x00not-her-password")
+            sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
+            assert struct.unpack_from(">h", sock.receive(), 4)[0] == ErrorCode.none
+            code, body = authenticate(sock, b"\x00alice\x00not-her-password")
             answered = time.monotonic()
             assert code == ErrorCode.sasl_authentication_failed
             assert b"invalid username or password" in body
@@ -279,9 +248,9 @@ def test_a_wrong_password_is_answered_then_closed_after_the_delay(pki):
         event = failures()[0]
         assert (event.ip, event.mechanism, event.user) == ("127.0.0.1", "PLAIN", "alice")
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:  # the right one works
-            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
             sock.receive()
-            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+            assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == ErrorCode.none
             sock.send(metadata_request(12, correlation_id=9))
             assert struct.unpack_from(">i", sock.receive())[0] == 9
 
@@ -300,10 +269,10 @@ def test_a_request_before_authentication_closes_the_connection(broker):
     broker.wait_for_line(r"larger than sasl.server.max.receive.size \(not authenticated "
                          r"yet\) 524288")
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as sock:  # no SASL here: Kafka's answer
-        sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+        sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
         assert struct.unpack_from(">h", sock.receive(), 4)[0] == ErrorCode.illegal_sasl_state
     with socket.create_connection(broker.listeners["SASL_PLAINTEXT"], timeout=5) as raw:
-        raw.sendall(raw_request(17, 1, 2, _string("GSSAPI")))  # not enabled: the list
+        raw.sendall(raw_request(17, 1, 2, kafka_string("GSSAPI")))  # not enabled: the list
         data = raw.recv(65536)
         assert struct.unpack_from(">h", data, 8)[0] == ErrorCode.unsupported_sasl_mechanism
 
@@ -357,7 +326,7 @@ def test_the_control_plane_may_be_a_sasl_listener(pki):
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL",
         "control.plane.listener.name": "CONTROLLER",
         "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.controller.plain.sasl.jaas.config": JAAS,
+        "listener.name.controller.plain.sasl.jaas.config": SASL_JAAS,
         "ssl.keystore.location": pki["server"],
     }
 
@@ -408,18 +377,18 @@ def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
         assert broker.metric("broker_connections_closed_total", listener="SASL_PLAINTEXT",
                              reason="session_expired") == 0
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
-            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
             sock.receive()
-            code, body = _authenticate(sock, b"\x00alice\x00alice-secret")
-            assert code == 0 and struct.unpack_from(">q", body, len(body) - 8)[0] == 2000
-            sock.send(raw_request(17, 1, 4, _string("PLAIN")))  # again, as admin: refused
+            code, body = authenticate(sock, b"\x00alice\x00alice-secret")
+            assert code == ErrorCode.none and struct.unpack_from(">q", body, len(body) - 8)[0] == 2000
+            sock.send(raw_request(17, 1, 4, kafka_string("PLAIN")))  # again, as admin: refused
             sock.receive()
-            assert _authenticate(sock, b"\x00admin\x00admin-secret")[0] == \
+            assert authenticate(sock, b"\x00admin\x00admin-secret")[0] == \
                 ErrorCode.sasl_authentication_failed
         with KafkaSocket(broker.listeners["SASL_PLAINTEXT"]) as sock:
-            sock.send(raw_request(17, 1, 2, _string("PLAIN")))
+            sock.send(raw_request(17, 1, 2, kafka_string("PLAIN")))
             sock.receive()
-            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+            assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == ErrorCode.none
             authenticated = time.monotonic()
             assert peer_closed(sock.sock, wait=6)  # never re-authenticates
             assert time.monotonic() - authenticated >= 1.9
@@ -427,15 +396,6 @@ def test_sessions_are_reauthenticated_or_closed_when_they_expire(pki):
                                          listener="SASL_PLAINTEXT",
                                          reason="session_expired") == 1)
         producer.flush(5)
-
-
-def _plain_session(address, user: str, password: str) -> tuple[KafkaSocket, int, bytes]:
-    """A raw connection that authenticated (or tried to) with PLAIN: (socket, code, body)."""
-    sock = KafkaSocket(address)
-    sock.send(raw_request(17, 1, 2, _string("PLAIN")))
-    sock.receive()
-    code, body = _authenticate(sock, f"\x00{user}\x00{password}".encode())
-    return sock, code, body
 
 
 @pytest.mark.system
@@ -446,7 +406,7 @@ def test_connections_per_principal_are_limited_across_workers_and_changed_at_run
     from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                        ConfigResource)
 
-    jaas = JAAS.replace(';', ' user_carol="carol-secret";')
+    jaas = SASL_JAAS.replace(';', ' user_carol="carol-secret";')
     overrides = sasl_broker(pki, **{
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
         "pybroker.max.connections.per.user.overrides": "alice:2",
@@ -455,9 +415,9 @@ def test_connections_per_principal_are_limited_across_workers_and_changed_at_run
         "connection.failed.authentication.delay.ms": "400"})
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         address = broker.listeners["SASL_PLAINTEXT"]
-        held = [_plain_session(address, "alice", "alice-secret") for _ in range(2)]
-        assert [code for _sock, code, _body in held] == [0, 0]
-        sock, code, body = _plain_session(address, "alice", "alice-secret")
+        held = [plain_session(address, "alice", "alice-secret") for _ in range(2)]
+        assert [code for _sock, code, _body in held] == [ErrorCode.none, ErrorCode.none]
+        sock, code, body = plain_session(address, "alice", "alice-secret")
         answered = time.monotonic()
         assert code == ErrorCode.sasl_authentication_failed
         assert b"Connection limit of user alice reached: 2" in body
@@ -470,14 +430,14 @@ def test_connections_per_principal_are_limited_across_workers_and_changed_at_run
         held[0][0].close()  # one of alice's closes: her next connection gets its slot
 
         def admitted_once_more() -> bool:
-            sock, code, _body = _plain_session(address, "alice", "alice-secret")
+            sock, code, _body = plain_session(address, "alice", "alice-secret")
             sock.close()
-            return code == 0
+            return code == ErrorCode.none
 
         wait_until(admitted_once_more)
 
-        first = _plain_session(address, "carol", "carol-secret")
-        second = _plain_session(address, "carol", "carol-secret")
+        first = plain_session(address, "carol", "carol-secret")
+        second = plain_session(address, "carol", "carol-secret")
         assert first[1] == 0 and second[1] == ErrorCode.sasl_authentication_failed
         assert b"Connection creation rate of user carol" in second[2]
 
@@ -535,7 +495,7 @@ def _code(answer: bytes) -> int:
 
 
 def _plain_exchange(auth, password: str = "pw"):
-    assert _code(auth.handle(raw_request(17, 1, 1, _string("PLAIN"))[4:], 0)) == 0
+    assert _code(auth.handle(raw_request(17, 1, 1, kafka_string("PLAIN"))[4:], 0)) == ErrorCode.none
     token = f"\x00alice\x00{password}".encode()
     return auth.handle(raw_request(36, 1, 2, struct.pack(">i", len(token)) + token)[4:], 0)
 
@@ -548,7 +508,7 @@ def test_a_successful_exchange_is_answered_only_once_the_parent_admits_the_user(
         assert [user for user, _ in claims] == ["alice"] and auth.user is None and results == []
         claims[0][1].set_result(verdict(conn_id=1))
         loop.run_until_complete(asyncio.sleep(0))
-        assert _code(answer.result()) == 0
+        assert _code(answer.result()) == ErrorCode.none
         assert auth.user == "alice" and results == [("alice", "success")]
         assert auth.handle(raw_request(3, 12, 3)[4:], 0) == b"routed"
     finally:
@@ -583,7 +543,7 @@ def test_a_reauthentication_keeps_its_count_and_is_not_asked_again():
         loop.run_until_complete(asyncio.sleep(0))
         assert answer.done()
         again = _plain_exchange(auth)  # KIP-368: the same principal, on the same connection
-        assert isinstance(again, bytes) and _code(again) == 0
+        assert isinstance(again, bytes) and _code(again) == ErrorCode.none
         assert len(claims) == 1 and results[-1] == ("alice", "success")
     finally:
         loop.close()
@@ -592,7 +552,7 @@ def test_a_reauthentication_keeps_its_count_and_is_not_asked_again():
 # --- KIP-368: what a re-authentication may not change ----------------------------------------
 
 def _sasl_handshake(sock: KafkaSocket, mechanism: str, correlation_id: int = 2) -> int:
-    sock.send(raw_request(17, 1, correlation_id, _string(mechanism)))
+    sock.send(raw_request(17, 1, correlation_id, kafka_string(mechanism)))
     return struct.unpack_from(">h", sock.receive(), 4)[0]
 
 
@@ -602,14 +562,14 @@ def _scram_session(sock: KafkaSocket, mechanism: str, user: str, password: str) 
 
     from tests.wire import decode_response
 
-    assert _sasl_handshake(sock, mechanism) == 0
+    assert _sasl_handshake(sock, mechanism) == ErrorCode.none
     client = ScramClient([mechanism], user, password)
-    code, body = _authenticate(sock, client.get_client_first().encode())
-    if code != 0:
+    code, body = authenticate(sock, client.get_client_first().encode())
+    if code != ErrorCode.none:
         return code
     client.set_server_first(decode_response(36, 1, body)[1].auth_bytes.decode())
-    code, body = _authenticate(sock, client.get_client_final().encode())
-    if code == 0:
+    code, body = authenticate(sock, client.get_client_final().encode())
+    if code == ErrorCode.none:
         client.set_server_final(decode_response(36, 1, body)[1].auth_bytes.decode())
     return code
 
@@ -636,15 +596,15 @@ def test_a_reauthentication_may_change_neither_mechanism_nor_principal(pki):
         for first, then in changes:
             with KafkaSocket(address) as sock:
                 if first == "PLAIN":
-                    assert _sasl_handshake(sock, "PLAIN") == 0
-                    assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == 0
+                    assert _sasl_handshake(sock, "PLAIN") == ErrorCode.none
+                    assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == ErrorCode.none
                 else:
-                    assert _scram_session(sock, first, "alice", "alice-secret") == 0
+                    assert _scram_session(sock, first, "alice", "alice-secret") == ErrorCode.none
                 assert _served(sock, 11)
-                assert _sasl_handshake(sock, then, 12) == 0  # answered, as Kafka does
+                assert _sasl_handshake(sock, then, 12) == ErrorCode.none  # answered, as Kafka does
                 token = b"\x00alice\x00alice-secret" if then == "PLAIN" else \
                     b"n,,n=alice,r=abcdefghijklmnop"
-                code, body = _authenticate(sock, token)
+                code, body = authenticate(sock, token)
                 assert code == ErrorCode.sasl_authentication_failed, (first, then)
                 assert f"SASL mechanism '{then}' requested by client is not supported for " \
                        f"re-authentication of mechanism '{first}'".encode() in body
@@ -653,8 +613,8 @@ def test_a_reauthentication_may_change_neither_mechanism_nor_principal(pki):
                                          listener="SASL_PLAINTEXT",
                                          reason="authentication_failed") == len(changes))
         with KafkaSocket(address) as sock:  # the same mechanism and user: once a second
-            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
-            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == 0
+            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == ErrorCode.none
+            assert _scram_session(sock, "SCRAM-SHA-256", "alice", "alice-secret") == ErrorCode.none
             assert _served(sock, 21)
             assert _sasl_handshake(sock, "SCRAM-SHA-256", 22) == ErrorCode.illegal_sasl_state
             assert _served(sock, 23)
@@ -676,11 +636,11 @@ def test_sasl_requests_out_of_order_are_answered_then_closed(pki):
             assert _sasl_handshake(sock, "GSSAPI") == 33  # UNSUPPORTED_SASL_MECHANISM
             assert peer_closed(sock.sock, wait=5)
         with KafkaSocket(address) as sock:
-            assert _authenticate(sock, b"\x00alice\x00alice-secret")[0] == \
+            assert authenticate(sock, b"\x00alice\x00alice-secret")[0] == \
                 ErrorCode.illegal_sasl_state
             assert peer_closed(sock.sock, wait=5)
         with KafkaSocket(address) as sock:
-            assert _sasl_handshake(sock, "PLAIN") == 0
+            assert _sasl_handshake(sock, "PLAIN") == ErrorCode.none
             assert _sasl_handshake(sock, "PLAIN", 3) == ErrorCode.illegal_sasl_state
             assert peer_closed(sock.sock, wait=5)
         wait_until(lambda: broker.metric("broker_connections_closed_total",

@@ -23,34 +23,8 @@ from broker.shared.config import ConfigError, load_config
 from broker.shared.events import ConnectionClosed, decode_line
 from broker.shared.tls import PrincipalRules, openssl_cipher
 from tests.harness import BrokerProcess, check_system_marker, wait_until
+from tests.security.helpers import TLS_ONLY, client_context, tls_api_versions, tls_settings
 from tests.wire import api_versions_request, peer_closed
-
-TLS_ONLY = {"listeners": "SSL://127.0.0.1:0", "inter.broker.listener.name": "SSL"}
-
-
-def tls_settings(pki, **extra) -> dict[str, str]:
-    return dict(TLS_ONLY, **{"ssl.keystore.location": pki["server"]}, **extra)
-
-
-def client_context(pki, cert: str | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=pki["ca"])
-    if cert is not None:
-        context.load_cert_chain(pki[cert])
-    return context
-
-
-def tls_api_versions(address, context: ssl.SSLContext) -> int:
-    """One ApiVersions over TLS; returns the correlation id answered."""
-    with socket.create_connection(address, timeout=5) as raw:
-        with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-            sock.sendall(api_versions_request(3, correlation_id=7))
-            data = b""
-            while len(data) < 8:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise ConnectionError("closed")
-                data += chunk
-            return struct.unpack_from(">i", data, 4)[0]
 
 
 def closed_count(broker, reason: str, listener: str = "SSL") -> float:

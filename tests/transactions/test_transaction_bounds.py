@@ -17,9 +17,8 @@ from kio.schema.errors import ErrorCode
 from broker.shared.events import TransactionalIdRefused
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import create_topics
-from tests.security.test_acls import JAAS, STANDARD, binding, client, create_acls
+from tests.security.helpers import ACL_JAAS, STANDARD, binding, client, create_acls, plain_session
 from tests.wire import request
-from tests.security.test_sasl import _plain_session
 from tests.wire import KafkaSocket, create_topic, decode_response, frame
 
 pytestmark = pytest.mark.system
@@ -136,14 +135,14 @@ def test_one_principal_cannot_hold_every_transactional_id():
     id is refused, bob, from the same address, still gets ids."""
     overrides = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
                  "sasl.enabled.mechanisms": "PLAIN",
-                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": ACL_JAAS,
                  "pybroker.max.transactional.ids": "40"}
     with BrokerProcess(workers=2, overrides=overrides) as broker:
         create_topic(broker.bootstrap, TOPIC)
         address = broker.listeners["SASL_PLAINTEXT"]
-        sessions = {user: _plain_session(address, user, f"{user}-secret") for user in
+        sessions = {user: plain_session(address, user, f"{user}-secret") for user in
                     ("alice", "bob")}
-        assert [code for _sock, code, _body in sessions.values()] == [0, 0]
+        assert [code for _sock, code, _body in sessions.values()] == [ErrorCode.none, ErrorCode.none]
         alice, bob = (TxnClient(sock) for sock, _code, _body in sessions.values())
         for index in range(4):
             alice.busy(f"alice-{index}")
@@ -298,7 +297,7 @@ def test_describe_transactions_lists_only_the_topics_the_caller_may_describe():
     overrides = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
                  "inter.broker.listener.name": "SASL_PLAINTEXT",
                  "sasl.enabled.mechanisms": "PLAIN",
-                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": ACL_JAAS,
                  "authorizer.class.name": STANDARD, "super.users": "User:admin"}
     from confluent_kafka import Producer
 
@@ -327,9 +326,9 @@ def test_describe_transactions_lists_only_the_topics_the_caller_may_describe():
 
 
 def _described_topics(broker, user: str) -> list[str]:
-    sock, code, _body = _plain_session(broker.listeners["SASL_PLAINTEXT"], user,
+    sock, code, _body = plain_session(broker.listeners["SASL_PLAINTEXT"], user,
                                        f"{user}-secret")
-    assert code == 0
+    assert code == ErrorCode.none
     try:
         (state,) = TxnClient(sock).describe("app")
     finally:

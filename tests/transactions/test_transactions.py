@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from tests.harness import PROJECT, BrokerProcess, wait_until
 from tests.helpers import consume_all
@@ -158,7 +159,7 @@ def test_consume_transform_produce_is_exactly_once_across_a_killed_broker(tmp_pa
         with KafkaSocket(first.listeners["PLAINTEXT"]) as client:
             for number in range(total // 100):  # 100 batches of 100 distinct records
                 client.send(produce_request("source", _source_batch(number), partition=number % 3))
-                assert produce_errors(client.receive())[0][0] == 0
+                assert produce_errors(client.receive())[0][0] == ErrorCode.none
         app = _start_app(first.bootstrap, total)
         _wait_for_progress(app, 3000)
         for pid in [first.pid, *first.worker_pids.values()]:
@@ -297,7 +298,7 @@ def test_a_transactional_batch_outside_any_transaction_cannot_stall_read_committ
     with KafkaSocket(broker.listeners["PLAINTEXT"]) as client:
         client.send(frame(bytes(rogue.encode(header=True))))
         assert decode_response(0, 9, client.receive())[1].responses[0].partition_responses[
-            0].error_code == 0
+            0].error_code == ErrorCode.none
     made = producer(broker, "after-rogue")
     made.begin_transaction()
     made.produce("hanging", b"after")
