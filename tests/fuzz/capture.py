@@ -195,6 +195,32 @@ def confluent(bootstrap: str) -> None:
     admin.delete_topics(["ck"])["ck"].result(10)
 
 
+def confluent_consumer_protocol(bootstrap: str) -> None:
+    """A member of the consumer group protocol (KIP-848), subscribed by name and by regular
+    expression: ConsumerGroupHeartbeat, OffsetCommit and OffsetFetch v9 with its epoch, and
+    ConsumerGroupDescribe from the admin client."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its handle serves the calls
+    admin.create_topics([NewTopic("ck-848", 2, 1)])["ck-848"].result(10)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce("ck-848", b"for a member of the new protocol", partition=0)
+    producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-848",
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe(["ck-none", "^ck-.*"])
+    for _ in range(50):
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            consumer.commit(message=message, asynchronous=False)
+            break
+    admin.describe_consumer_groups(["ck-848"])["ck-848"].result(10)
+    consumer.close()
+    admin.delete_topics(["ck-848"])["ck-848"].result(10)
+
+
 def main() -> int:
     probe = socket.create_server(("127.0.0.1", 0))  # a port for the proxy, known in advance
     port = probe.getsockname()[1]
@@ -208,7 +234,8 @@ def main() -> int:
         recorder.start()
         bootstrap = f"127.0.0.1:{port}"
         for name, flow in (("kafka-python", kafka_python), ("aiokafka", aiokafka),
-                           ("confluent", confluent)):
+                           ("confluent", confluent),
+                           ("confluent-848", confluent_consumer_protocol)):
             recorder.client = name
             flow(bootstrap)
         recorder.stop()

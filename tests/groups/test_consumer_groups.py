@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from broker.parent.forwarded import decode_forwarded
 from broker.parent.groups.assignors import chosen_assignor, range_assignor, uniform
 from broker.parent.groups.consumer import ConsumerGroups
-from broker.parent.groups.consumer_state import ConsumerGroup, MemberState
+from broker.parent.groups.consumer_state import MemberState
 from broker.parent.groups.consumer_store import ConsumerGroupStore
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offset_store import OffsetStore
