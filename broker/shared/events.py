@@ -42,6 +42,10 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
     transactional_id_    parent      per second with refusals, per  second, listener, ip, principal,
       refused                        (holder, reason): InitProducerId reason (share, full), held,
                                      found no room for a new id     count
+    group_rebalance      parent      a group's assignment must      group, group_type (classic,
+                                     change: a classic rebalance    consumer), epoch (the
+                                     starts, a consumer group's     generation or group epoch it
+                                     group epoch is bumped          leads to), members, reason
     config_changed       parent      a dynamic change was applied   listener, peer, kind (config,
                                                                     quota), changes {key: value}
     requests             worker      per second, per (listener,     second, listener, plane, api,
@@ -161,6 +165,14 @@ class TransactionalIdRefused(Event, tag="transactional_id_refused", kw_only=True
     reason: str  # share: the holder's share is busy; full: every id of the table is busy
     held: int  # ids the holder held at its last refusal of the second
     count: int
+
+
+class GroupRebalance(Event, tag="group_rebalance", kw_only=True):
+    group: str
+    group_type: str  # "classic" or "consumer" (KIP-848)
+    epoch: int  # the generation (classic) or group epoch (consumer) it leads to
+    members: int
+    reason: str  # "member joined", "session expired", "subscription changed", ...
 
 
 class AcceptorBlocked(Event, tag="acceptor_blocked", kw_only=True):

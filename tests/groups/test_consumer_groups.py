@@ -100,6 +100,16 @@ class FakeTopics:
         return self._topics[name].topic_id
 
 
+class Events:
+    """The event log, as the coordinator writes to it."""
+
+    def __init__(self):
+        self.emitted = []
+
+    def emit(self, event) -> None:
+        self.emitted.append(event)
+
+
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -119,12 +129,14 @@ class Groups:
         self.topics = FakeTopics(topics or {"t": 4})
         self.clock = Clock()
         self.access = access or Access(False)
+        self.events = Events()
         self.table: dict = {}
         self.groups = self._groups()
 
     def _groups(self) -> ConsumerGroups:
         groups = ConsumerGroups(self.props, self.access, self.table, self.topics,
-                                ConsumerGroupStore(self.directory), lambda: 0, self.clock)
+                                ConsumerGroupStore(self.directory), lambda: 0, self.clock,
+                                events=self.events)
         groups.restore()
         return groups
 
@@ -341,6 +353,20 @@ def test_acls_decide_who_joins_what_it_names_and_what_its_expression_matches(tmp
     allowed, denied = h.describe("g", "other")  # READ implies DESCRIBE, as in Kafka
     assert (allowed.error_code, denied.error_code) == (ErrorCode.none,
                                                        ErrorCode.group_authorization_failed)
+
+
+def test_each_new_group_epoch_is_an_event_with_its_reason(tmp_path):
+    h = Groups(tmp_path, group_consumer_session_timeout_ms="1000")
+    h.heartbeat("a", 0)
+    h.heartbeat("b", 0)
+    h.heartbeat("a", 1, topics=("t", "u"))
+    h.heartbeat("a", -1)
+    h.clock.now += 2
+    h.groups.expire(h.clock.now)
+    assert [(e.group, e.group_type, e.epoch, e.members, e.reason) for e in h.events.emitted] == [
+        ("g", "consumer", 1, 1, "member joined"), ("g", "consumer", 2, 2, "member joined"),
+        ("g", "consumer", 3, 2, "subscription changed"), ("g", "consumer", 4, 1, "left the group"),
+        ("g", "consumer", 5, 0, "session expired")]
 
 
 def test_describe_shows_members_target_and_epochs(tmp_path):

@@ -49,6 +49,7 @@ from broker.shared.acl import Operation, ResourceType
 from broker.shared.clock import now_ms
 from broker.shared.config.properties import split_csv
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
+from broker.shared.events import EventLog, GroupRebalance
 from broker.shared.log.topics import Epoch
 from broker.shared.protocol.errors import ErrorCode
 
@@ -87,7 +88,8 @@ class ConsumerGroups:
     """The KIP-848 groups of the coordinator's table (shared with the classic ones)."""
 
     def __init__(self, props, access: Access, groups: dict, topics, store,
-                 others_total: Callable[[], int], clock: Callable[[], float] = time.monotonic):
+                 others_total: Callable[[], int], clock: Callable[[], float] = time.monotonic,
+                 events: EventLog | None = None):
         self.props = props
         self.access = access
         self.groups = groups  # the coordinator's table: classic and consumer groups
@@ -95,6 +97,7 @@ class ConsumerGroups:
         self.store = store
         self.others_total = others_total  # members of classic groups (pybroker.group.max.members)
         self.clock = clock
+        self.events = events  # group_rebalance events, when the event log is on
         self.offered = tuple(split_csv(props.group_consumer_assignors))
         self.interval = datetime.timedelta(milliseconds=props.group_consumer_heartbeat_interval_ms)
         self.session = props.group_consumer_session_timeout_ms / 1000
@@ -188,10 +191,12 @@ class ConsumerGroups:
         reported = None if body.topic_partitions is None else _assignment_of(body.topic_partitions)
         if epoch != JOIN_EPOCH:
             self._check_epoch(member, epoch, reported)
-        changed = joined | self._subscribe(member, body)
-        changed |= self._refresh_partitions(group, changed)
-        if changed:
-            group.group_epoch += 1  # one bump for all the request changed
+        subscribed = self._subscribe(member, body)
+        topics_changed = self._refresh_partitions(group, joined or subscribed)
+        changed = joined or subscribed or topics_changed
+        if changed:  # one bump for all the request changed
+            self._bump(group, "member joined" if joined else "subscription changed"
+                       if subscribed else "topics changed")
         if group.assignment_epoch < group.group_epoch:
             self._assign(group)
         before = (member.epoch, member.state, member.assigned, member.revoking)
@@ -438,11 +443,19 @@ class ConsumerGroups:
     def _remove(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
         group.remove(member)
         self.member_count -= 1
-        group.group_epoch += 1
         if not group.members:
             group.empty_since_ms = now_ms()
+        self._bump(group, why)
         log.info("consumer group %s: member %s %s (group epoch %d)", group.group_id,
                  member.member_id, why, group.group_epoch)
+
+    def _bump(self, group: ConsumerGroup, reason: str) -> None:
+        """A new group epoch: the target assignment is computed again at the next heartbeat."""
+        group.group_epoch += 1
+        if self.events is not None:
+            self.events.emit(GroupRebalance(group=group.group_id, group_type="consumer",
+                                            epoch=group.group_epoch,
+                                            members=len(group.members), reason=reason))
 
     # --- timers ------------------------------------------------------------------------------
 
@@ -458,7 +471,7 @@ class ConsumerGroups:
                     self._remove(group, member, "session expired")
                     removed = True
                 elif member.revoke_deadline is not None and now >= member.revoke_deadline:
-                    self._remove(group, member, "did not revoke within its rebalance timeout")
+                    self._remove(group, member, "rebalance timeout")
                     removed = True
             if removed:
                 self.store.save(group)

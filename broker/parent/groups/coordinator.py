@@ -41,6 +41,7 @@ from broker.parent.groups.state import Group, GroupState
 from broker.shared.access import Access
 from broker.shared.apis import BY_NAME, GROUP_KEYS
 from broker.shared.clock import now_ms
+from broker.shared.events import EventLog
 
 log = logging.getLogger("broker.parent.groups")
 
@@ -52,7 +53,8 @@ class GroupCoordinator:
                  partitions_of, access: Access | None = None,
                  membership: MembershipStore | None = None,
                  clock: Callable[[], int] = now_ms, topics=None,
-                 consumer_store: ConsumerGroupStore | None = None):
+                 consumer_store: ConsumerGroupStore | None = None,
+                 events: EventLog | None = None):
         self.loop = loop
         self.clock = clock  # () -> epoch milliseconds: what the offsets' retention counts by
         self.access = access or Access(False)
@@ -72,7 +74,9 @@ class GroupCoordinator:
             os.path.dirname(offsets.path), fsync_every_write=offsets.file.fsync)
         self.consumers = ConsumerGroups(props, self.access, self.groups,
                                         topics if topics is not None else NO_TOPICS,
-                                        self.consumer_store, self.members.classic_members)
+                                        self.consumer_store, self.members.classic_members,
+                                        events=events)
+        self.members.events = events
         self.members.consumer_members = lambda: self.consumers.member_count
         self.members.give_way = self.consumers.drop
         self.listing = Listing(props, self.access, self.groups, offsets)

@@ -49,6 +49,7 @@ from broker.parent.groups.state import (Group, GroupState, Member, fenced, java_
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
 from broker.shared.clock import now_ms
+from broker.shared.events import EventLog, GroupRebalance
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
 from broker.shared.protocol.errors import ErrorCode
 
@@ -72,6 +73,7 @@ class Membership:
         # The table's consumer group of that id (KIP-848, empty) is dropped: set by the
         # coordinator, which owns both kinds.
         self.give_way: Callable[[str], None] = lambda group_id: None
+        self.events: EventLog | None = None  # group_rebalance events: set by the coordinator
         self.consumer_members: Callable[[], int] = lambda: 0  # members of consumer groups
         self._pending: dict[tuple[str, str], None] = {}  # every pending member, oldest first
         self._member_count = 0  # members of every group (pending ones are counted apart)
@@ -299,6 +301,10 @@ class Membership:
                     member.sync = None
         was_empty = group.state is GroupState.EMPTY
         group.transition(GroupState.PREPARING)
+        if self.events is not None:
+            self.events.emit(GroupRebalance(group=group.group_id, group_type="classic",
+                                            epoch=group.generation + 1,
+                                            members=len(group.members), reason=reason))
         log.info("group %s rebalancing (generation %d): %s", group.group_id, group.generation,
                  reason)
         if group.timer is not None:
