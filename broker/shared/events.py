@@ -46,6 +46,11 @@ field added here is read there.  Change a field's meaning or remove one: bump SC
                                      change: a classic rebalance    consumer), epoch (the
                                      starts, a consumer group's     generation or group epoch it
                                      group epoch is bumped          leads to), members, reason
+    share_deliveries     parent      per second with any, per       second, group, topic,
+                                     share partition (KIP-932)      partition, acquired,
+                                                                    redelivered, accepted,
+                                                                    released, rejected,
+                                                                    lock_expired, delivery_limit
     config_changed       parent      a dynamic change was applied   listener, peer, kind (config,
                                                                     quota), changes {key: value}
     requests             worker      per second, per (listener,     second, listener, plane, api,
@@ -173,6 +178,25 @@ class GroupRebalance(Event, tag="group_rebalance", kw_only=True):
     epoch: int  # the generation (classic) or group epoch (consumer) it leads to
     members: int
     reason: str  # "member joined", "session expired", "subscription changed", ...
+
+
+class ShareDeliveries(Event, tag="share_deliveries", kw_only=True):
+    """A second of one share partition's records: acquired by members (redelivered: of those,
+    the ones delivered before), and how acquisitions ended: accepted, released (to be
+    delivered again), rejected, their lock expired, or archived past
+    group.share.delivery.count.limit."""
+
+    second: int
+    group: str
+    topic: str
+    partition: int
+    acquired: int = 0
+    redelivered: int = 0
+    accepted: int = 0
+    released: int = 0
+    rejected: int = 0
+    lock_expired: int = 0
+    delivery_limit: int = 0
 
 
 class AcceptorBlocked(Event, tag="acceptor_blocked", kw_only=True):
