@@ -150,7 +150,8 @@ class ParentServices:
             return None if info is None else info.partitions
 
         self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access,
-                                       topics=topics, events=self.events)
+                                       topics=topics, events=self.events,
+                                       node_id=self.config.node_id)
         self.transactions = TransactionCoordinator(
             self.loop, props, self.config.log_dirs[0], topics, offsets, self.access,
             fsync_every_write=props.log_flush_interval_messages == 1, events=self.events,

@@ -89,6 +89,13 @@ APIS: tuple[ApiSpec, ...] = (
     ApiSpec(66, "ListTransactions", (0, 1), _T, control_plane=True),
     ApiSpec(68, "ConsumerGroupHeartbeat", (0, 1), _G),  # KIP-848
     ApiSpec(69, "ConsumerGroupDescribe", (0, 1), _G),
+    ApiSpec(76, "ShareGroupHeartbeat", (1, 1), _G),  # KIP-932
+    ApiSpec(77, "ShareGroupDescribe", (1, 1), _G),
+    ApiSpec(78, "ShareFetch", (1, 1), _G, waits=True),  # a long poll
+    ApiSpec(79, "ShareAcknowledge", (1, 1), _G),
+    ApiSpec(90, "DescribeShareGroupOffsets", (0, 1), _G),
+    ApiSpec(91, "AlterShareGroupOffsets", (0, 0), _G),
+    ApiSpec(92, "DeleteShareGroupOffsets", (0, 0), _G),
 )
 
 BY_KEY: dict[int, ApiSpec] = {api.key: api for api in APIS}

@@ -216,7 +216,7 @@ class ConsumerGroups:
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return group
-        if group is not None and (group.members or group.pending):
+        if group is not None and (group.members or group.pending or group.kind == "share"):
             raise Refused(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if not create:
             raise Refused(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")

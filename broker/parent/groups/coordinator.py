@@ -33,6 +33,10 @@ from broker.parent.groups.consumer import NO_TOPICS, ConsumerGroups
 from broker.parent.groups.consumer_state import ConsumerGroup
 from broker.parent.groups.consumer_store import ConsumerGroupStore
 from broker.parent.groups.listing import Listing
+from broker.parent.groups.share_fetch import ShareFetches
+from broker.parent.groups.share_groups import ShareGroups
+from broker.parent.groups.share_state import ShareGroup
+from broker.parent.groups.share_store import ShareStore
 from broker.parent.groups.membership import Membership
 from broker.parent.groups.membership_store import MembershipStore
 from broker.parent.groups.offset_store import OffsetStore
@@ -54,7 +58,8 @@ class GroupCoordinator:
                  membership: MembershipStore | None = None,
                  clock: Callable[[], int] = now_ms, topics=None,
                  consumer_store: ConsumerGroupStore | None = None,
-                 events: EventLog | None = None):
+                 events: EventLog | None = None, share_store: ShareStore | None = None,
+                 node_id: int = 0):
         self.loop = loop
         self.clock = clock  # () -> epoch milliseconds: what the offsets' retention counts by
         self.access = access or Access(False)
@@ -77,10 +82,22 @@ class GroupCoordinator:
                                         self.consumer_store, self.members.classic_members,
                                         events=events)
         self.members.events = events
-        self.members.consumer_members = lambda: self.consumers.member_count
-        self.members.give_way = self.consumers.drop
+        self.share_store = share_store or ShareStore(
+            os.path.dirname(offsets.path), fsync_every_write=offsets.file.fsync)
+        self.share_fetches = ShareFetches(loop, props, self.access, self.groups,
+                                          self.consumers.topics, self.share_store,
+                                          events=events, node_id=node_id)
+        self.shares = ShareGroups(props, self.access, self.groups, self.consumers.topics,
+                                  self.share_fetches,
+                                  lambda: self.members.classic_members()
+                                  + self.consumers.member_count, events=events)
+        self.consumers.others_total = lambda: self.members.classic_members() \
+            + self.shares.member_count
+        self.members.consumer_members = lambda: self.consumers.member_count \
+            + self.shares.member_count
+        self.members.give_way = self._give_way
         self.listing = Listing(props, self.access, self.groups, offsets)
-        self.listing.drop_consumer_group = self.consumers.drop
+        self.listing.drop_consumer_group = self._give_way
         self._handlers = {BY_NAME[name].key: handler for name, handler in (
             ("JoinGroup", self.members.join), ("SyncGroup", self.members.sync),
             ("Heartbeat", self.members.heartbeat), ("LeaveGroup", self.members.leave),
@@ -92,10 +109,19 @@ class GroupCoordinator:
             ("DescribeGroups", self.listing.describe_groups),
             ("ConsumerGroupHeartbeat", self.consumers.heartbeat),
             ("ConsumerGroupDescribe", self.consumers.describe),
+            ("ShareGroupHeartbeat", self.shares.heartbeat),
+            ("ShareGroupDescribe", self.shares.describe),
+            ("ShareFetch", self.share_fetches.fetch),
+            ("ShareAcknowledge", self.share_fetches.acknowledge),
+            ("DescribeShareGroupOffsets", self.shares.describe_offsets),
+            ("AlterShareGroupOffsets", self.shares.alter_offsets),
+            ("DeleteShareGroupOffsets", self.shares.delete_offsets),
             ("DeleteGroups", self.listing.delete_groups))}
         assert set(self._handlers) == GROUP_KEYS, "the API table and the coordinator disagree"
         self.members.restore()
         self.consumers.restore()
+        self.share_fetches.restore_all()
+        self._second = int(time.time())
         self._ticker = loop.call_later(CHECK_EVERY, self._tick)
         self._next_retention = time.monotonic() + props.offsets_retention_check_interval_ms / 1000
 
@@ -123,6 +149,15 @@ class GroupCoordinator:
         the member goes on after the restart)."""
         self._ticker.cancel()
         self.members.abort_waiting()
+        self.share_fetches.abort_waiting()
+
+    def _give_way(self, group_id: str) -> None:
+        """An empty group of the newer kinds goes (for a classic one, or deleted)."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            self.shares.drop(group_id)
+        else:
+            self.consumers.drop(group_id)
 
     def close(self) -> None:
         self._ticker.cancel()
@@ -130,6 +165,7 @@ class GroupCoordinator:
         self.offsets.close()
         self.membership.close()
         self.consumer_store.close()
+        self.share_store.close()
 
     def handle(self, request: bytes, listener: int, peer: str, user: str = "ANONYMOUS"):
         ctx, body = decode_forwarded(request, listener, peer, user)
@@ -146,8 +182,14 @@ class GroupCoordinator:
             self._ticker = self.loop.call_later(CHECK_EVERY, self._tick)
 
     def _expire(self, now: float) -> None:
+        second = int(time.time())
+        if second != self._second:  # a second ended: its share deliveries as events
+            self.share_fetches.flush_events(self._second)
+            self._second = second
         self.members.expire_sessions(now)
         self.consumers.expire(now)
+        self.shares.expire(now)
+        self.share_fetches.expire(now)
         if now >= self._next_retention:
             self._next_retention = now + self.props.offsets_retention_check_interval_ms / 1000
             try:
@@ -160,9 +202,9 @@ class GroupCoordinator:
         forget the groups nothing is left of; how many offsets were dropped."""
         expired = self.offset_requests.expire(self.clock())
         for group_id, group in list(self.groups.items()):
-            if isinstance(group, ConsumerGroup) and not group.members and \
-                    not self.offsets.get(group_id):
-                self.consumers.drop(group_id)
+            if isinstance(group, (ConsumerGroup, ShareGroup)) and not group.members and \
+                    not self.offsets.get(group_id) and not getattr(group, "shares", None):
+                self._give_way(group_id)
             elif group.state is GroupState.EMPTY and not group.pending and \
                     not self.offsets.get(group_id):
                 del self.groups[group_id]

@@ -23,7 +23,6 @@ from typing import Callable
 
 from broker.parent.forwarded import ResponseBudget, budget_of
 from broker.parent.groups.offset_store import OffsetStore
-from broker.parent.groups.consumer_state import ConsumerGroup
 from broker.parent.groups.state import Group, GroupState
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
@@ -64,11 +63,11 @@ class Listing:
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             group = self.groups.get(group_id)
-            if isinstance(group, ConsumerGroup) and ctx.version >= 6:
+            if group is not None and not isinstance(group, Group) and ctx.version >= 6:
                 found.append(dict(_described(group_id, ErrorCode.group_id_not_found, "Dead",
                                              operations),
                                   error_message=f"Group {group_id} is not a classic group."))
-            elif isinstance(group, ConsumerGroup):  # as Kafka before v6: Dead, no members
+            elif group is not None and not isinstance(group, Group):  # before v6: Dead
                 found.append(_described(group_id, ErrorCode.none, "Dead", operations))
             elif group is None and ctx.version >= 6:  # KIP-1043; before v6, a Dead group
                 found.append(dict(_described(group_id, ErrorCode.group_id_not_found, "Dead", operations),
@@ -93,7 +92,7 @@ class Listing:
             if not everything and not self.access.allowed(ctx, Operation.DESCRIBE,
                                                           ResourceType.GROUP, group.group_id):
                 continue
-            kind = "consumer" if isinstance(group, ConsumerGroup) else "classic"
+            kind = group.kind  # classic, consumer or share
             if types and kind not in types:
                 continue
             budget.charge(len(group.group_id) + len(group.protocol_type or "")
@@ -125,8 +124,8 @@ class Listing:
             results.update(dict.fromkeys(deleted, ErrorCode.coordinator_not_available))
         else:
             for group_id in deleted:
-                if isinstance(self.groups.get(group_id), ConsumerGroup):
-                    self.drop_consumer_group(group_id)
+                if not isinstance(self.groups.get(group_id, Group("")), Group):
+                    self.drop_consumer_group(group_id)  # its own records go too
                 self.groups.pop(group_id, None)
         return ctx.respond({"throttle_time": NO_THROTTLE, "results": [
             {"group_id": group_id, "error_code": code} for group_id, code in results.items()]})

@@ -156,7 +156,7 @@ class Membership:
             return answer(ErrorCode.invalid_session_timeout)
         group = self.groups.get(body.group_id)
         if group is not None and not isinstance(group, Group):
-            if group.members:  # a consumer group of KIP-848 in use: not both kinds at once
+            if group.members or group.kind == "share":  # not two kinds at once
                 return answer(ErrorCode.inconsistent_group_protocol)
             self.give_way(body.group_id)  # an empty one becomes classic (its offsets stay)
             group = None

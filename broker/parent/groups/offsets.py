@@ -61,6 +61,8 @@ class OffsetRequests:
             problem = ErrorCode.invalid_group_id
         elif isinstance(group, ConsumerGroup):
             problem = group.offset_problem(body.member_id, generation, ctx.version)
+        elif group is not None and not isinstance(group, Group):  # a share group: no offsets
+            problem = ErrorCode.group_id_not_found
         elif generation >= 0 or (group is not None and group.members):
             # Kafka's order: who commits (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) first; only a
             # current member of the current generation hears REBALANCE_IN_PROGRESS, which
@@ -119,7 +121,9 @@ class OffsetRequests:
             problem = self.transaction_problem(body.transactional_id, body.producer_id,
                                                body.producer_epoch, body.group_id, ctx.version)
         generation = getattr(body, "generation_id", -1)
-        if problem is None and generation >= 0 and isinstance(group, ConsumerGroup):
+        if problem is None and group is not None and group.kind == "share":
+            problem = ErrorCode.group_id_not_found
+        elif problem is None and generation >= 0 and isinstance(group, ConsumerGroup):
             problem = group.offset_problem(body.member_id, generation, transactional=True)
         elif problem is None and generation >= 0:  # KIP-447: the member's generation is checked
             problem = member_problem(group, body.member_id, generation,

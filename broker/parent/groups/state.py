@@ -85,6 +85,7 @@ class Member:
 
 @dataclass(eq=False)
 class Group:
+    kind = "classic"  # what ListGroups calls it (consumer groups of KIP-848: "consumer")
     group_id: str
     state: GroupState = GroupState.EMPTY
     generation: int = 0

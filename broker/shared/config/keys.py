@@ -428,6 +428,34 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     group_consumer_assignors: Annotated[str, _doc(
         "The server-side assignors consumer groups (KIP-848) may use, comma-separated, the "
         "first being the default: uniform (balanced and sticky) and range.")] = "uniform,range"
+    group_share_heartbeat_interval_ms: Annotated[int, _doc(
+        "How often members of share groups (KIP-932) heartbeat.", ge=1)] = 5000
+    group_share_min_heartbeat_interval_ms: Annotated[int, _doc(
+        "Smallest group.share.heartbeat.interval.ms allowed.", ge=1)] = 5000
+    group_share_max_heartbeat_interval_ms: Annotated[int, _doc(
+        "Largest group.share.heartbeat.interval.ms allowed.", ge=1)] = 15000
+    group_share_session_timeout_ms: Annotated[int, _doc(
+        "A member of a share group that does not heartbeat for this long is removed; the "
+        "records it holds are delivered to others.", ge=1)] = 45000
+    group_share_min_session_timeout_ms: Annotated[int, _doc(
+        "Smallest group.share.session.timeout.ms allowed.", ge=1)] = 45000
+    group_share_max_session_timeout_ms: Annotated[int, _doc(
+        "Largest group.share.session.timeout.ms allowed.", ge=1)] = 60000
+    group_share_max_size: Annotated[int, _doc(
+        "Members one share group may have.", ge=1, le=1000)] = 200
+    group_share_record_lock_duration_ms: Annotated[int, _doc(
+        "How long a member holds a record of a share group it was given before the record "
+        "goes back to be delivered again.", ge=1000, le=3600000)] = 30000
+    group_share_delivery_count_limit: Annotated[int, _doc(
+        "Deliveries of one record in a share group; released or timed out after the last, "
+        "it is archived (never delivered again).", ge=2, le=10)] = 5
+    group_share_partition_max_record_locks: Annotated[int, _doc(
+        "Records in flight (between the share-partition start offset and the last offset "
+        "acquired) per share partition; past it nothing new is delivered until the start "
+        "moves.", ge=100, le=10000)] = 2000
+    group_share_max_share_sessions: Annotated[int, _doc(
+        "Share sessions (one per share consumer fetching) the broker keeps; a new one past "
+        "it gets SHARE_SESSION_LIMIT_REACHED.", ge=1)] = 2000
     offsets_retention_minutes: Annotated[int, _doc(
         "Committed offsets of a group that has been empty this long are deleted.",
         ge=1)] = 10080

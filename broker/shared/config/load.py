@@ -136,21 +136,23 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
 
 
 def _check_consumer_groups(props: ServerProperties) -> None:
-    """Kafka's checks of the consumer group protocol's keys (GroupCoordinatorConfig)."""
-    for key in ("heartbeat.interval", "session.timeout"):
-        name = key.replace(".", "_")
-        value = getattr(props, f"group_consumer_{name}_ms")
-        low = getattr(props, f"group_consumer_min_{name}_ms")
-        high = getattr(props, f"group_consumer_max_{name}_ms")
-        if not low <= value <= high:
-            raise ConfigError(f"group.consumer.{key}.ms: {value} is outside "
-                              f"group.consumer.min.{key}.ms {low} and "
-                              f"group.consumer.max.{key}.ms {high}")
-    if props.group_consumer_heartbeat_interval_ms >= props.group_consumer_session_timeout_ms:
-        raise ConfigError(f"group.consumer.heartbeat.interval.ms: "
-                          f"{props.group_consumer_heartbeat_interval_ms} must be less than "
-                          f"group.consumer.session.timeout.ms "
-                          f"{props.group_consumer_session_timeout_ms}")
+    """Kafka's checks of the consumer and share group protocols' keys
+    (GroupCoordinatorConfig, ShareGroupConfig)."""
+    for kind in ("consumer", "share"):
+        for key in ("heartbeat.interval", "session.timeout"):
+            name = key.replace(".", "_")
+            value = getattr(props, f"group_{kind}_{name}_ms")
+            low = getattr(props, f"group_{kind}_min_{name}_ms")
+            high = getattr(props, f"group_{kind}_max_{name}_ms")
+            if not low <= value <= high:
+                raise ConfigError(f"group.{kind}.{key}.ms: {value} is outside "
+                                  f"group.{kind}.min.{key}.ms {low} and "
+                                  f"group.{kind}.max.{key}.ms {high}")
+        interval = getattr(props, f"group_{kind}_heartbeat_interval_ms")
+        session = getattr(props, f"group_{kind}_session_timeout_ms")
+        if interval >= session:
+            raise ConfigError(f"group.{kind}.heartbeat.interval.ms: {interval} must be less "
+                              f"than group.{kind}.session.timeout.ms {session}")
     assignors = split_csv(props.group_consumer_assignors)
     unknown = [name for name in assignors if name not in SERVER_ASSIGNORS]
     if not assignors or unknown:
