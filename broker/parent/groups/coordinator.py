@@ -29,6 +29,7 @@ import time
 from typing import Callable
 
 from broker.parent.forwarded import decode_forwarded
+from broker.parent.group_configs import GroupConfigs
 from broker.parent.groups.consumer import NO_TOPICS, ConsumerGroups
 from broker.parent.groups.consumer_state import ConsumerGroup
 from broker.parent.groups.consumer_store import ConsumerGroupStore
@@ -59,7 +60,7 @@ class GroupCoordinator:
                  clock: Callable[[], int] = now_ms, topics=None,
                  consumer_store: ConsumerGroupStore | None = None,
                  events: EventLog | None = None, share_store: ShareStore | None = None,
-                 node_id: int = 0):
+                 node_id: int = 0, group_configs: GroupConfigs | None = None):
         self.loop = loop
         self.clock = clock  # () -> epoch milliseconds: what the offsets' retention counts by
         self.access = access or Access(False)
@@ -84,9 +85,11 @@ class GroupCoordinator:
         self.members.events = events
         self.share_store = share_store or ShareStore(
             os.path.dirname(offsets.path), fsync_every_write=offsets.file.fsync)
+        self.group_configs = group_configs or GroupConfigs(props)
         self.share_fetches = ShareFetches(loop, props, self.access, self.groups,
                                           self.consumers.topics, self.share_store,
-                                          events=events, node_id=node_id)
+                                          events=events, node_id=node_id,
+                                          group_configs=self.group_configs)
         self.shares = ShareGroups(props, self.access, self.groups, self.consumers.topics,
                                   self.share_fetches,
                                   lambda: self.members.classic_members()

@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from broker.parent.forwarded import budget_of
+from broker.parent.group_configs import GroupConfigs
 from broker.parent.groups.share_partition import (InvalidRecordState, Limits, SharePartition,
                                                   runs_of)
 from broker.parent.groups.share_state import ShareGroup
@@ -68,7 +69,8 @@ class ShareFetches:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, props, access: Access, groups: dict,
                  topics, store: ShareStore, clock=time.monotonic,
-                 events: EventLog | None = None, node_id: int = 0):
+                 events: EventLog | None = None, node_id: int = 0,
+                 group_configs: GroupConfigs | None = None):
         self.loop = loop
         self.props = props
         self.access = access
@@ -78,8 +80,7 @@ class ShareFetches:
         self.clock = clock
         self.events = events
         self.node_id = node_id  # the leader of every partition, as answers say
-        # Group configs (IncrementalAlterConfigs on GROUP resources): group id -> {key: value}.
-        self.group_configs: dict[str, dict[str, str]] = {}
+        self.group_configs = group_configs or GroupConfigs(props)
         self.limits = Limits(props.group_share_record_lock_duration_ms / 1000,
                              props.group_share_delivery_count_limit,
                              props.group_share_partition_max_record_locks)
@@ -108,8 +109,7 @@ class ShareFetches:
         if partition is None:
             return None
         if share is None:  # first fetch: share.auto.offset.reset (latest, as Kafka)
-            reset = self.group_configs.get(group.group_id, {}).get("share.auto.offset.reset",
-                                                                   "latest")
+            reset = self.group_configs.value(group.group_id, "share.auto.offset.reset")
             start = partition.log_start_offset if reset == "earliest" \
                 else partition.high_watermark
             share = group.shares[key] = SharePartition(start, self.limits)
