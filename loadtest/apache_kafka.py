@@ -36,6 +36,7 @@ TOOLS = {
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "kafka-groups": "org.apache.kafka.tools.GroupsCommand",
+    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",

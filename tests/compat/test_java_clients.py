@@ -31,8 +31,8 @@ from tests.wire import KafkaSocket, create_topic, produce_request
 pytestmark = pytest.mark.system  # every test here starts a broker
 
 MAIN = "pybroker.compat.ClientsCheck"
-CORE = ("transactions", "consumer_positions", "consumer_protocol", "admin_topics",
-        "admin_configs")
+CORE = ("transactions", "consumer_positions", "consumer_protocol", "share_group",
+        "admin_topics", "admin_configs")
 LONG = ("producer_idempotent", "transactions_fenced", "producer_formats", "consumer_group",
         "consumer_rebalance", "consumer_static", "admin_groups", "admin_records", "admin_quotas",
         "admin_scram", "acls_disabled")
@@ -208,6 +208,8 @@ EXPECTED = {
         "consumed": 20, "alone": 2, "epoch_positive": True, "split": True, "disjoint": True,
         "described": ["CONSUMER", 2, "uniform"], "listed_type": ["CONSUMER"],
         "after_leave": True, "committed": [10, 10]},
+    "share_group": {"consumed": 10, "distinct": 10, "described": ["STABLE", 2],
+                    "delivered_again": 0},
     "consumer_static": {
         "described_instances": ["static-1"], "same_generation_after_restart": True,
         "new_member_id": True, "third_assigned": 2,

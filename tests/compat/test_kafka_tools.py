@@ -157,10 +157,13 @@ def committed(broker, group: str, topic: str, partitions: int) -> dict[int, int]
 # --- the short set (make test) -------------------------------------------------------------------
 
 def test_the_short_set_topics_configs_groups_offsets_and_verifiable_clients(broker):
-    """Seven invocations in five chains at once: kafka-topics --create, kafka-configs
+    """Nine invocations in six chains at once: kafka-topics --create, kafka-configs
     --describe of the broker, kafka-consumer-groups --describe then --reset-offsets,
-    kafka-get-offsets, and the verifiable producer then consumer."""
+    kafka-share-groups --reset-offsets then --describe, kafka-get-offsets, and the
+    verifiable producer then consumer."""
     create_topics(broker.bootstrap, "short-groups", partitions=2)
+    create_topics(broker.bootstrap, "short-share", partitions=1)
+    produce(broker.bootstrap, "short-share", **numbered(3))
     create_topics(broker.bootstrap, "short-verifiable", partitions=3)
     produce(broker.bootstrap, "short-groups", partitions=range(2), **numbered(10))
     commit(broker, "short-group", {("short-groups", 0): 3, ("short-groups", 1): 5})
@@ -168,6 +171,7 @@ def test_the_short_set_topics_configs_groups_offsets_and_verifiable_clients(brok
         assert alter_raw(broker.listeners["PLAINTEXT"], layer, "max.connections", value) == ErrorCode.none
     together(lambda: check_topic_creation(broker), lambda: check_broker_configs(broker),
              lambda: check_group_describe_and_reset(broker),
+             lambda: check_share_group_reset(broker),
              lambda: check_get_offsets(broker),
              lambda: check_verifiable_clients(broker, "short-verifiable", 3, 600))
 
@@ -213,6 +217,18 @@ def check_group_describe_and_reset(broker) -> None:
     assert {(row["TOPIC"], int(row["PARTITION"]), int(row["NEW-OFFSET"]))
             for row in table(reset)} == {("short-groups", 0, 0), ("short-groups", 1, 0)}
     assert committed(broker, "short-group", "short-groups", 2) == {0: 0, 1: 0}
+
+
+def check_share_group_reset(broker) -> None:
+    """A share group that never read a topic starts at its beginning once reset (KIP-932)."""
+    reset = out(broker, "kafka-share-groups", "--group", "short-share-group", "--reset-offsets",
+                "--to-earliest", "--topic", "short-share", "--execute")
+    assert [(row["TOPIC"], row["PARTITION"], row["NEW-OFFSET"]) for row in table(reset)] == [
+        ("short-share", "0", "0")]
+    described = out(broker, "kafka-share-groups", "--describe", "--group", "short-share-group",
+                    "--offsets")
+    assert [(row["TOPIC"], row["START-OFFSET"], row["LAG"]) for row in table(described)] == [
+        ("short-share", "0", "3")]
 
 
 def check_get_offsets(broker) -> None:

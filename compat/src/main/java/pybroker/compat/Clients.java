@@ -98,6 +98,16 @@ final class Clients {
         return new KafkaProducer<>(configured(PRODUCER, extra));
     }
 
+    /** A share consumer (KIP-932) of `group`: the run's common settings, String values. */
+    org.apache.kafka.clients.consumer.KafkaShareConsumer<String, String> shareConsumer(String group) {
+        Properties settings = configured(props(
+                ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
+                ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
+                ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000"),
+                props(ConsumerConfig.GROUP_ID_CONFIG, group));
+        return new org.apache.kafka.clients.consumer.KafkaShareConsumer<>(settings);
+    }
+
     KafkaConsumer<String, String> consumer(Properties extra) {
         Properties settings = configured(CONSUMER, extra);
         if ("consumer".equals(settings.get(ConsumerConfig.GROUP_PROTOCOL_CONFIG))) {

@@ -32,6 +32,7 @@ public final class ClientsCheck {
         SCENARIOS.put("consumer_rebalance", ConsumerScenarios::rebalance);
         SCENARIOS.put("consumer_static", ConsumerScenarios::staticMembership);
         SCENARIOS.put("consumer_protocol", ConsumerScenarios::modernGroup);
+        SCENARIOS.put("share_group", ConsumerScenarios::shareGroup);
         SCENARIOS.put("admin_topics", AdminScenarios::topics);
         SCENARIOS.put("admin_configs", AdminScenarios::configs);
         SCENARIOS.put("admin_groups", AdminScenarios::groups);

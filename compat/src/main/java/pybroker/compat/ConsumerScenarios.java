@@ -227,6 +227,42 @@ final class ConsumerScenarios {
         }
     }
 
+    /** A share group (KIP-932): its start moved to the beginning by the Admin, two
+     *  KafkaShareConsumers read the ten records of one partition between them, each record
+     *  once; the Admin describes the group; a later member gets none of them again. */
+    static void shareGroup(Clients clients, Map<String, Object> facts) throws Exception {
+        clients.createAndFill("sh", 1, 10);
+        TopicPartition p0 = new TopicPartition("sh", 0);
+        Clients.get(clients.admin().alterShareGroupOffsets("sh-group", Map.of(p0, 0L)).all());
+        List<String> seen = new java.util.ArrayList<>();
+        try (var first = clients.shareConsumer("sh-group");
+             var second = clients.shareConsumer("sh-group")) {
+            first.subscribe(List.of("sh"));
+            second.subscribe(List.of("sh"));
+            long deadline = System.nanoTime() + Clients.WAIT.toNanos();
+            while (seen.size() < 10 && System.nanoTime() < deadline) {
+                for (var consumer : List.of(first, second)) {
+                    consumer.poll(Duration.ofMillis(100)).forEach(r -> seen.add(r.value()));
+                    consumer.commitSync();
+                }
+            }
+            facts.put("consumed", seen.size());
+            facts.put("distinct", new java.util.HashSet<>(seen).size());
+            var described = Clients.get(clients.admin().describeShareGroups(List.of("sh-group")).all())
+                    .get("sh-group");
+            facts.put("described", List.of(described.groupState().name(), described.members().size()));
+        }
+        // Every record was accepted: a new member of the group gets none of them again.
+        try (var later = clients.shareConsumer("sh-group")) {
+            later.subscribe(List.of("sh"));
+            int again = 0;
+            for (int i = 0; i < 10; i++) {
+                again += later.poll(Duration.ofMillis(150)).count();
+            }
+            facts.put("delivered_again", again);
+        }
+    }
+
     private static boolean pollUntil(List<KafkaConsumer<String, String>> consumers,
                                      java.util.function.Predicate<List<KafkaConsumer<String, String>>> done) {
         long deadline = System.nanoTime() + Clients.WAIT.toNanos();
