@@ -213,3 +213,18 @@ def test_share_offsets_change_only_in_an_empty_group(shares):
     refused = shares.send(92, 0, {"group_id": "q", "topics": [{"topic_name": "t"}]})
     assert refused.error_code == ErrorCode.non_empty_group
     assert uuid.UUID(int=0) != shares.topic_id
+
+
+def test_an_idle_share_session_is_closed_and_its_records_go_back(shares):
+    fetches = shares.coordinator.share_fetches
+    now = [1000.0]
+    fetches.clock = lambda: now[0]
+    shares.earliest()
+    shares.partition.append(make_batch(2))
+    assert acquired(shares.fetch("gone", 0)) == [(0, 1, 1)]  # a client that never comes back
+    now[0] += 31  # its locks (30 s) ran out; the records wait for someone
+    fetches.expire(now[0])
+    now[0] += 15  # 46 s without a request: past the share session timeout (45 s)
+    fetches.expire(now[0])
+    assert shares.fetch("gone", 1).error_code == ErrorCode.share_session_not_found
+    assert acquired(shares.fetch("next", 0)) == [(0, 1, 2)]

@@ -31,6 +31,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from broker.parent.forwarded import budget_of
 from broker.parent.group_configs import GroupConfigs
@@ -58,6 +59,7 @@ Key = tuple[uuid.UUID, int]
 class ShareSession:
     epoch: int  # the epoch the next request must carry
     partitions: dict[Key, None] = field(default_factory=dict)
+    used: float = 0.0  # monotonic: when a request last came on it
 
 
 def _next_epoch(epoch: int) -> int:
@@ -85,7 +87,8 @@ class ShareFetches:
                              props.group_share_delivery_count_limit,
                              props.group_share_partition_max_record_locks)
         self.sessions: dict[tuple[str, str], ShareSession] = {}
-        self._waiting: set[asyncio.Future] = set()
+        # ShareFetches waiting for records -> what each answers if the broker stops first.
+        self._waiting: dict[asyncio.Future, Callable[[], bytes]] = {}
 
     # --- the groups' share partitions ------------------------------------------------------
 
@@ -129,6 +132,14 @@ class ShareFetches:
         group.shares.clear()
 
     def expire(self, now: float) -> None:
+        """Locks that ran out; and share sessions idle for a share session timeout (a client
+        gone without closing its session: what its member holds goes back)."""
+        idle = self.props.group_share_session_timeout_ms / 1000
+        for (group_id, member_id), session in list(self.sessions.items()):
+            group = self.groups.get(group_id)
+            if now - session.used > idle and isinstance(group, ShareGroup):
+                log.info("share group %s: session of %s idle; closed", group_id, member_id)
+                self._close(group, member_id)
         for group in self.groups.values():
             if isinstance(group, ShareGroup):
                 for key, share in group.shares.items():
@@ -206,7 +217,7 @@ class ShareFetches:
         if epoch == OPEN:
             if session is None and len(self.sessions) >= self.props.group_share_max_share_sessions:
                 return ErrorCode.share_session_limit_reached, None
-            session = self.sessions[key] = ShareSession(1)
+            session = self.sessions[key] = ShareSession(1, used=self.clock())
             return None, session
         if session is None:
             return ErrorCode.share_session_not_found, None
@@ -214,6 +225,7 @@ class ShareFetches:
             if epoch != session.epoch:
                 return ErrorCode.invalid_share_session_epoch, None
             session.epoch = _next_epoch(epoch)
+        session.used = self.clock()
         return None, session
 
     def _row(self, ctx: RequestContext, key: Key, names: dict) -> dict:
@@ -325,8 +337,8 @@ class ShareFetches:
     def _wait(self, ctx, body, group, session, names, rows):
         future = self.loop.create_future()
         deadline = self.clock() + body.max_wait.total_seconds()
-        self._waiting.add(future)
-        future.add_done_callback(self._waiting.discard)
+        self._waiting[future] = lambda: self._answer(ctx, ErrorCode.none, rows)
+        future.add_done_callback(lambda done: self._waiting.pop(done, None))
 
         def look() -> None:
             if future.done():
@@ -345,9 +357,10 @@ class ShareFetches:
         return future
 
     def abort_waiting(self) -> None:
-        for future in list(self._waiting):
+        """Shutting down: every ShareFetch still waiting is answered with what it has."""
+        for future, answer in list(self._waiting.items()):
             if not future.done():
-                future.cancel()
+                future.set_result(answer())
 
     def _answer(self, ctx: RequestContext, code: ErrorCode, rows) -> bytes:
         by_topic: dict[uuid.UUID, list] = {}
