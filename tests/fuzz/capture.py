@@ -221,6 +221,46 @@ def confluent_consumer_protocol(bootstrap: str) -> None:
     admin.delete_topics(["ck-848"])["ck-848"].result(10)
 
 
+def confluent_share_consumer(bootstrap: str) -> None:
+    """Members of a share group (KIP-932) in explicit acknowledgement mode: ShareGroupHeartbeat,
+    ShareFetch with acknowledgements of each kind, ShareAcknowledge, and AlterShareGroupOffsets
+    and DescribeShareGroupOffsets on the wire."""
+    from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.wire import KafkaSocket, frame, request
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its handle serves the calls
+    admin.create_topics([NewTopic("ck-932", 1, 1)])["ck-932"].result(10)
+    host, port = bootstrap.split(":")
+    with KafkaSocket((host, int(port))) as sock:
+        for api_key, version, values in (
+                (91, 0, {"group_id": "ck-932", "topics": [{"topic_name": "ck-932", "partitions": [
+                    {"partition_index": 0, "start_offset": 0}]}]}),
+                (90, 1, {"groups": [{"group_id": "ck-932", "topics": None}]})):
+            sock.send(frame(request(api_key, version, values)))
+            sock.receive()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in (b"accept", b"release", b"reject"):
+        producer.produce("ck-932", value, partition=0)
+    producer.flush(10)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "ck-932",
+                              "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe(["ck-932"])
+    verdicts = {b"accept": AcknowledgeType.ACCEPT, b"release": AcknowledgeType.RELEASE,
+                b"reject": AcknowledgeType.REJECT}
+    for _ in range(50):
+        messages = [m for m in consumer.poll(0.2) or [] if m.error() is None]
+        for message in messages:
+            consumer.acknowledge(message, verdicts[message.value()])
+        if messages:
+            consumer.commit_sync()
+            break
+    consumer.poll(0.5)
+    consumer.close()
+    admin.delete_topics(["ck-932"])["ck-932"].result(10)
+
+
 def main() -> int:
     probe = socket.create_server(("127.0.0.1", 0))  # a port for the proxy, known in advance
     port = probe.getsockname()[1]
@@ -235,7 +275,8 @@ def main() -> int:
         bootstrap = f"127.0.0.1:{port}"
         for name, flow in (("kafka-python", kafka_python), ("aiokafka", aiokafka),
                            ("confluent", confluent),
-                           ("confluent-848", confluent_consumer_protocol)):
+                           ("confluent-848", confluent_consumer_protocol),
+                           ("confluent-932", confluent_share_consumer)):
             recorder.client = name
             flow(bootstrap)
         recorder.stop()
