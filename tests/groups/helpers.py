@@ -111,3 +111,12 @@ class GroupHarness:
         self.coordinator.close()
         self.loop.close()
 
+
+class Events:
+    """The event log, as the coordinator writes to it."""
+
+    def __init__(self):
+        self.emitted = []
+
+    def emit(self, event) -> None:
+        self.emitted.append(event)

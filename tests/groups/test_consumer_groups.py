@@ -23,6 +23,7 @@ from broker.shared.access import Access
 from broker.shared.acl import Acl, Operation, PatternType, Permission, ResourceType
 from broker.shared.config import load_config
 from broker.shared.log.topics import Epoch, TopicInfo
+from tests.groups.helpers import Events
 from tests.wire import decode_response, request
 
 T1, T2, T3 = (uuid.UUID(int=n) for n in (1, 2, 3))
@@ -98,16 +99,6 @@ class FakeTopics:
 
     def id(self, name: str) -> uuid.UUID:
         return self._topics[name].topic_id
-
-
-class Events:
-    """The event log, as the coordinator writes to it."""
-
-    def __init__(self):
-        self.emitted = []
-
-    def emit(self, event) -> None:
-        self.emitted.append(event)
 
 
 class Clock:

@@ -16,17 +16,10 @@ from broker.shared.config import load_config
 from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
 from tests.batches import make_batch
+from tests.groups.helpers import Events
 from tests.wire import decode_response, request
 
 ACCEPT, RELEASE = 1, 2
-
-
-class Events:
-    def __init__(self):
-        self.emitted = []
-
-    def emit(self, event) -> None:
-        self.emitted.append(event)
 
 
 class Shares:
