@@ -3,14 +3,15 @@
 
 `AdminService` answers config, quota, SCRAM and ACL requests (the last through
 broker.parent.acl_store), each authorized first as Kafka does (broker.shared.access): configs need
-DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (BROKER resources) or on the topic, quotas the
-same on the cluster, SCRAM credentials DESCRIBE / ALTER on the cluster.
+DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (BROKER resources), on the topic or on the group
+(GROUP resources), quotas the same on the cluster, SCRAM credentials DESCRIBE / ALTER on the
+cluster.
 
-DescribeConfigs and IncrementalAlterConfigs on the BROKER resource (this node's id, or "" for
-the cluster default), on TOPIC resources, and on GROUP resources (a group's own configs,
-broker.parent.group_configs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the group, Kafka's
-GROUP_AUTHORIZATION_FAILED otherwise), DescribeClientQuotas and AlterClientQuotas for the `ip` entity's
-connection_creation_rate and the user/client-id entities' byte rates and request percentage.
+DescribeConfigs and IncrementalAlterConfigs (and AlterConfigs) on the BROKER resource (this
+node's id, or "" for the cluster default), on TOPIC resources and on GROUP resources (a group's
+own configs, broker.parent.group_configs, written to their own file), DescribeClientQuotas and
+AlterClientQuotas for the `ip` entity's connection_creation_rate and the user/client-id
+entities' byte rates and request percentage.
 A change is validated whole, persisted (broker.parent.dynamic), applied through `on_change`,
 and only then acknowledged.  With a control plane (KIP-291) changes are served only on its
 listener (`may_alter`); on data listeners every resource or entry gets
