@@ -3,12 +3,15 @@
 
 `AdminService` answers config, quota, SCRAM and ACL requests (the last through
 broker.parent.acl_store), each authorized first as Kafka does (broker.shared.access): configs need
-DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (BROKER resources) or on the topic, quotas the
-same on the cluster, SCRAM credentials DESCRIBE / ALTER on the cluster.
+DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (BROKER resources), on the topic or on the group
+(GROUP resources), quotas the same on the cluster, SCRAM credentials DESCRIBE / ALTER on the
+cluster.
 
-DescribeConfigs and IncrementalAlterConfigs on the BROKER resource (this node's id, or "" for
-the cluster default), DescribeClientQuotas and AlterClientQuotas for the `ip` entity's
-connection_creation_rate and the user/client-id entities' byte rates and request percentage.
+DescribeConfigs and IncrementalAlterConfigs (and AlterConfigs) on the BROKER resource (this
+node's id, or "" for the cluster default), on TOPIC resources and on GROUP resources (a group's
+own configs, broker.parent.group_configs, written to their own file), DescribeClientQuotas and
+AlterClientQuotas for the `ip` entity's connection_creation_rate and the user/client-id
+entities' byte rates and request percentage.
 A change is validated whole, persisted (broker.parent.dynamic), applied through `on_change`,
 and only then acknowledged.  With a control plane (KIP-291) changes are served only on its
 listener (`may_alter`); on data listeners every resource or entry gets
@@ -33,6 +36,7 @@ from broker.parent.acl_store import AclService, AclStore
 from broker.parent.dynamic import (DEFAULT_ENTITY, IP_RATE_KEY, ConfigProblem, DynamicConfig,
                                    alter_client_quota, ip_entity_key)
 from broker.parent.forwarded import budget_of, decode_forwarded
+from broker.parent.group_configs import GroupConfigError, GroupConfigs
 from broker.parent.scram import ScramStore
 from broker.shared.access import Access
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
@@ -53,6 +57,7 @@ HIDDEN = "[hidden]"  # what the logs show of a secret's value (Kafka's word)
 
 BROKER_RESOURCE = 4
 TOPIC_RESOURCE = 2
+GROUP_RESOURCE = 32
 # Kafka's AclApis: SCRAM credentials need DESCRIBE / ALTER on the cluster.
 SCRAM_DESCRIBE, SCRAM_ALTER = Operation.DESCRIBE, Operation.ALTER
 QUOTA_ENTITY_TYPES = ("ip", *ENTITY_TYPES)  # what DescribeClientQuotas filters may name
@@ -70,7 +75,8 @@ MAX_QUOTA_ENTITIES = 10_000
 class AdminService:
     def __init__(self, node_id: int, dynamic: DynamicConfig, on_change, may_alter=None,
                  events: EventLog | None = None, scram: ScramStore | None = None,
-                 access: Access | None = None, acls: AclService | None = None):
+                 access: Access | None = None, acls: AclService | None = None,
+                 group_configs: GroupConfigs | None = None):
         self.node_id = node_id
         self.access = access or Access(False)  # who may do what (broker.shared.access)
         if acls is None and dynamic is not None:
@@ -82,6 +88,9 @@ class AdminService:
             scram = ScramStore(dynamic.config.log_dirs[0])
             scram.load()
         self.scram = scram  # SCRAM credentials (broker.parent.scram)
+        if group_configs is None and dynamic is not None:
+            group_configs = GroupConfigs(dynamic.config.props, dynamic.config.log_dirs[0])
+        self.group_configs = group_configs  # the groups' own configs, durable
         self.dynamic = dynamic
         self.on_change = on_change  # called after a change was persisted
         self.may_alter = may_alter or (lambda _listener: True)
@@ -121,17 +130,26 @@ class AdminService:
         if resource_type == TOPIC_RESOURCE:
             if not self.access.check(ctx, operation, ResourceType.TOPIC, name):
                 return "topic_authorization_failed", f"{operation.name} on topic {name} denied"
+        elif resource_type == GROUP_RESOURCE:
+            if not self.access.check(ctx, operation, ResourceType.GROUP, name):
+                return "group_authorization_failed", f"{operation.name} on group {name} denied"
         elif not self.access.check(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME):
             return "cluster_authorization_failed", f"{operation.name} on the cluster denied"
         return None
 
     # --- configs --------------------------------------------------------------------------
 
-    def _resource_problem(self, resource_type: int, name: str) -> tuple[str, str] | None:
+    def _resource_problem(self, resource_type: int, name: str,
+                          altering: bool = False) -> tuple[str, str] | None:
         if resource_type == TOPIC_RESOURCE:
             if self.topics is None or self.topics.get(name) is None:
                 return "unknown_topic_or_partition", f"The topic '{name}' does not exist."
             return None
+        if resource_type == GROUP_RESOURCE:  # any group, existing or not, as Kafka
+            if name:
+                return None
+            return "invalid_request", ("Default group resources are not allowed." if altering
+                                       else "Group name must not be empty")
         if resource_type != BROKER_RESOURCE:
             return "invalid_request", f"resource type {resource_type} is not supported yet"
         if name not in ("", str(self.node_id)):
@@ -160,6 +178,9 @@ class AdminService:
                 entry["configs"] = topic_config.describe(
                     self.dynamic.config.props, self.topics.configs(name), keys, synonyms,
                     documentation)
+            elif resource_type == GROUP_RESOURCE:
+                entry["configs"] = self.group_configs.describe(name, keys, synonyms,
+                                                               documentation)
             else:
                 known = self._describable(name == "")
                 if keys is not None:
@@ -201,12 +222,14 @@ class AdminService:
             problem = _duplicated(resource, named) or \
                 self._denied(ctx, Operation.ALTER_CONFIGS, resource.resource_type,
                              resource.resource_name) or \
-                self._resource_problem(resource.resource_type, resource.resource_name)
+                self._resource_problem(resource.resource_type, resource.resource_name, True)
             if problem is None:
-                alter = self._alter_topic if resource.resource_type == TOPIC_RESOURCE \
-                    else self._alter_resource
+                alter = {TOPIC_RESOURCE: self._alter_topic, GROUP_RESOURCE: self._alter_group}\
+                    .get(resource.resource_type, self._alter_resource)
                 problem = alter(resource, body.validate_only, who, replace)
-                changed |= problem is None and not body.validate_only
+                # Workers hold the dynamic configs, not the groups' (read in the parent).
+                changed |= problem is None and not body.validate_only and \
+                    resource.resource_type != GROUP_RESOURCE
                 if problem is None and not body.validate_only:
                     self._record(ctx.listener_index, who, "config",
                                  self._shown(resource.resource_type, resource.configs))
@@ -236,6 +259,29 @@ class AdminService:
         log.info("topic %s configs changed by %s: %s", name, who or "a client", own)
         topic_config.note_inert(log, name, [item.name for item in resource.configs
                                             if item.name in own])
+        return None
+
+    def _alter_group(self, resource, validate_only: bool, who: str,
+                     replace: bool = False) -> tuple[str, str] | None:
+        """A group's own configs: each operation (IncrementalAlterConfigs), or the whole set
+        (`replace`, AlterConfigs), checked whole as Kafka's GroupConfig; written to the
+        group configs' file before the answer."""
+        name = resource.resource_name
+        configs = self.group_configs
+        try:
+            own = configs.validated(name, {} if replace else configs.own(name), (
+                (item.name, getattr(item, "config_operation", 0), item.value)
+                for item in resource.configs))
+        except GroupConfigError as error:
+            return error.code, str(error)
+        if validate_only:
+            return None
+        try:
+            configs.replace(name, own)
+        except OSError as error:
+            log.error("group %s configs not written: %s", name, error)
+            return "kafka_storage_error", f"The group configs could not be written: {error}"
+        log.info("group %s configs changed by %s: %s", name, who or "a client", own)
         return None
 
     def _alter_resource(self, resource, validate_only: bool, who: str,

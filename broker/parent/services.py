@@ -25,6 +25,7 @@ from broker.parent.admin import AdminService
 from broker.parent.connection_list import ConnectionListing
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.forwarded import ForwardedRouter
+from broker.parent.group_configs import GroupConfigs
 from broker.parent.groups.coordinator import GroupCoordinator
 from broker.parent.groups.offset_store import OffsetStore
 from broker.parent.transactions.coordinator import TransactionCoordinator
@@ -93,8 +94,13 @@ class ParentServices:
         self._acl_push = None  # the pending push of changed ACLs to the workers
         self._acl_pushed = 0.0  # when ACLs were last pushed (monotonic)
         acls = AclService(self.acl_store, self.access, on_change=self._push_acls)
+        # The groups' own configs: altered by the admin service, read by the group coordinator.
+        self.group_configs = GroupConfigs(
+            props, config.log_dirs[0],
+            fsync_every_write=props.log_flush_interval_messages == 1)
         self.admin = AdminService(config.node_id, dynamic, self.config_changed,
-                                  config.may_alter, self.events, self.scram, self.access, acls)
+                                  config.may_alter, self.events, self.scram, self.access, acls,
+                                  self.group_configs)
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.router: ForwardedRouter | None = None
@@ -151,7 +157,8 @@ class ParentServices:
 
         self.groups = GroupCoordinator(self.loop, props, offsets, partitions_of, self.access,
                                        topics=topics, events=self.events,
-                                       node_id=self.config.node_id)
+                                       node_id=self.config.node_id,
+                                       group_configs=self.group_configs)
         self.transactions = TransactionCoordinator(
             self.loop, props, self.config.log_dirs[0], topics, offsets, self.access,
             fsync_every_write=props.log_flush_interval_messages == 1, events=self.events,
@@ -192,6 +199,7 @@ class ParentServices:
         """After the workers are gone: offsets and transactions closed, partitions flushed."""
         self.groups.close()
         self.transactions.close()
+        self.group_configs.close()
         self.logs.shutdown()
 
     def close(self) -> None:

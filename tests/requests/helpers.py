@@ -30,6 +30,7 @@ class Parent:
         self.router = ForwardedRouter(self.admin, self.groups, self.transactions, None)
 
     def close(self) -> None:
+        self.admin.group_configs.close()
         self.groups.close()
         self.transactions.close()
         self.registry.close()

@@ -446,6 +446,14 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     group_share_record_lock_duration_ms: Annotated[int, _doc(
         "How long a member holds a record of a share group it was given before the record "
         "goes back to be delivered again.", ge=1000, le=3600000)] = 30000
+    group_share_min_record_lock_duration_ms: Annotated[int, _doc(
+        "Smallest group.share.record.lock.duration.ms allowed, and smallest "
+        "share.record.lock.duration.ms a share group may set for itself.",
+        ge=1000, le=30000)] = 15000
+    group_share_max_record_lock_duration_ms: Annotated[int, _doc(
+        "Largest group.share.record.lock.duration.ms allowed, and largest "
+        "share.record.lock.duration.ms a share group may set for itself.",
+        ge=30000, le=3600000)] = 60000
     group_share_delivery_count_limit: Annotated[int, _doc(
         "Deliveries of one record in a share group; released or timed out after the last, "
         "it is archived (never delivered again).", ge=2, le=10)] = 5

@@ -153,6 +153,13 @@ def _check_consumer_groups(props: ServerProperties) -> None:
         if interval >= session:
             raise ConfigError(f"group.{kind}.heartbeat.interval.ms: {interval} must be less "
                               f"than group.{kind}.session.timeout.ms {session}")
+    lock, low, high = (props.group_share_record_lock_duration_ms,
+                       props.group_share_min_record_lock_duration_ms,
+                       props.group_share_max_record_lock_duration_ms)
+    if not low <= lock <= high:
+        raise ConfigError(f"group.share.record.lock.duration.ms: {lock} is outside "
+                          f"group.share.min.record.lock.duration.ms {low} and "
+                          f"group.share.max.record.lock.duration.ms {high}")
     assignors = split_csv(props.group_consumer_assignors)
     unknown = [name for name in assignors if name not in SERVER_ASSIGNORS]
     if not assignors or unknown:
