@@ -116,6 +116,14 @@ def reset_problem(value: str) -> str | None:
             "'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.")
 
 
+def reset_duration(value: str) -> float | None:
+    """The seconds back of a valid `by_duration:<ISO-8601>` share.auto.offset.reset; None for
+    earliest and latest."""
+    prefix, _, duration = value.partition(":")
+    match = ISO_DURATION.fullmatch(duration) if prefix == "by_duration" else None
+    return None if match is None else _seconds(match)
+
+
 def _seconds(match: re.Match) -> float:
     """The signed length of a parsed ISO-8601 duration."""
     days, hours, minutes, seconds = (int(match[group] or 0) for group in (2, 4, 5, 6))

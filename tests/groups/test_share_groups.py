@@ -20,7 +20,8 @@ pytestmark = pytest.mark.system  # every test here starts a broker
 BROKER_OVERRIDES = {"group.share.heartbeat.interval.ms": "300",
                     "group.share.min.heartbeat.interval.ms": "100",
                     "group.share.delivery.count.limit": "2",
-                    "group.share.record.lock.duration.ms": "1500"}
+                    "group.share.record.lock.duration.ms": "1500",
+                    "group.share.min.record.lock.duration.ms": "1000"}
 
 
 def ask(address, api_key: int, version: int, values: dict):

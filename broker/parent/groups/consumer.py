@@ -39,6 +39,7 @@ import uuid
 from typing import Callable
 
 from broker.parent.forwarded import budget_of
+from broker.parent.group_configs import GroupConfigs
 from broker.parent.groups.assignors import ASSIGNORS, Assignment, chosen_assignor
 from broker.parent.groups.consumer_state import (ConsumerGroup, ConsumerMember, MemberState,
                                                  reconcile)
@@ -89,7 +90,7 @@ class ConsumerGroups:
 
     def __init__(self, props, access: Access, groups: dict, topics, store,
                  others_total: Callable[[], int], clock: Callable[[], float] = time.monotonic,
-                 events: EventLog | None = None):
+                 events: EventLog | None = None, group_configs: GroupConfigs | None = None):
         self.props = props
         self.access = access
         self.groups = groups  # the coordinator's table: classic and consumer groups
@@ -99,10 +100,18 @@ class ConsumerGroups:
         self.clock = clock
         self.events = events  # group_rebalance events, when the event log is on
         self.offered = tuple(split_csv(props.group_consumer_assignors))
-        self.interval = datetime.timedelta(milliseconds=props.group_consumer_heartbeat_interval_ms)
-        self.session = props.group_consumer_session_timeout_ms / 1000
+        self.group_configs = group_configs or GroupConfigs(props)
         self.member_count = 0  # members of every consumer group
         self._regexes: dict[str, re.Pattern] = {}
+
+    def _interval(self, group_id: str) -> datetime.timedelta:
+        """The group's consumer.heartbeat.interval.ms, else the broker's."""
+        return datetime.timedelta(milliseconds=int(self.group_configs.value(
+            group_id, "consumer.heartbeat.interval.ms")))
+
+    def _session(self, group_id: str) -> float:
+        """The group's consumer.session.timeout.ms in seconds, else the broker's."""
+        return int(self.group_configs.value(group_id, "consumer.session.timeout.ms")) / 1000
 
     # --- ConsumerGroupHeartbeat ------------------------------------------------------------
 
@@ -110,7 +119,8 @@ class ConsumerGroups:
         def answer(code=ErrorCode.none, message=None, member_id=None, epoch=0, assignment=None):
             return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
                                 "error_message": message, "member_id": member_id,
-                                "member_epoch": epoch, "heartbeat_interval": self.interval,
+                                "member_epoch": epoch,
+                                "heartbeat_interval": self._interval(body.group_id),
                                 "assignment": assignment})
 
         try:
@@ -202,7 +212,7 @@ class ConsumerGroups:
         before = (member.epoch, member.state, member.assigned, member.revoking)
         self._step(group, member, reported)
         now = self.clock()
-        member.deadline = now + self.session
+        member.deadline = now + self._session(group.group_id)
         changed |= before != (member.epoch, member.state, member.assigned, member.revoking)
         if changed:
             self.store.save(group)
@@ -434,7 +444,7 @@ class ConsumerGroups:
         if body.member_epoch == STATIC_LEAVE_EPOCH:
             # Its place and partitions wait a session for the same instance to come back.
             member.left = True
-            member.deadline = self.clock() + self.session
+            member.deadline = self.clock() + self._session(group.group_id)
         else:
             self._remove(group, member, "left the group")
         self.store.save(group)
@@ -491,7 +501,7 @@ class ConsumerGroups:
         for group in self.groups.values():
             if isinstance(group, ConsumerGroup):
                 for member in group.members.values():
-                    member.deadline = now + self.session
+                    member.deadline = now + self._session(group.group_id)
                     if member.state is MemberState.UNREVOKED_PARTITIONS:
                         member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
 

@@ -78,14 +78,14 @@ class GroupCoordinator:
                                               partitions_of)
         self.consumer_store = consumer_store or ConsumerGroupStore(
             os.path.dirname(offsets.path), fsync_every_write=offsets.file.fsync)
+        self.group_configs = group_configs or GroupConfigs(props)
         self.consumers = ConsumerGroups(props, self.access, self.groups,
                                         topics if topics is not None else NO_TOPICS,
                                         self.consumer_store, self.members.classic_members,
-                                        events=events)
+                                        events=events, group_configs=self.group_configs)
         self.members.events = events
         self.share_store = share_store or ShareStore(
             os.path.dirname(offsets.path), fsync_every_write=offsets.file.fsync)
-        self.group_configs = group_configs or GroupConfigs(props)
         self.share_fetches = ShareFetches(loop, props, self.access, self.groups,
                                           self.consumers.topics, self.share_store,
                                           events=events, node_id=node_id,
@@ -93,7 +93,8 @@ class GroupCoordinator:
         self.shares = ShareGroups(props, self.access, self.groups, self.consumers.topics,
                                   self.share_fetches,
                                   lambda: self.members.classic_members()
-                                  + self.consumers.member_count, events=events)
+                                  + self.consumers.member_count, events=events,
+                                  group_configs=self.group_configs)
         self.consumers.others_total = lambda: self.members.classic_members() \
             + self.shares.member_count
         self.members.consumer_members = lambda: self.consumers.member_count \

@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from broker.parent.forwarded import budget_of
-from broker.parent.group_configs import GroupConfigs
+from broker.parent.group_configs import GroupConfigs, reset_duration
 from broker.parent.groups.share_partition import (InvalidRecordState, Limits, SharePartition,
                                                   runs_of)
 from broker.parent.groups.share_state import ShareGroup
 from broker.parent.groups.share_store import ShareStore, restored
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
+from broker.shared.clock import now_ms
 from broker.shared.events import EventLog, ShareDeliveries
 from broker.shared.log import records as batches
 from broker.shared.protocol.context import NO_THROTTLE, RequestContext
@@ -95,8 +96,8 @@ class ShareFetches:
     def restore(self, group: ShareGroup) -> None:
         """A share group taken into the table: its share partitions as saved."""
         for saved in self.store.of_group(group.group_id):
-            group.shares[(uuid.UUID(saved.topic), saved.partition)] = restored(saved,
-                                                                              self.limits)
+            group.shares[(uuid.UUID(saved.topic), saved.partition)] = restored(
+                saved, self._limits(group.group_id))
 
     def restore_all(self) -> None:
         """At start-up: every share group with saved share partitions, without members."""
@@ -112,12 +113,31 @@ class ShareFetches:
         if partition is None:
             return None
         if share is None:  # first fetch: share.auto.offset.reset (latest, as Kafka)
-            reset = self.group_configs.value(group.group_id, "share.auto.offset.reset")
-            start = partition.log_start_offset if reset == "earliest" \
-                else partition.high_watermark
-            share = group.shares[key] = SharePartition(start, self.limits)
+            share = group.shares[key] = SharePartition(self._initial(group, partition),
+                                                       self._limits(group.group_id))
+        share.limits = self._limits(group.group_id)  # the group's lock duration may change
         share.skip_to(partition.log_start_offset)
         return share
+
+    def _initial(self, group: ShareGroup, partition) -> int:
+        """Where a share partition the group never read starts: its log start (earliest),
+        the first record at or after now - d (by_duration:d; the log end if none), or the log
+        end (latest)."""
+        reset = self.group_configs.value(group.group_id, "share.auto.offset.reset")
+        if reset == "earliest":
+            return partition.log_start_offset
+        back = reset_duration(reset)
+        if back is not None:
+            found = partition.offset_for_timestamp(now_ms() - int(back * 1000))
+            return partition.high_watermark if found is None else found[0]
+        return partition.high_watermark
+
+    def _limits(self, group_id: str) -> Limits:
+        """The group's limits: its own share.record.lock.duration.ms, or the broker's."""
+        lock_ms = int(self.group_configs.value(group_id, "share.record.lock.duration.ms"))
+        if lock_ms != self.limits.lock_seconds * 1000:
+            return Limits(lock_ms / 1000, self.limits.delivery_limit, self.limits.max_locks)
+        return self.limits
 
     def member_gone(self, group: ShareGroup, member_id: str) -> None:
         """A member left or expired: what it holds goes back, its session ends."""
@@ -185,10 +205,10 @@ class ShareFetches:
                 session.partitions.pop((topic.topic_id, index), None)
         if body.share_session_epoch == CLOSE:
             self._close(group, body.member_id)
-            return self._answer(ctx, ErrorCode.none, rows)
+            return self._answer(ctx, ErrorCode.none, rows, body.group_id)
         self._acquire(group, body, session, names, rows)
         if any(row.get("acquired_records") for row in rows.values()) or body.max_wait.total_seconds() <= 0:
-            return self._answer(ctx, ErrorCode.none, rows)
+            return self._answer(ctx, ErrorCode.none, rows, body.group_id)
         return self._wait(ctx, body, group, session, names, rows)
 
     def _session(self, ctx: RequestContext, body):
@@ -337,19 +357,19 @@ class ShareFetches:
     def _wait(self, ctx, body, group, session, names, rows):
         future = self.loop.create_future()
         deadline = self.clock() + body.max_wait.total_seconds()
-        self._waiting[future] = lambda: self._answer(ctx, ErrorCode.none, rows)
+        self._waiting[future] = lambda: self._answer(ctx, ErrorCode.none, rows, body.group_id)
         future.add_done_callback(lambda done: self._waiting.pop(done, None))
 
         def look() -> None:
             if future.done():
                 return
             if body.member_id not in group.members:
-                future.set_result(self._answer(ctx, ErrorCode.none, rows))
+                future.set_result(self._answer(ctx, ErrorCode.none, rows, body.group_id))
                 return
             self._acquire(group, body, session, names, rows)
             if any(row.get("acquired_records") for row in rows.values()) or \
                     self.clock() >= deadline:
-                future.set_result(self._answer(ctx, ErrorCode.none, rows))
+                future.set_result(self._answer(ctx, ErrorCode.none, rows, body.group_id))
             else:
                 self.loop.call_later(WAIT_STEP, look)
 
@@ -362,13 +382,14 @@ class ShareFetches:
             if not future.done():
                 future.set_result(answer())
 
-    def _answer(self, ctx: RequestContext, code: ErrorCode, rows) -> bytes:
+    def _answer(self, ctx: RequestContext, code: ErrorCode, rows, group_id: str = "") -> bytes:
         by_topic: dict[uuid.UUID, list] = {}
         for (topic_id, _), row in rows.items():
             by_topic.setdefault(topic_id, []).append(row)
         return ctx.respond({
             "throttle_time": NO_THROTTLE, "error_code": code, "error_message": None,
-            "acquisition_lock_timeout": datetime.timedelta(seconds=self.limits.lock_seconds),
+            "acquisition_lock_timeout": datetime.timedelta(
+                seconds=self._limits(group_id).lock_seconds if group_id else self.limits.lock_seconds),
             "responses": [{"topic_id": topic, "partitions": parts}
                           for topic, parts in by_topic.items()],
             "node_endpoints": []})
@@ -395,7 +416,7 @@ class ShareFetches:
                              "error_message": None, "current_leader": row["current_leader"]}
         if body.share_session_epoch == CLOSE:
             self._close(group, body.member_id)
-        return self._answer(ctx, ErrorCode.none, rows)
+        return self._answer(ctx, ErrorCode.none, rows, body.group_id)
 
     # --- the admin side of share offsets ---------------------------------------------------
 
@@ -406,7 +427,7 @@ class ShareFetches:
     def reset(self, group: ShareGroup, key: Key, start: int) -> None:
         share = group.shares.get(key)
         if share is None:
-            share = group.shares[key] = SharePartition(start, self.limits)
+            share = group.shares[key] = SharePartition(start, self._limits(group.group_id))
         share.reset(start)
         self.store.save(group.group_id, key, share)
 

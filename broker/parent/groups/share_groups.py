@@ -25,6 +25,7 @@ import uuid
 from typing import Callable
 
 from broker.parent.forwarded import budget_of
+from broker.parent.group_configs import GroupConfigs
 from broker.parent.groups.share_state import ShareGroup, ShareMember, share_assignment
 from broker.parent.groups.state import java_host
 from broker.shared.access import Access
@@ -52,7 +53,7 @@ class ShareGroups:
 
     def __init__(self, props, access: Access, groups: dict, topics, shares,
                  others_total: Callable[[], int], clock: Callable[[], float] = time.monotonic,
-                 events: EventLog | None = None):
+                 events: EventLog | None = None, group_configs: GroupConfigs | None = None):
         self.props = props
         self.access = access
         self.groups = groups
@@ -61,9 +62,17 @@ class ShareGroups:
         self.others_total = others_total
         self.clock = clock
         self.events = events
-        self.interval = datetime.timedelta(milliseconds=props.group_share_heartbeat_interval_ms)
-        self.session = props.group_share_session_timeout_ms / 1000
+        self.group_configs = group_configs or GroupConfigs(props)
         self.member_count = 0
+
+    def _interval(self, group_id: str) -> datetime.timedelta:
+        """The group's share.heartbeat.interval.ms, else the broker's."""
+        return datetime.timedelta(milliseconds=int(self.group_configs.value(
+            group_id, "share.heartbeat.interval.ms")))
+
+    def _session(self, group_id: str) -> float:
+        """The group's share.session.timeout.ms in seconds, else the broker's."""
+        return int(self.group_configs.value(group_id, "share.session.timeout.ms")) / 1000
 
     # --- ShareGroupHeartbeat --------------------------------------------------------------
 
@@ -71,7 +80,8 @@ class ShareGroups:
         def answer(code=ErrorCode.none, message=None, member_id=None, epoch=0, assignment=None):
             return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
                                 "error_message": message, "member_id": member_id,
-                                "member_epoch": epoch, "heartbeat_interval": self.interval,
+                                "member_epoch": epoch,
+                                "heartbeat_interval": self._interval(body.group_id),
                                 "assignment": assignment})
 
         try:
@@ -132,7 +142,7 @@ class ShareGroups:
         before = member.assigned
         member.assigned = group.target.get(member.member_id, {})
         member.epoch = group.assignment_epoch
-        member.deadline = self.clock() + self.session
+        member.deadline = self.clock() + self._session(group.group_id)
         send = body.member_epoch == JOIN_EPOCH or before != member.assigned
         return member.member_id, member.epoch, _encoded(member.assigned) if send else None
 
