@@ -221,3 +221,27 @@ def test_an_idle_share_session_is_closed_and_its_records_go_back(shares):
     fetches.expire(now[0])
     assert shares.fetch("gone", 1).error_code == ErrorCode.share_session_not_found
     assert acquired(shares.fetch("next", 0)) == [(0, 1, 2)]
+
+
+def test_the_groups_own_configs_decide_where_it_starts_and_how_long_locks_last(shares):
+    configs = shares.coordinator.group_configs
+    shares.partition.append(make_batch(2))
+    configs.set("q", "share.auto.offset.reset", "earliest")
+    configs.set("q", "share.record.lock.duration.ms", "20000")
+    answer = shares.fetch("m", 0)
+    assert acquired(answer) == [(0, 1, 1)]
+    assert answer.acquisition_lock_timeout == datetime.timedelta(seconds=20)
+
+
+def test_by_duration_starts_at_the_first_record_that_recent(tmp_path):
+    from broker.shared.clock import now_ms
+
+    shares = Shares(tmp_path)
+    try:
+        shares.partition.append(make_batch(2, timestamp_ms=now_ms() - 3_600_000))  # an hour ago
+        shares.partition.append(make_batch(1))
+        shares.coordinator.group_configs.set("q", "share.auto.offset.reset",
+                                             "by_duration:PT10M")
+        assert acquired(shares.fetch("m", 0)) == [(2, 2, 1)]
+    finally:
+        shares.close()
