@@ -13,7 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import produce
-from tests.wire import KafkaSocket, alter_client_quota, create_topic, frame
+from tests.wire import (KafkaSocket, alter_client_quota, create_topic, decode_response, frame,
+                        request)
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
@@ -283,6 +284,31 @@ def test_group_requests_of_a_client_over_its_request_quota_are_throttled(shared)
                          quota="request_percentage") > 0
     assert broker.metric("broker_requests_total", api="OffsetFetch",
                          listener="PLAINTEXT") > 0
+
+
+def test_the_newer_group_protocols_are_throttled_like_any_request(shared):
+    """ConsumerGroupHeartbeat (KIP-848) and ShareGroupHeartbeat (KIP-932) of a client over its
+    request quota carry throttle_time_ms (KIP-219: those clients back off by themselves)."""
+    address = shared.listeners["PLAINTEXT"]
+    assert alter_client_quota(address, {"client-id": "test"}, "request_percentage",
+                              0.001) == ErrorCode.none
+    requests = (
+        (68, 1, {"group_id": "quota-848", "member_id": "m", "member_epoch": 0,
+                 "instance_id": None, "rack_id": None,
+                 "rebalance_timeout": datetime.timedelta(seconds=5),
+                 "subscribed_topic_names": ["quiet"], "subscribed_topic_regex": None,
+                 "server_assignor": None, "topic_partitions": []}),
+        (76, 1, {"group_id": "quota-932", "member_id": "m", "member_epoch": 0,
+                 "rack_id": None, "subscribed_topic_names": ["quiet"]}))
+    for api_key, version, values in requests:
+        deadline, throttled = time.monotonic() + 20, datetime.timedelta(0)
+        while not throttled:  # a connection each: a throttled one is muted a while
+            assert time.monotonic() < deadline, f"API {api_key} never throttled"
+            with KafkaSocket(address) as sock:
+                sock.send(frame(request(api_key, version, values)))
+                answer = decode_response(api_key, version, sock.receive())[1]
+            assert answer.error_code == ErrorCode.none
+            throttled = answer.throttle_time
 
 
 def ask(sock: KafkaSocket, api_key: int, version: int, values: dict):
