@@ -44,6 +44,9 @@ from broker.parent.groups.assignors import ASSIGNORS, Assignment, chosen_assigno
 from broker.parent.groups.consumer_state import (ConsumerGroup, ConsumerMember, MemberState,
                                                  reconcile)
 from broker.parent.groups.consumer_store import restored_group
+from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, check_topics, encoded,
+                                             heartbeat_answer, interval, not_described,
+                                             session_seconds)
 from broker.parent.groups.state import java_host
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
@@ -59,7 +62,6 @@ log = logging.getLogger("broker.parent.groups.consumer")
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
-NO_OPERATIONS = -2147483648  # authorized operations not asked for (Kafka's INT32_MIN)
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
 
 
@@ -74,15 +76,6 @@ class _NoTopics:
 
 
 NO_TOPICS = _NoTopics()
-
-
-class Refused(Exception):
-    """A heartbeat answered with an error (and a message, as Kafka words it)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class ConsumerGroups:
@@ -104,34 +97,24 @@ class ConsumerGroups:
         self.member_count = 0  # members of every consumer group
         self._regexes: dict[str, re.Pattern] = {}
 
-    def _interval(self, group_id: str) -> datetime.timedelta:
-        """The group's consumer.heartbeat.interval.ms, else the broker's."""
-        return datetime.timedelta(milliseconds=int(self.group_configs.value(
-            group_id, "consumer.heartbeat.interval.ms")))
-
     def _session(self, group_id: str) -> float:
-        """The group's consumer.session.timeout.ms in seconds, else the broker's."""
-        return int(self.group_configs.value(group_id, "consumer.session.timeout.ms")) / 1000
+        return session_seconds(self.group_configs, "consumer", group_id)
 
     # --- ConsumerGroupHeartbeat ------------------------------------------------------------
 
     def heartbeat(self, ctx: RequestContext, body, host: str) -> bytes:
-        def answer(code=ErrorCode.none, message=None, member_id=None, epoch=0, assignment=None):
-            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
-                                "error_message": message, "member_id": member_id,
-                                "member_epoch": epoch,
-                                "heartbeat_interval": self._interval(body.group_id),
-                                "assignment": assignment})
-
+        every = interval(self.group_configs, "consumer", body.group_id)
         try:
             self._validate(ctx, body)
             if not self.access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
                 raise Refused(ErrorCode.group_authorization_failed)
-            self._check_topics(ctx, body.subscribed_topic_names or ())
+            check_topics(self.access, ctx, body.subscribed_topic_names or ())
             member_id, epoch, assignment = self._heartbeat(ctx, body, host)
         except Refused as refused:
-            return answer(refused.code, refused.message, body.member_id or None, 0)
-        return answer(member_id=member_id, epoch=epoch, assignment=assignment)
+            return heartbeat_answer(ctx, every, refused.code, refused.message,
+                                    body.member_id or None)
+        return heartbeat_answer(ctx, every, member_id=member_id, epoch=epoch,
+                                assignment=assignment)
 
     def _validate(self, ctx: RequestContext, body) -> None:
         epoch = body.member_epoch
@@ -168,14 +151,6 @@ class ConsumerGroups:
         regex = getattr(body, "subscribed_topic_regex", None)
         if regex is not None:
             self._pattern(regex)
-
-    def _check_topics(self, ctx: RequestContext, names) -> None:
-        """DESCRIBE on every topic the member names (as Kafka since 4.0)."""
-        refused = sorted({name for name in names if not self.access.check(
-            ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)})
-        if refused:
-            raise Refused(ErrorCode.topic_authorization_failed,
-                          f"Unauthorized topics: {', '.join(refused)}.")
 
     def _pattern(self, regex: str) -> re.Pattern:
         pattern = self._regexes.get(regex)
@@ -220,7 +195,7 @@ class ConsumerGroups:
                                        body.subscribed_topic_names is not None and
                                        body.rebalance_timeout.total_seconds() >= 0)
         send = full or before[2] != member.assigned
-        return member.member_id, member.epoch, _encoded(member.assigned) if send else None
+        return member.member_id, member.epoch, encoded(member.assigned) if send else None
 
     def _group(self, group_id: str, create: bool) -> ConsumerGroup:
         group = self.groups.get(group_id)
@@ -393,12 +368,12 @@ class ConsumerGroups:
         for group_id in dict.fromkeys(body.group_ids):
             budget.charge(len(group_id))
             if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
-                described.append(_not_described(group_id, ErrorCode.group_authorization_failed))
+                described.append(not_described(group_id, ErrorCode.group_authorization_failed))
                 continue
             group = self.groups.get(group_id)
             if not isinstance(group, ConsumerGroup):
                 why = "not found" if group is None else "is not a consumer group"
-                described.append(_not_described(group_id, ErrorCode.group_id_not_found,
+                described.append(not_described(group_id, ErrorCode.group_id_not_found,
                                                  f"Group {group_id} {why}."))
                 continue
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
@@ -514,12 +489,6 @@ class ConsumerGroups:
         self.store.forget(group_id)
 
 
-def _not_described(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
-    return {"error_code": code, "error_message": message, "group_id": group_id,
-            "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
-            "members": [], "authorized_operations": NO_OPERATIONS}
-
-
 def _new_member_id() -> str:
     """Kafka's form: a random UUID in URL-safe base64 without padding (22 characters)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -537,8 +506,3 @@ def _assignment_of(topic_partitions) -> Assignment:
 def _subset(reported: Assignment, assigned: Assignment) -> bool:
     return all(partitions <= assigned.get(topic, frozenset())
                for topic, partitions in reported.items())
-
-
-def _encoded(assignment: Assignment) -> dict:
-    return {"topic_partitions": [{"topic_id": topic, "partitions": sorted(partitions)}
-                                 for topic, partitions in assignment.items()]}

@@ -220,7 +220,8 @@ class Membership:
             respond(self._join_values(group, member))
             return future
         if group.state is not GroupState.PREPARING:
-            self._prepare_rebalance(group, f"{member_id} joined")
+            log.info("group %s: %s joined", group.group_id, member_id)
+            self._prepare_rebalance(group, "member joined")
         self._maybe_complete_join(group)
         return future
 
@@ -390,7 +391,8 @@ class Membership:
         if not rebalance:
             return
         if group.state in (GroupState.STABLE, GroupState.COMPLETING):
-            self._prepare_rebalance(group, f"{member.member_id} left")
+            log.info("group %s: %s left", group.group_id, member.member_id)
+            self._prepare_rebalance(group, "member left")
         self._maybe_complete_join(group)
 
     def expire_sessions(self, now: float) -> None:

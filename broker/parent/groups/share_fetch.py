@@ -179,7 +179,7 @@ class ShareFetches:
                     names = {info.topic_id: name for name, info in self.topics.topics().items()}
                 if self.events is not None:
                     self.events.emit(ShareDeliveries(
-                        second=second, group=group.group_id, topic=names.get(topic_id, ""),
+                        ts=second * 1000, second=second, group=group.group_id, topic=names.get(topic_id, ""),
                         partition=index, **vars(share.counts)))
                 share.counts = type(share.counts)()
 

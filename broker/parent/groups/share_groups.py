@@ -18,7 +18,6 @@ holds it) live in broker.parent.groups.share_fetch, which this module hands to.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 import uuid
@@ -26,6 +25,9 @@ from typing import Callable
 
 from broker.parent.forwarded import budget_of
 from broker.parent.group_configs import GroupConfigs
+from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, check_topics, encoded,
+                                             heartbeat_answer, interval, not_described,
+                                             session_seconds)
 from broker.parent.groups.share_state import ShareGroup, ShareMember, share_assignment
 from broker.parent.groups.state import java_host
 from broker.shared.access import Access
@@ -38,14 +40,7 @@ from broker.shared.protocol.errors import ErrorCode
 log = logging.getLogger("broker.parent.groups.share_groups")
 
 JOIN_EPOCH, LEAVE_EPOCH = 0, -1
-NO_OPERATIONS = -2147483648
 ASSIGNOR = "simple"
-
-
-class Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 class ShareGroups:
@@ -65,39 +60,24 @@ class ShareGroups:
         self.group_configs = group_configs or GroupConfigs(props)
         self.member_count = 0
 
-    def _interval(self, group_id: str) -> datetime.timedelta:
-        """The group's share.heartbeat.interval.ms, else the broker's."""
-        return datetime.timedelta(milliseconds=int(self.group_configs.value(
-            group_id, "share.heartbeat.interval.ms")))
-
     def _session(self, group_id: str) -> float:
-        """The group's share.session.timeout.ms in seconds, else the broker's."""
-        return int(self.group_configs.value(group_id, "share.session.timeout.ms")) / 1000
+        return session_seconds(self.group_configs, "share", group_id)
 
     # --- ShareGroupHeartbeat --------------------------------------------------------------
 
     def heartbeat(self, ctx: RequestContext, body, host: str) -> bytes:
-        def answer(code=ErrorCode.none, message=None, member_id=None, epoch=0, assignment=None):
-            return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
-                                "error_message": message, "member_id": member_id,
-                                "member_epoch": epoch,
-                                "heartbeat_interval": self._interval(body.group_id),
-                                "assignment": assignment})
-
+        every = interval(self.group_configs, "share", body.group_id)
         try:
             self._validate(body)
             if not self.access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
                 raise Refused(ErrorCode.group_authorization_failed)
-            refused = sorted({name for name in body.subscribed_topic_names or () if not
-                              self.access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
-                                                name)})
-            if refused:
-                raise Refused(ErrorCode.topic_authorization_failed,
-                              f"Unauthorized topics: {', '.join(refused)}.")
+            check_topics(self.access, ctx, body.subscribed_topic_names or ())
             member_id, epoch, assignment = self._heartbeat(ctx, body, host)
         except Refused as refused:
-            return answer(refused.code, refused.message, body.member_id or None)
-        return answer(member_id=member_id, epoch=epoch, assignment=assignment)
+            return heartbeat_answer(ctx, every, refused.code, refused.message,
+                                    body.member_id or None)
+        return heartbeat_answer(ctx, every, member_id=member_id, epoch=epoch,
+                                assignment=assignment)
 
     @staticmethod
     def _validate(body) -> None:
@@ -144,7 +124,7 @@ class ShareGroups:
         member.epoch = group.assignment_epoch
         member.deadline = self.clock() + self._session(group.group_id)
         send = body.member_epoch == JOIN_EPOCH or before != member.assigned
-        return member.member_id, member.epoch, _encoded(member.assigned) if send else None
+        return member.member_id, member.epoch, encoded(member.assigned) if send else None
 
     def _group(self, group_id: str, create: bool) -> ShareGroup:
         group = self.groups.get(group_id)
@@ -248,12 +228,12 @@ class ShareGroups:
         for group_id in dict.fromkeys(body.group_ids):
             budget.charge(len(group_id))
             if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
-                described.append(_not_described(group_id, ErrorCode.group_authorization_failed))
+                described.append(not_described(group_id, ErrorCode.group_authorization_failed))
                 continue
             group = self.groups.get(group_id)
             if not isinstance(group, ShareGroup):
                 why = "not found" if group is None else "is not a share group"
-                described.append(_not_described(group_id, ErrorCode.group_id_not_found,
+                described.append(not_described(group_id, ErrorCode.group_id_not_found,
                                                 f"Group {group_id} {why}."))
                 continue
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
@@ -398,15 +378,3 @@ class ShareGroups:
         if group.members:
             return group, ErrorCode.non_empty_group
         return group, None
-
-
-def _not_described(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
-    return {"error_code": code, "error_message": message, "group_id": group_id,
-            "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
-            "members": [], "authorized_operations": NO_OPERATIONS}
-
-
-def _encoded(assignment) -> dict:
-    return {"topic_partitions": [{"topic_id": topic, "partitions": sorted(partitions)}
-                                 for topic, partitions in assignment.items()]}
-
