@@ -25,6 +25,13 @@ impact      per incident, the clients that were already there (served both in th
             `before` seconds ahead of it and during it): requests and p99 before and during
 denied      the requests the ACLs denied: per principal, API, resource and operation, how
             many, from how many addresses, first and last second
+groups      per consumer, classic or share group (group_rebalance, share_deliveries events):
+            its type, how many rebalances (classic rebalances started, consumer-group epoch
+            bumps), the most common reasons, the most members seen; for a share group the
+            records acquired, redelivered and how acquisitions ended (accepted, released,
+            rejected, lock expired, archived at the delivery limit); the `n` heaviest groups
+            (rebalances plus redeliveries), each row also carrying `groups` (how many the log
+            names), `types` {group_type: groups} and `totals` {column: sum over every group}
 fairness    per window of `window` seconds, Jain's index over the clients' served requests:
             (sum x)^2 / (n * sum x^2), 1 when all got the same, 1/n when one got everything
 """
@@ -44,6 +51,11 @@ MAX_FILLED_SECONDS = 7 * 86400
 PLANES = ("data", "control")
 LEADERS = 5  # leaders kept per incident and dimension
 BEFORE_SECONDS = 30  # how far before an incident `impact` looks for its quiet baseline
+REASONS_KEPT = 3  # rebalance reasons kept per group, the most common first
+GROUP_TYPES = ("classic", "consumer", "share")  # KIP-848 groups are "consumer"
+# ShareDeliveries' counts: what share groups did with their records.
+DELIVERIES = ("acquired", "redelivered", "accepted", "released", "rejected", "lock_expired",
+              "delivery_limit")
 
 
 @dataclass(frozen=True)
@@ -353,6 +365,52 @@ def denied(events: DataFrame) -> DataFrame:
             .agg(F.sum("count").alias("denials"), F.countDistinct("ip").alias("ips"),
                  F.min("second").alias("first_second"), F.max("second").alias("last_second"))
             .orderBy(F.col("denials").desc(), "principal", "api", "resource"))
+
+
+def groups(events: DataFrame, n: int = 10) -> DataFrame:
+    """The "groups" table (see the module docstring): the n heaviest groups, heaviest first.
+    A column a group's events cannot tell is null, not 0: the deliveries of a group that is
+    not a share group, the rebalances of a share group whose rebalances the log does not hold.
+    Two aggregations, a join and one window: on these few rows every shuffle is the cost."""
+    count = F.count(F.lit(1))
+    by_reason = _of(events, "group_rebalance").groupBy("group", "reason").agg(
+        count.alias("count"), F.max_by("group_type", "ts").alias("group_type"),
+        F.max("ts").alias("ts"), F.max("members").alias("most_members"),
+        F.min("second").alias("rebalance_first"), F.max("second").alias("rebalance_last"))
+    # Most common first, ties by name: sorting (-count, reason) and keeping the first few.
+    common = F.slice(F.array_sort(F.collect_list(F.struct(
+        (-F.col("count")).alias("order"), "reason", "count"))), 1, REASONS_KEPT)
+    rebalanced = by_reason.groupBy("group").agg(
+        F.sum("count").alias("rebalances"), F.max_by("group_type", "ts").alias("group_type"),
+        F.max("most_members").alias("most_members"),
+        F.transform(common, lambda e: F.struct(e.getField("reason").alias("reason"),
+                                               e.getField("count").alias("count")))
+        .alias("reasons"), count.alias("reason_kinds"),
+        F.min("rebalance_first").alias("rebalance_first"),
+        F.max("rebalance_last").alias("rebalance_last"))
+    delivered = _of(events, "share_deliveries").groupBy("group").agg(
+        *[F.sum(column).alias(column) for column in DELIVERIES],
+        F.countDistinct("topic", "partition").alias("share_partitions"),
+        F.min("second").alias("delivery_first"), F.max("second").alias("delivery_last"))
+    table = (rebalanced.join(delivered, "group", "full")
+             .withColumn("group_type", F.coalesce("group_type", F.lit("share")))
+             .withColumn("first_second", F.least("rebalance_first", "delivery_first"))
+             .withColumn("last_second", F.greatest("rebalance_last", "delivery_last"))
+             .drop("rebalance_first", "rebalance_last", "delivery_first", "delivery_last"))
+    # Every group in one window (no ordering): the totals, next to the ranking's window.
+    every = Window.partitionBy()
+    summed = ("rebalances", *DELIVERIES)
+    totals = F.create_map(*[part for column in summed for part in (
+        F.lit(column), F.coalesce(F.sum(column).over(every), F.lit(0)))])
+    types = F.create_map(*[part for kind in GROUP_TYPES for part in (
+        F.lit(kind), F.sum((F.col("group_type") == kind).cast("long")).over(every))])
+    weight = F.coalesce("rebalances", F.lit(0)) + F.coalesce("redelivered", F.lit(0))
+    heaviest = Window.orderBy(weight.desc(), F.coalesce("acquired", F.lit(0)).desc(), "group")
+    return (table.withColumn("rank", F.row_number().over(heaviest))
+            .withColumn("groups", F.count(F.lit(1)).over(every))
+            .withColumn("totals", totals)
+            .withColumn("types", F.map_filter(types, lambda _kind, n: n > 0))
+            .where(F.col("rank") <= n).orderBy("rank"))
 
 
 def fairness(events: DataFrame, window: int = 10) -> DataFrame:

@@ -33,6 +33,7 @@ ORDER = {
     "impact": lambda row: (row["incident"], row["client_id"]),
     "fairness": lambda row: row["window_start"],
     "denied": lambda row: (-row["denials"], row["principal"], row["api"], row["resource"]),
+    "groups": lambda row: row["rank"],
     "latency_by_plane": lambda row: row["plane"],
 }
 
@@ -89,6 +90,7 @@ def _tables(spark, events, out: str, top: int, window: int, limits, progress) ->
         "top_n": lambda done: aggregate.top_n(events, top),
         "fairness": lambda done: aggregate.fairness(events, window),
         "denied": lambda done: aggregate.denied(events),
+        "groups": lambda done: aggregate.groups(events, top),
         "latency_by_plane": lambda done: aggregate.latency_percentiles(events, ["plane"]),
     }
     done, rows = {}, {}

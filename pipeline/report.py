@@ -4,6 +4,9 @@ The first screen says in sentences what happened (pipeline.words: each incident'
 what the broker did, whether existing clients were hurt); then, with --baseline, this run and
 an earlier one side by side (pipeline.compare); then the plots (pipeline.plots, PNGs embedded
 as base64); then the tables, every one narrow enough for the page, numbers rounded for people.
+"Groups" (only when the log holds group events) lists the heaviest groups: type, rebalances,
+their most common reasons, and a share group's records acquired, redelivered and how the
+acquisitions ended, above a row of totals over every group.
 Works on plain rows (dicts) collected from the small result tables.
 """
 
@@ -35,6 +38,7 @@ th,td{padding:4px 10px;border-bottom:1px solid #e4e4e4;text-align:left;vertical-
 overflow-wrap:anywhere}
 th{background:#eee;font-weight:600}
 .n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+.k{min-width:5.5em}
 .cards{display:flex;flex-wrap:wrap;gap:16px}
 .card{flex:1 1 300px;min-width:0}
 .card h3{font-size:14px}
@@ -104,8 +108,8 @@ def page(report: Report) -> str:
     if report.baseline is not None:
         parts.append(_comparison(report))
     parts += [_plots(report), _incident_table(report), _denied(tables.get("denied") or []),
-              _top(tables.get("top_n") or []), _fairness(tables.get("fairness") or [],
-                                                         report.window),
+              _groups(tables.get("groups") or []), _top(tables.get("top_n") or []),
+              _fairness(tables.get("fairness") or [], report.window),
               _details(report), "</main></body></html>"]
     return "\n".join(parts)
 
@@ -188,6 +192,29 @@ def _denied(rows: list[dict]) -> str:
         numeric={4, 5}))
 
 
+def _groups(rows: list[dict]) -> str:
+    """The heaviest groups and a row of totals over every group; nothing without groups."""
+    if not rows:
+        return ""
+    cells = [[row["rank"], row["group"], row["group_type"], words.count(row["rebalances"]),
+              words.count(row["most_members"]), words.reasons(row) or "\u2014",
+              words.count(row["acquired"]), words.count(row["redelivered"]),
+              words.endings(row) or "\u2014"] for row in rows]
+    totals = rows[0]["totals"]
+    # Without a share group the share columns' totals are not 0 but not applicable.
+    share = bool((rows[0].get("types") or {}).get("share"))
+    cells.append(["", f"all {words.plural(rows[0]['groups'], 'group')}", "",
+                  words.count(totals["rebalances"]), "", "",
+                  words.count(totals["acquired"] if share else None),
+                  words.count(totals["redelivered"] if share else None),
+                  words.endings(totals) or "\u2014"])
+    sentences = "".join(f"<p>{_e(sentence)}</p>" for sentence in words.groups(rows))
+    return _section("Groups", sentences + _table(
+        ["#", "group", "type", "rebalances", "most members", "most common reasons",
+         "acquired", "redelivered", "how acquisitions ended"], cells,
+        numeric={0, 3, 4, 6, 7}, names={1, 2}))
+
+
 def _top(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -250,12 +277,15 @@ def _section(title: str, body: str) -> str:
     return f"<h2>{_e(title)}</h2>\n{body}"
 
 
-def _table(columns: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
+def _table(columns: list[str], rows: list[list], numeric: set[int] = frozenset(),
+           names: set[int] = frozenset()) -> str:
+    """`numeric` columns align right; `names` columns keep a short name on one line beside
+    long text (a long name still wraps)."""
     if not rows:
         return "<p>none</p>"
 
     def cell(tag, index, value):
-        kind = " class='n'" if index in numeric else ""
+        kind = " class='n'" if index in numeric else " class='k'" if index in names else ""
         return f"<{tag}{kind}>{_e(value)}</{tag}>"
 
     head = "<tr>" + "".join(cell("th", i, c) for i, c in enumerate(columns)) + "</tr>"
@@ -284,6 +314,10 @@ def terminal_summary(report: Report) -> str:
         if leader:
             lines.append(f"{what}: {leader[0]['key']} ({write(leader[0]['value'])})")
     lines += words.overall(summary, top)
+    groups = report.tables.get("groups") or []
+    if groups:
+        lines.append(f"heaviest group: {words.heaviest(groups[0])}")
+    lines += words.groups(groups)
     if report.baseline is not None:
         lines.append(compare.sentence(compare.figures(report.tables, report.limits),
                                       compare.figures(report.baseline, report.limits)))

@@ -5,7 +5,8 @@ Pure Python on plain rows (dicts, as pipeline.job collects them from the result 
 is tested without Spark.  An incident row carries `totals` {dimension: sum}, `leaders`
 {dimension: [{key, value}, ...]} and `keys` {dimension: how many} (pipeline.aggregate.incidents);
 an impact row, a client's requests and p99 before and during one incident
-(pipeline.aggregate.impact).
+(pipeline.aggregate.impact); a groups row, one group's rebalances and share deliveries with
+the totals over every group (pipeline.aggregate.groups).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ QUOTAS = {
     "request_percentage": "request-time quota",
     "controller_mutation_rate": "controller mutation quota",
 }
+# How a share group's acquisitions ended (ShareDeliveries), in the order they are told.
+ENDINGS = (("accepted", "accepted"), ("released", "released"), ("rejected", "rejected"),
+           ("lock_expired", "lock expired"),
+           ("delivery_limit", "archived at the delivery limit"))
 BLOCKED = {
     "handoff_full": "the workers' hand-off queues were full",
     "connection_limit": "the connection limit was reached",
@@ -417,3 +422,56 @@ def _shadow(top: list[dict]) -> str:
         return ""
     return (f"Limits in shadow mode would have {listing(parts)}; nothing of that was "
             "enforced.")
+
+
+# --- groups ----------------------------------------------------------------------------------
+
+def reasons(row: dict) -> str:
+    """A group's most common rebalance reasons: "member joined (3), session expired (2) and 2
+    other reasons"; "" for a group without rebalances."""
+    kept = row.get("reasons") or []
+    named = [f"{item['reason']} ({count(item['count'])})" for item in kept]
+    others = (row.get("reason_kinds") or 0) - len(kept)
+    if others > 0:
+        named.append(plural(others, "other reason"))
+    return listing(named)
+
+
+def endings(figures: dict) -> str:
+    """How acquisitions ended, the kinds that happened: "16 accepted and 1 lock expired";
+    "" when none did."""
+    return listing([f"{count(figures[key])} {what}" for key, what in ENDINGS
+                    if figures.get(key)])
+
+
+def groups(rows: list[dict]) -> list[str]:
+    """Sentences about the groups (rows of pipeline.aggregate.groups, heaviest first): how
+    many of which type, their rebalances, and what share groups did with their records.
+    Nothing when the log holds no group events."""
+    if not rows:
+        return []
+    every, totals = rows[0]["groups"], rows[0]["totals"]
+    kinds = [f"{count(n)} {kind}" for kind, n in sorted((rows[0].get("types") or {}).items())]
+    listed = (f", the {count(len(rows))} with the most rebalances and redeliveries listed"
+              if every > len(rows) else "")
+    found = [f"{plural(every, 'group')} in the event log ({listing(kinds)}){listed}."]
+    if totals.get("rebalances"):
+        found.append(f"Groups rebalanced {plural(totals['rebalances'], 'time')} in all.")
+    if totals.get("acquired"):
+        ended = endings(totals)
+        found.append(f"Share groups acquired {plural(totals['acquired'], 'record')}, "
+                     f"{count(totals.get('redelivered') or 0)} of them redelivered "
+                     f"({percent((totals.get('redelivered') or 0) / totals['acquired'])})"
+                     + (f"; acquisitions ended {ended}." if ended else "."))
+    return found
+
+
+def heaviest(row: dict) -> str:
+    """The heaviest group in a line: "orders (classic: 7 rebalances)"."""
+    figures = []
+    if row.get("rebalances") is not None:
+        figures.append(plural(row["rebalances"], "rebalance"))
+    if row.get("acquired") is not None:
+        figures.append(f"{count(row.get('redelivered') or 0)} of "
+                       f"{plural(row['acquired'], 'record')} redelivered")
+    return f"{row['group']} ({row['group_type']}: {', '.join(figures)})"

@@ -265,11 +265,11 @@ class SlowRequest(Event, tag="slow_request", kw_only=True):
 EVENT_TYPES = (WorkerStarted, WorkerExited, ConnectionAccepted, ConnectionRejected,
                ConnectionClosed, AcceptorBlocked, PoolDepleted, BrokerStats, MemoryMutes,
                Throttle, ConfigChanged, Requests, SlowRequest, AuthenticationFailed,
-               AuthorizationDenied, TransactionalIdRefused)
+               AuthorizationDenied, TransactionalIdRefused, GroupRebalance, ShareDeliveries)
 AnyEvent = (WorkerStarted | WorkerExited | ConnectionAccepted | ConnectionRejected |
             ConnectionClosed | AcceptorBlocked | PoolDepleted | BrokerStats | MemoryMutes |
             Throttle | ConfigChanged | Requests | SlowRequest | AuthenticationFailed |
-            AuthorizationDenied | TransactionalIdRefused)
+            AuthorizationDenied | TransactionalIdRefused | GroupRebalance | ShareDeliveries)
 
 
 def latency_bucket(microseconds: int) -> int:

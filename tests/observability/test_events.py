@@ -1,19 +1,25 @@
 """The event log: the writer's rotation and cap, and what a real broker records, end to end
 through the PySpark pipeline."""
 
+import datetime
 import glob
 import os
 import socket
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.shared import events as ev
+from broker.shared.apis import BY_NAME
 from broker.shared.config import ConfigError, load_config
 from broker.shared.events import EventLog, decode_line
 from tests.batches import make_batch
 from tests.harness import BrokerProcess, wait_until
-from tests.wire import KafkaSocket, alter_client_quota, create_topic, produce_request
+from tests.wire import (KafkaSocket, alter_client_quota, create_topic, decode_response, frame,
+                        produce_request, request)
+
+CONSUMER_GROUP_HEARTBEAT = BY_NAME["ConsumerGroupHeartbeat"].key
 
 
 def read_events(directory) -> list:
@@ -72,6 +78,7 @@ def test_a_broker_run_becomes_a_report_naming_the_storm_and_the_throttled_client
         create_topic(broker.bootstrap, "events")
         assert alter_client_quota(address, {"client-id": "greedy"}, "producer_byte_rate",
                                   20000) == 0
+        _join_and_leave(address, "watchers", "events")
         with KafkaSocket(address) as producer:  # client id "test" is not limited
             producer.send(produce_request("events", make_batch(3)))
             producer.receive()
@@ -101,6 +108,10 @@ def test_a_broker_run_becomes_a_report_naming_the_storm_and_the_throttled_client
     assert {"WorkerStarted", "WorkerExited", "ConnectionAccepted", "ConnectionRejected",
             "ConnectionClosed", "Throttle", "ConfigChanged", "Requests",
             "BrokerStats"} <= kinds
+    assert [(e.group, e.group_type, e.epoch, e.members, e.reason) for e in recorded
+            if isinstance(e, ev.GroupRebalance)] == [
+        ("watchers", "consumer", 1, 1, "member joined"),
+        ("watchers", "consumer", 2, 0, "left the group")]
     closed = [e for e in recorded if isinstance(e, ev.ConnectionClosed) and e.client_id == "greedy"]
     assert [(e.bytes_in, e.bytes_out) for e in closed] == [(sent, received)]
     aggregated = [e for e in recorded if isinstance(e, ev.Requests) and e.client_id == "greedy"]
@@ -123,10 +134,28 @@ def test_a_broker_run_becomes_a_report_naming_the_storm_and_the_throttled_client
     top = spark.read.parquet(str(tmp_path / "report" / "top_n")).collect()
     assert [row["key"] for row in top if row["metric"] == "throttle_ms" and row["rank"] == 1] \
         == ["greedy"]
+    groups = spark.read.parquet(str(tmp_path / "report" / "groups")).collect()
+    assert [(row["group"], row["group_type"], row["rebalances"], row["reason_kinds"])
+            for row in groups] == [("watchers", "consumer", 2, 2)]
     assert summary["bad_lines"] == 0 and summary["unknown_version"] == 0
     with open(summary["report"], encoding="utf-8") as handle:
         page = handle.read()
     assert page.count("src='data:image/png;base64,") == 4 and "greedy" in page
+
+
+def _join_and_leave(address, group: str, topic: str) -> None:
+    """A member of the consumer group protocol joins `group` and leaves it: two group epochs."""
+    heartbeat = {"group_id": group, "member_id": "member-1", "member_epoch": 0,
+                 "instance_id": None, "rack_id": None,
+                 "rebalance_timeout": datetime.timedelta(seconds=30),
+                 "subscribed_topic_names": (topic,), "server_assignor": None,
+                 "topic_partitions": ()}
+    with KafkaSocket(address) as member:
+        for epoch in (0, -1):
+            member.send(frame(request(CONSUMER_GROUP_HEARTBEAT, 1,
+                                      dict(heartbeat, member_epoch=epoch))))
+            _, answer = decode_response(CONSUMER_GROUP_HEARTBEAT, 1, member.receive())
+            assert answer.error_code == ErrorCode.none, answer
 
 
 def _produce_as(client_id: str, topic: str, correlation: int) -> bytes:

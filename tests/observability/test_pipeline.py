@@ -258,6 +258,51 @@ def test_the_denied_requests_table_says_who_was_refused_what(spark, tmp_path):
         ("User:alice", "Fetch", "orders", "READ", 3, 1, 2, 2)]
 
 
+def rebalance(second, group, reason, members=1, group_type="classic"):
+    return ev.GroupRebalance(ts=at(second), group=group, group_type=group_type, epoch=second,
+                             members=members, reason=reason)
+
+
+def deliveries(second, group, partition, **counts):
+    return ev.ShareDeliveries(ts=at(second), second=T0 + second, group=group, topic="jobs",
+                              partition=partition, **counts)
+
+
+def test_groups_rank_rebalances_and_redeliveries_with_totals_over_every_group(spark, tmp_path):
+    directory = write(tmp_path, [
+        *[rebalance(s, "orders", "member joined", members=s + 1) for s in range(3)],
+        *[rebalance(s, "orders", "session expired") for s in (3, 4)],
+        rebalance(5, "orders", "members did not sync in time"), rebalance(6, "orders", "member left"),
+        rebalance(1, "billing", "member joined", group_type="consumer"),
+        rebalance(2, "billing", "topics changed", members=2, group_type="consumer"),
+        deliveries(1, "jobs", 0, acquired=10, redelivered=2, accepted=7, released=1, rejected=1,
+                   lock_expired=1),
+        deliveries(2, "jobs", 0, acquired=4, redelivered=3, accepted=3, delivery_limit=1),
+        deliveries(2, "jobs", 1, acquired=6, accepted=6),
+        deliveries(3, "quiet", 0, acquired=100, accepted=100),  # the lightest: not listed
+    ])
+    found = [row.asDict(recursive=True) for row in
+             aggregate.groups(load_events(spark, [directory]).events, n=3).collect()]
+    assert [(row["rank"], row["group"], row["group_type"], row["rebalances"],
+             row["most_members"]) for row in found] == [
+        (1, "orders", "classic", 7, 3), (2, "jobs", "share", None, None),
+        (3, "billing", "consumer", 2, 2)]
+    orders, jobs, billing = found
+    assert [(item["reason"], item["count"]) for item in orders["reasons"]] == [
+        ("member joined", 3), ("session expired", 2), ("member left", 1)]  # ties: by name
+    assert orders["reason_kinds"] == 4 and orders["acquired"] is None
+    assert [jobs[key] for key in aggregate.DELIVERIES] == [20, 5, 16, 1, 1, 1, 1]
+    assert (jobs["share_partitions"], jobs["first_second"] - T0, jobs["last_second"] - T0) == \
+        (2, 1, 2)
+    assert [(item["reason"], item["count"]) for item in billing["reasons"]] == [
+        ("member joined", 1), ("topics changed", 1)]
+    assert all(row["groups"] == 4 for row in found)  # the totals count every group
+    assert orders["types"] == {"classic": 1, "consumer": 1, "share": 2}
+    assert orders["totals"] == {"rebalances": 9, "acquired": 120, "redelivered": 5,
+                                "accepted": 116, "released": 1, "rejected": 1,
+                                "lock_expired": 1, "delivery_limit": 1}
+
+
 def test_jains_index_per_window(spark, tmp_path):
     directory = write(tmp_path, [
         requests(1, "a", 10, {1: 10}), requests(5, "b", 10, {1: 10}),  # window 0: equal
@@ -294,23 +339,32 @@ def test_the_job_writes_parquet_a_report_with_plots_and_a_summary(spark, tmp_pat
         accepted(0), *[rejected(1) for _ in range(15)], requests(1, "a", 3, {5: 3}),
         ev.Throttle(ts=at(1), client_id="greedy", quota="producer_byte_rate", throttle_ms=90),
         denial(1, "User:mallory", "payments", 7),
+        rebalance(0, "orders", "session expired", members=2),
+        deliveries(1, "jobs", 0, acquired=8, redelivered=2, accepted=6, lock_expired=2),
         b"{truncated",
     ])
     out = str(tmp_path / "out")
     summary = run([directory], out, spark=spark)
-    for table in ("timeline", "top_n", "incidents", "fairness", "latency_by_plane", "denied"):
+    for table in ("timeline", "top_n", "incidents", "fairness", "latency_by_plane", "denied",
+                  "groups"):
         assert os.path.exists(os.path.join(out, table, "_SUCCESS"))
     assert spark.read.parquet(os.path.join(out, "timeline")).count() == 2
-    assert (summary["events"], summary["bad_lines"], summary["incidents"]) == (19, 1, 1)
+    assert (summary["events"], summary["bad_lines"], summary["incidents"]) == (21, 1, 1)
     with open(os.path.join(out, "summary.json")) as handle:
-        assert json.load(handle)["events"] == 19
+        assert json.load(handle)["events"] == 21
     with open(summary["report"], encoding="utf-8") as handle:
         page = handle.read()
     assert page.count("src='data:image/png;base64,") == 4
     assert "greedy" in page
     denied_section = page[page.index("<h2>Denied requests</h2>"):]
     assert "User:mallory" in denied_section and "payments" in denied_section
+    groups_section = page[page.index("<h2>Groups</h2>"):page.index("<h2>Top IPs")]
+    assert "<td>session expired (1)</td>" in groups_section
+    assert "<td>6 accepted and 2 lock expired</td>" in groups_section
     printed = capsys.readouterr().out
+    assert "heaviest group: jobs (share: 2 of 8 records redelivered)" in printed
+    assert "Share groups acquired 8 records, 2 of them redelivered (25 %); acquisitions " \
+        "ended 6 accepted and 2 lock expired." in printed
     assert "1 unreadable" in printed and "most throttled client: greedy" in printed
     assert "most denied principal: User:mallory (7 requests)" in printed
 

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import compare, words
 from pipeline.aggregate import Thresholds
-from pipeline.report import Report, page, write_html
+from pipeline.report import Report, page, terminal_summary, write_html
 
 T0 = 1_790_000_000  # an epoch second: 2026-09-21 14:13:20 UTC
 LIMITS = asdict(Thresholds())  # the job's defaults: 10 refused/s, 500 ms depleted, ...
@@ -148,6 +148,72 @@ def test_the_run_is_summed_up_in_a_sentence_or_two():
         "that was enforced."]
 
 
+TOTALS = {"rebalances": 9, "acquired": 120, "redelivered": 5, "accepted": 116, "released": 1,
+          "rejected": 1, "lock_expired": 1, "delivery_limit": 1}
+TYPES = {"classic": 1, "consumer": 1, "share": 2}
+
+
+def group(rank, name, group_type, rebalances=None, reasons=(), reason_kinds=0, members=None,
+          **delivered):
+    """A groups row as pipeline.aggregate.groups writes it: the totals over every group."""
+    counts = {key: delivered.get(key, 0) if delivered else None for key in TOTALS
+              if key != "rebalances"}
+    return {"rank": rank, "group": name, "group_type": group_type, "rebalances": rebalances,
+            "most_members": members, "reason_kinds": reason_kinds,
+            "reasons": [{"reason": reason, "count": n} for reason, n in reasons] or None,
+            **counts, "groups": 4, "types": TYPES, "totals": TOTALS}
+
+
+GROUPS = [group(1, "orders", "classic", 7, (("member joined", 3), ("session expired", 2),
+                                             ("member left", 1)), reason_kinds=4, members=3),
+          group(2, "jobs", "share", acquired=20, redelivered=5, accepted=16, released=1,
+                rejected=1, lock_expired=1, delivery_limit=1),
+          group(3, "billing", "consumer", 2, (("member joined", 1), ("topics changed", 1)),
+                reason_kinds=2, members=2)]
+
+
+def test_groups_are_told_with_their_rebalances_reasons_and_redeliveries():
+    assert words.groups(GROUPS) == [
+        "4 groups in the event log (1 classic, 1 consumer and 2 share), the 3 with the most "
+        "rebalances and redeliveries listed.",
+        "Groups rebalanced 9 times in all.",
+        "Share groups acquired 120 records, 5 of them redelivered (4 %); acquisitions ended "
+        "116 accepted, 1 released, 1 rejected, 1 lock expired and 1 archived at the delivery "
+        "limit."]
+    assert words.reasons(GROUPS[0]) == ("member joined (3), session expired (2), member left "
+                                        "(1) and 1 other reason")
+    assert words.reasons(GROUPS[1]) == "" and words.endings(GROUPS[0]) == ""
+    assert words.heaviest(GROUPS[0]) == "orders (classic: 7 rebalances)"
+    assert words.heaviest(GROUPS[1]) == "jobs (share: 5 of 20 records redelivered)"
+    # Every group listed, none a share group: no word of what the table already shows.
+    alone = [dict(GROUPS[0], groups=1, types={"classic": 1},
+                  totals=dict.fromkeys(TOTALS, 0) | {"rebalances": 7})]
+    assert words.groups(alone) == ["1 group in the event log (1 classic).",
+                                   "Groups rebalanced 7 times in all."]
+    assert words.groups([]) == []
+
+
+def test_the_groups_section_lists_the_heaviest_above_the_totals():
+    html = page(Report(_summary(), dict(_tables(), groups=GROUPS), LIMITS))
+    section = html[html.index("<h2>Groups</h2>"):html.index("<h2>Top IPs")]
+    assert "4 groups in the event log (1 classic, 1 consumer and 2 share)" in section
+    rows = re.findall(r"<tr>(.*?)</tr>", section)
+    cells = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row) for row in rows]
+    assert cells[0] == ["#", "group", "type", "rebalances", "most members",
+                        "most common reasons", "acquired", "redelivered",
+                        "how acquisitions ended"]
+    assert cells[1] == ["1", "orders", "classic", "7", "3", "member joined (3), session "
+                        "expired (2), member left (1) and 1 other reason", "\u2014", "\u2014",
+                        "\u2014"]
+    assert cells[2] == ["2", "jobs", "share", "\u2014", "\u2014", "\u2014", "20", "5",
+                        "16 accepted, 1 released, 1 rejected, 1 lock expired and 1 archived "
+                        "at the delivery limit"]
+    assert cells[4][:4] == ["", "all 4 groups", "", "9"] and cells[4][6:8] == ["120", "5"]
+    assert "<h2>Groups</h2>" not in page(Report(_summary(), _tables(), LIMITS))
+    told = terminal_summary(Report(_summary(), dict(_tables(), groups=GROUPS), LIMITS))
+    assert "heaviest group: orders (classic: 7 rebalances)\n4 groups in the event log" in told
+
+
 def test_a_baseline_is_compared_figure_by_figure():
     def run(first, refused, p99, incidents, impacts=None):
         return {"timeline": [{"second": first + s, "rejected": refused if s == 3 else 0,
@@ -261,7 +327,9 @@ def _tables(long_names: bool = False) -> dict:
     denied = [{"principal": f"User:{name}", "api": "Produce", "resource_type": "TOPIC",
                "resource": name, "operation": "WRITE", "denials": 12_300, "ips": 2,
                "first_second": T0, "last_second": T0 + 29}]
+    groups = [dict(row, group=f"{name}-{row['group']}") for row in GROUPS] if long_names else []
     return {"timeline": timeline, "incidents": [STORM], "top_n": top, "denied": denied,
+            "groups": groups,
             "impact": [impact(1, name, 2.0, 2.4)],
             "fairness": [{"window_start": T0 + w, "clients": 3, "requests": 12_300,
                           "jain_index": 0.7} for w in (0, 10, 20)],
@@ -334,5 +402,5 @@ def _assert_progress(stderr: str, took: float) -> None:
                      r"\d+/\d+ tasks done", said), said
     assert re.search(r"done: [\d,]+ events in [\d.]+ s", said), said
     polled = [line for line in lines if ": Spark " in line]
-    assert len(lines) - len(polled) == 11  # 9 steps, the lines read and the end
+    assert len(lines) - len(polled) == 12  # 10 steps, the lines read and the end
     assert len(polled) <= took / 0.5 + 1
