@@ -556,3 +556,13 @@ def test_a_restarted_coordinator_counts_sessions_from_when_it_serves(tmp_path):
     assert list(h.table["g"].members) == ["m"]
     h.coordinator.consumers.expire(h.clock.now + 1.1)
     assert h.table["g"].members == {}
+
+
+def test_a_consumer_group_is_bounded_in_members(tmp_path):
+    h = Groups(tmp_path, group_consumer_max_size="1")
+    assert h.heartbeat("a", 0).error_code == ErrorCode.none
+    full = h.heartbeat("b", 0)
+    assert (full.error_code, full.error_message) == (
+        ErrorCode.group_max_size_reached,
+        "The consumer group has reached its maximum capacity of 1 members.")
+    assert h.heartbeat("a", 0).error_code == ErrorCode.none  # a member joining again fits

@@ -31,7 +31,7 @@ class Shares:
         raw.update({key.replace("_", "."): value for key, value in settings.items()})
         props = load_config(raw).props
         self.registry = TopicRegistry((str(tmp_path),), LogSettings(), Epoch())
-        assert self.registry.create("t", 1) is None
+        assert self.registry.create("t", 1) in (None, "topic_already_exists")
         self.partition = self.registry.partition("t", 0)
         self.topic_id = self.registry.get("t").topic_id
         self.loop = asyncio.new_event_loop()
@@ -243,5 +243,53 @@ def test_by_duration_starts_at_the_first_record_that_recent(tmp_path):
         shares.coordinator.group_configs.set("q", "share.auto.offset.reset",
                                              "by_duration:PT10M")
         assert acquired(shares.fetch("m", 0)) == [(2, 2, 1)]
+    finally:
+        shares.close()
+
+
+def test_acls_of_the_share_apis(tmp_path):
+    from broker.shared.access import Access
+    from broker.shared.acl import Acl, Operation, PatternType, Permission, ResourceType
+
+    shares = Shares(tmp_path)
+    try:
+        access = shares.coordinator.access = Access(True)
+        for part in (shares.coordinator.shares, shares.coordinator.share_fetches):
+            part.access = access
+
+        def allow(resource_type, name, operation):
+            return Acl(resource_type, name, PatternType.LITERAL, "User:ANONYMOUS", "*",
+                       operation, Permission.ALLOW)
+
+        access.update([allow(ResourceType.GROUP, "q", Operation.READ)])
+        refused = shares.send(76, 1, {"group_id": "q", "member_id": "m", "member_epoch": 0,
+                                      "rack_id": None, "subscribed_topic_names": ["t"]})
+        assert refused.error_code == ErrorCode.topic_authorization_failed  # no DESCRIBE on t
+        assert shares.fetch("m", 0).responses[0].partitions[0].error_code == \
+            ErrorCode.topic_authorization_failed  # no READ on t
+        access.update([allow(ResourceType.TOPIC, "t", Operation.READ)])
+        assert shares.fetch("m", 0).error_code == ErrorCode.group_authorization_failed
+        offsets = shares.send(90, 1, {"groups": [{"group_id": "q", "topics": None}]})
+        assert offsets.groups[0].error_code == ErrorCode.group_authorization_failed
+        deleted = shares.send(92, 0, {"group_id": "q", "topics": [{"topic_name": "t"}]})
+        assert deleted.error_code == ErrorCode.group_authorization_failed
+    finally:
+        shares.close()
+
+
+def test_deleting_an_empty_share_group_forgets_its_share_partitions(tmp_path):
+    shares = Shares(tmp_path)
+    shares.earliest()
+    shares.partition.append(make_batch(2))
+    shares.join("m")
+    shares.fetch("m", 0)
+    shares.send(76, 1, {"group_id": "q", "member_id": "m", "member_epoch": -1,
+                        "rack_id": None, "subscribed_topic_names": None})
+    assert shares.send(42, 2, {"groups_names": ["q"]}).results[0].error_code == ErrorCode.none
+    shares.close()
+    shares = Shares(tmp_path)  # the same directory after a restart: nothing of "q" left
+    try:
+        assert shares.coordinator.share_store.groups() == set()
+        assert shares.send(16, 5, {"states_filter": [], "types_filter": []}).groups == ()
     finally:
         shares.close()
