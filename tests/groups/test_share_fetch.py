@@ -293,3 +293,17 @@ def test_deleting_an_empty_share_group_forgets_its_share_partitions(tmp_path):
         assert shares.send(16, 5, {"states_filter": [], "types_filter": []}).groups == ()
     finally:
         shares.close()
+
+
+def test_a_deleted_topics_share_partitions_are_forgotten(shares):
+    shares.earliest()
+    shares.partition.append(make_batch(2))
+    shares.fetch("m", 0)
+    fetches = shares.coordinator.share_fetches
+    fetches.expire(0)
+    assert (shares.topic_id, 0) in shares.coordinator.groups["q"].shares
+    assert shares.registry.delete("t") is None
+    fetches.expire(0)
+    assert shares.coordinator.groups["q"].shares == {}
+    assert fetches.sessions[("q", "m")].partitions == {}
+    assert shares.coordinator.share_store.groups() == set()

@@ -88,6 +88,7 @@ class ShareFetches:
                              props.group_share_delivery_count_limit,
                              props.group_share_partition_max_record_locks)
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._topics_seen = None  # the topic registry's epoch deleted topics were looked for at
         # ShareFetches waiting for records -> what each answers if the broker stops first.
         self._waiting: dict[asyncio.Future, Callable[[], bytes]] = {}
 
@@ -152,8 +153,10 @@ class ShareFetches:
         group.shares.clear()
 
     def expire(self, now: float) -> None:
-        """Locks that ran out; and share sessions idle for a share session timeout (a client
-        gone without closing its session: what its member holds goes back)."""
+        """Locks that ran out; share sessions idle for a share session timeout (a client
+        gone without closing its session: what its member holds goes back); and the share
+        partitions of deleted topics (a topic made again has another id, and starts afresh)."""
+        self._forget_deleted_topics()
         idle = self.props.group_share_session_timeout_ms / 1000
         for (group_id, member_id), session in list(self.sessions.items()):
             group = self.groups.get(group_id)
@@ -165,6 +168,21 @@ class ShareFetches:
                 for key, share in group.shares.items():
                     if share.expire(now):
                         self.store.save(group.group_id, key, share)
+
+    def _forget_deleted_topics(self) -> None:
+        epoch = self.topics.epoch.get()
+        if epoch == self._topics_seen:
+            return
+        self._topics_seen = epoch
+        alive = {info.topic_id for info in self.topics.topics().values()}
+        for group in self.groups.values():
+            if isinstance(group, ShareGroup):
+                for key in [key for key in group.shares if key[0] not in alive]:
+                    del group.shares[key]
+                    self.store.forget(group.group_id, key)
+                for session in self.sessions.values():
+                    for key in [key for key in session.partitions if key[0] not in alive]:
+                        del session.partitions[key]
 
     def flush_events(self, second: int) -> None:
         """share_deliveries of the second that ended, for each share partition with any."""
