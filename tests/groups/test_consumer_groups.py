@@ -344,6 +344,9 @@ def test_acls_decide_who_joins_what_it_names_and_what_its_expression_matches(tmp
     allowed, denied = h.describe("g", "other")  # READ implies DESCRIBE, as in Kafka
     assert (allowed.error_code, denied.error_code) == (ErrorCode.none,
                                                        ErrorCode.group_authorization_failed)
+    access.update([allow(ResourceType.GROUP, "g", Operation.READ)])  # t-open hidden now
+    hidden, = h.describe("g")
+    assert (hidden.error_code, hidden.members) == (ErrorCode.topic_authorization_failed, ())
 
 
 def test_each_new_group_epoch_is_an_event_with_its_reason(tmp_path):
@@ -566,3 +569,28 @@ def test_a_consumer_group_is_bounded_in_members(tmp_path):
         ErrorCode.group_max_size_reached,
         "The consumer group has reached its maximum capacity of 1 members.")
     assert h.heartbeat("a", 0).error_code == ErrorCode.none  # a member joining again fits
+
+
+def test_a_static_member_cannot_take_another_members_id(tmp_path):
+    h = Groups(tmp_path)
+    h.heartbeat("a", 0)
+    taken = h.heartbeat("a", 0, instance="i1")
+    assert (taken.error_code, taken.error_message) == (ErrorCode.invalid_request,
+                                                       "MemberId a is another member's.")
+
+
+def test_expressions_are_matched_in_linear_time_as_re2(tmp_path):
+    name = "customer_orders_enriched_" * 4  # ruinous for a backtracking matcher
+    h = Groups(tmp_path, topics={name: 1, "X": 1})
+    answer = h.heartbeat("m", 0, topics=None, regex="([a-z_]|[a-z_])*X")
+    assert _assignment(answer) == {h.topics.id("X"): frozenset({0})}
+
+
+def test_a_restarted_group_still_refuses_to_delete_offsets_of_its_topics(tmp_path):
+    h = Coordinated(tmp_path)
+    h.heartbeat("m", 0)
+    h.commit("m", 1)
+    h.restart()
+    refused = h.send(47, 0, {"group_id": "g", "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0}]}]})
+    assert refused.topics[0].partitions[0].error_code == ErrorCode.group_subscribed_to_topic

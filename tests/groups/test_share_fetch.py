@@ -110,6 +110,8 @@ def test_share_sessions_open_advance_and_refuse_what_kafka_refuses(shares):
 def test_share_sessions_are_bounded(tmp_path):
     shares = Shares(tmp_path, group_share_max_share_sessions="1")
     try:
+        assert shares.fetch("a", 0).error_code == ErrorCode.group_id_not_found  # no such group
+        shares.join("a")
         assert shares.fetch("a", 0).error_code == ErrorCode.none
         assert shares.fetch("b", 0).error_code == ErrorCode.share_session_limit_reached
     finally:
@@ -228,6 +230,7 @@ def test_the_groups_own_configs_decide_where_it_starts_and_how_long_locks_last(s
     shares.partition.append(make_batch(2))
     configs.set("q", "share.auto.offset.reset", "earliest")
     configs.set("q", "share.record.lock.duration.ms", "20000")
+    shares.join("m")
     answer = shares.fetch("m", 0)
     assert acquired(answer) == [(0, 1, 1)]
     assert answer.acquisition_lock_timeout == datetime.timedelta(seconds=20)
@@ -242,6 +245,7 @@ def test_by_duration_starts_at_the_first_record_that_recent(tmp_path):
         shares.partition.append(make_batch(1))
         shares.coordinator.group_configs.set("q", "share.auto.offset.reset",
                                              "by_duration:PT10M")
+        shares.join("m")
         assert acquired(shares.fetch("m", 0)) == [(2, 2, 1)]
     finally:
         shares.close()
@@ -265,6 +269,7 @@ def test_acls_of_the_share_apis(tmp_path):
         refused = shares.send(76, 1, {"group_id": "q", "member_id": "m", "member_epoch": 0,
                                       "rack_id": None, "subscribed_topic_names": ["t"]})
         assert refused.error_code == ErrorCode.topic_authorization_failed  # no DESCRIBE on t
+        shares.earliest()  # the group exists (its start offsets refused: no READ on t)
         assert shares.fetch("m", 0).responses[0].partitions[0].error_code == \
             ErrorCode.topic_authorization_failed  # no READ on t
         access.update([allow(ResourceType.TOPIC, "t", Operation.READ)])
@@ -307,3 +312,65 @@ def test_a_deleted_topics_share_partitions_are_forgotten(shares):
     assert shares.coordinator.groups["q"].shares == {}
     assert fetches.sessions[("q", "m")].partitions == {}
     assert shares.coordinator.share_store.groups() == set()
+
+
+def test_the_sessions_of_a_deleted_group_go_with_it(shares):
+    shares.join("m")
+    shares.fetch("m", 0)
+    shares.send(76, 1, {"group_id": "q", "member_id": "m", "member_epoch": -1,
+                        "rack_id": None, "subscribed_topic_names": None})
+    shares.earliest()
+    shares.fetch("other", 0)  # not a member: a session all the same, as Kafka
+    assert shares.send(42, 2, {"groups_names": ["q"]}).results[0].error_code == ErrorCode.none
+    assert shares.coordinator.share_fetches.sessions == {}
+
+
+def test_no_partitions_backlog_starves_another(tmp_path):
+    shares = Shares(tmp_path)
+    try:
+        assert shares.registry.create("two", 2) is None
+        topic_id = shares.registry.get("two").topic_id
+        for index in (0, 1):
+            shares.registry.partition("two", index).append(make_batch(20))
+        shares.send(91, 0, {"group_id": "q", "topics": [{"topic_name": "two", "partitions": [
+            {"partition_index": p, "start_offset": 0} for p in (0, 1)]}]})
+        seen = set()
+        for epoch in range(4):
+            answer = shares.send(78, 1, {
+                "group_id": "q", "member_id": "m", "share_session_epoch": epoch,
+                "max_wait": datetime.timedelta(0), "min_bytes": 1, "max_bytes": 1 << 20,
+                "max_records": 5, "batch_size": 5, "forgotten_topics_data": [],
+                "topics": [{"topic_id": topic_id, "partitions": [
+                    {"partition_index": p, "acknowledgement_batches": []} for p in (0, 1)]}]})
+            seen.update(part.partition_index for topic in answer.responses
+                        for part in topic.partitions if part.acquired_records)
+        assert seen == {0, 1}
+    finally:
+        shares.close()
+
+
+def test_a_waiting_fetch_ends_when_its_session_closes(shares):
+    shares.join("m")
+    shares.fetch("m", 0)
+    frame = request(78, 1, {
+        "group_id": "q", "member_id": "m", "share_session_epoch": 1,
+        "max_wait": datetime.timedelta(hours=1), "min_bytes": 1, "max_bytes": 1 << 20,
+        "max_records": 10, "batch_size": 10, "topics": [], "forgotten_topics_data": []})
+    waiting = shares.coordinator.handle(frame, 0, "10.0.0.1:1")
+    assert isinstance(waiting, asyncio.Future)
+    shares.acknowledge("m", -1, [])  # the client closes its session
+    answer = shares.loop.run_until_complete(asyncio.wait_for(waiting, 2))
+    assert decode_response(78, 1, answer[4:])[1].error_code == ErrorCode.none
+
+
+def test_share_heartbeats_take_the_previous_epoch_and_refuse_long_member_ids(shares):
+    first = shares.join("a")
+    shares.join("b")  # a new group epoch: "a" moves on at its next heartbeat
+    beat = {"group_id": "q", "member_id": "a", "rack_id": None, "subscribed_topic_names": None}
+    moved = shares.send(76, 1, dict(beat, member_epoch=first.member_epoch))
+    assert moved.member_epoch > first.member_epoch
+    again = shares.send(76, 1, dict(beat, member_epoch=first.member_epoch))  # answer lost
+    assert again.error_code == ErrorCode.none
+    long_id = shares.send(76, 1, dict(beat, member_id="x" * 37, member_epoch=0,
+                                      subscribed_topic_names=["t"]))
+    assert long_id.error_code == ErrorCode.invalid_request

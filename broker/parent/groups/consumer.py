@@ -33,10 +33,11 @@ from __future__ import annotations
 import base64
 import datetime
 import logging
-import re
 import time
 import uuid
 from typing import Callable
+
+import re2
 
 from broker.parent.forwarded import budget_of
 from broker.parent.group_configs import GroupConfigs
@@ -45,8 +46,8 @@ from broker.parent.groups.consumer_state import (ConsumerGroup, ConsumerMember, 
                                                  reconcile)
 from broker.parent.groups.consumer_store import restored_group
 from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, check_topics, encoded,
-                                             heartbeat_answer, interval, not_described,
-                                             session_seconds)
+                                             heartbeat_answer, hidden_topics, interval,
+                                             not_described, session_seconds)
 from broker.parent.groups.state import java_host
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
@@ -62,6 +63,9 @@ log = logging.getLogger("broker.parent.groups.consumer")
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+MAX_PATTERNS = 1000  # compiled subscription expressions kept
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad expression is the client's answer, not a log line
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
 
 
@@ -95,7 +99,7 @@ class ConsumerGroups:
         self.offered = tuple(split_csv(props.group_consumer_assignors))
         self.group_configs = group_configs or GroupConfigs(props)
         self.member_count = 0  # members of every consumer group
-        self._regexes: dict[str, re.Pattern] = {}
+        self._regexes: dict = {}
 
     def _session(self, group_id: str) -> float:
         return session_seconds(self.group_configs, "consumer", group_id)
@@ -152,16 +156,20 @@ class ConsumerGroups:
         if regex is not None:
             self._pattern(regex)
 
-    def _pattern(self, regex: str) -> re.Pattern:
+    def _pattern(self, regex: str):
+        """The compiled expression (RE2, as Kafka's RE2J: matching takes linear time, so no
+        expression a client sends can hold the parent's loop)."""
         pattern = self._regexes.get(regex)
         if pattern is None:
             try:
-                pattern = re.compile(regex)
-            except re.error as error:
+                pattern = re2.compile(regex, _RE2_OPTIONS)
+            except re2.error as error:
+                reason = error.args[0].decode(errors="replace") \
+                    if error.args and isinstance(error.args[0], bytes) else str(error)
                 raise Refused(ErrorCode.invalid_regular_expression,
                               f"SubscribedTopicRegex `{regex}` is not a valid regular "
-                              f"expression: {error}.") from None
-            if len(self._regexes) > 1000:
+                              f"expression: {reason}.") from None
+            if len(self._regexes) >= MAX_PATTERNS:
                 self._regexes.clear()
             self._regexes[regex] = pattern
         return pattern
@@ -225,6 +233,10 @@ class ConsumerGroups:
                               f"{body.instance_id} was replaced by another member.")
             return member, False
         member_id = body.member_id or _new_member_id()
+        taken = group.members.get(member_id)
+        if body.instance_id and taken is not None and taken.instance_id != body.instance_id:
+            # v1 members name themselves: a static member may not take another's id
+            raise Refused(ErrorCode.invalid_request, f"MemberId {member_id} is another member's.")
         if body.instance_id:
             static = group.instances.get(body.instance_id)
             if static is not None and not static.left and static.member_id != member_id:
@@ -233,9 +245,8 @@ class ConsumerGroups:
                               f"{body.instance_id} is not released.")
             if static is not None:
                 return self._take_place(group, static, member_id), False
-        member = group.members.get(member_id)
-        if member is not None:  # a member joining again (after FENCED_MEMBER_EPOCH)
-            return member, False
+        if taken is not None:  # a member joining again (after FENCED_MEMBER_EPOCH)
+            return taken, False
         if len(group.members) >= self.props.group_consumer_max_size or \
                 self.member_count + self.others_total() >= \
                 self.props.pybroker_group_max_members:
@@ -376,10 +387,22 @@ class ConsumerGroups:
                 described.append(not_described(group_id, ErrorCode.group_id_not_found,
                                                  f"Group {group_id} {why}."))
                 continue
+            if hidden_topics(self.access, ctx, self._named_topics(group)):
+                described.append(not_described(group_id, ErrorCode.topic_authorization_failed))
+                continue
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if wanted else NO_OPERATIONS
             described.append(self._description(group, operations, budget))
         return ctx.respond({"throttle_time": NO_THROTTLE, "groups": described})
+
+    def _named_topics(self, group: ConsumerGroup) -> set[str]:
+        """The topics a description shows: subscribed by name, and assigned."""
+        if not self.access.enabled:
+            return set()
+        names = {info.topic_id: name for name, info in self.topics.topics().items()}
+        shown = {name for m in group.members.values() for name in m.topic_names}
+        shown.update(names[t] for goal in group.target.values() for t in goal if t in names)
+        return shown
 
     def _description(self, group: ConsumerGroup, operations: int, budget) -> dict:
         names = {info.topic_id: name for name, info in self.topics.topics().items()}

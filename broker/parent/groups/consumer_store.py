@@ -62,6 +62,7 @@ class SavedConsumerGroup(msgspec.Struct, omit_defaults=True):
     target: list[tuple[str, Parts]] = []  # (member id, its target)
     members: list[SavedConsumer] = []
     empty_since_ms: int = 0
+    topic_names: list[str] = []  # the subscribed topics' names (OffsetDelete refuses theirs)
 
 
 def _parts(assignment) -> Parts:
@@ -84,7 +85,7 @@ def saved_form(group: ConsumerGroup) -> SavedConsumerGroup:
             m.topic_regex, m.server_assignor, _parts(m.assigned), _parts(m.revoking), m.left,
             m.user, m.host)
             for m in group.members.values()],
-        empty_since_ms=group.empty_since_ms)
+        empty_since_ms=group.empty_since_ms, topic_names=sorted(group.topic_names))
 
 
 def restored_group(saved: SavedConsumerGroup) -> ConsumerGroup:
@@ -94,7 +95,8 @@ def restored_group(saved: SavedConsumerGroup) -> ConsumerGroup:
                           assignment_epoch=saved.assignment_epoch, assignor=saved.assignor,
                           partitions={uuid.UUID(t): count for t, count in saved.partitions},
                           target={member: _assignment(goal) for member, goal in saved.target},
-                          empty_since_ms=saved.empty_since_ms)
+                          empty_since_ms=saved.empty_since_ms,
+                          topic_names=frozenset(saved.topic_names))
     for m in saved.members:
         member = ConsumerMember(
             m.member_id, m.instance_id, m.rack_id, m.client_id, m.client_host,

@@ -202,13 +202,20 @@ class GroupCoordinator:
                 log.error("expiring committed offsets failed: %s", error)
 
     def expire_offsets(self) -> int:
-        """Drop the offsets of groups empty for longer than offsets.retention.minutes, then
-        forget the groups nothing is left of; how many offsets were dropped."""
-        expired = self.offset_requests.expire(self.clock())
+        """Drop the offsets of groups empty for longer than offsets.retention.minutes (a
+        share group's share partitions too), then forget the groups nothing is left of; how
+        many offsets were dropped."""
+        now = self.clock()
+        expired = self.offset_requests.expire(now)
+        retention = self.props.offsets_retention_minutes * 60000
         for group_id, group in list(self.groups.items()):
-            if isinstance(group, (ConsumerGroup, ShareGroup)) and not group.members and \
-                    not self.offsets.get(group_id) and not getattr(group, "shares", None):
-                self._give_way(group_id)
+            if isinstance(group, ShareGroup):
+                if not group.members and not self.share_fetches.has_sessions(group_id) and \
+                        (not group.shares or group.empty_since_ms + retention < now):
+                    self._give_way(group_id)
+            elif isinstance(group, ConsumerGroup):
+                if not group.members and not self.offsets.get(group_id):
+                    self._give_way(group_id)
             elif group.state is GroupState.EMPTY and not group.pending and \
                     not self.offsets.get(group_id):
                 del self.groups[group_id]

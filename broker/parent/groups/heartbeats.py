@@ -57,6 +57,13 @@ def check_topics(access: Access, ctx: RequestContext, names) -> None:
                       f"Unauthorized topics: {', '.join(refused)}.")
 
 
+def hidden_topics(access: Access, ctx: RequestContext, names) -> bool:
+    """Whether a described group names a topic the principal may not DESCRIBE: Kafka (4.0+)
+    answers that group TOPIC_AUTHORIZATION_FAILED rather than show it."""
+    return any(not access.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
+               for name in set(names))
+
+
 def interval(configs, kind: str, group_id: str) -> datetime.timedelta:
     """The group's `<kind>.heartbeat.interval.ms` (kind: consumer or share)."""
     return datetime.timedelta(milliseconds=int(configs.value(

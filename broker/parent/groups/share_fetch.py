@@ -53,6 +53,7 @@ OPEN, CLOSE = 0, -1  # share session epochs
 MEMBER_ID_CHARS = 36  # a member id longer than a UUID's text is not a client's
 WAIT_STEP = 0.05  # seconds between looks for records while a ShareFetch waits
 CONTROL = 0x20  # a batch's attribute bit: transaction markers, never delivered
+PEEK_BYTES = 1 << 20  # read past a share partition's end to find whole batches to acquire
 Key = tuple[uuid.UUID, int]
 
 
@@ -61,6 +62,7 @@ class ShareSession:
     epoch: int  # the epoch the next request must carry
     partitions: dict[Key, None] = field(default_factory=dict)
     used: float = 0.0  # monotonic: when a request last came on it
+    turn: int = 0  # which of its partitions a fetch looks at first
 
 
 def _next_epoch(epoch: int) -> int:
@@ -103,8 +105,8 @@ class ShareFetches:
     def restore_all(self) -> None:
         """At start-up: every share group with saved share partitions, without members."""
         for group_id in self.store.groups():
-            if group_id not in self.groups:
-                group = ShareGroup(group_id)
+            if group_id not in self.groups:  # empty from now: its retention starts here
+                group = ShareGroup(group_id, empty_since_ms=now_ms())
                 self.groups[group_id] = group
                 self.restore(group)
 
@@ -147,10 +149,16 @@ class ShareFetches:
             if share.release_member(member_id):
                 self.store.save(group.group_id, key, share)
 
+    def has_sessions(self, group_id: str) -> bool:
+        return any(key[0] == group_id for key in self.sessions)
+
     def forget_group(self, group: ShareGroup) -> None:
+        """The group is gone: its share partitions, their records and its sessions."""
         for key in list(group.shares):
             self.store.forget(group.group_id, key)
         group.shares.clear()
+        for key in [key for key in self.sessions if key[0] == group.group_id]:
+            del self.sessions[key]
 
     def expire(self, now: float) -> None:
         """Locks that ran out; share sessions idle for a share session timeout (a client
@@ -160,7 +168,9 @@ class ShareFetches:
         idle = self.props.group_share_session_timeout_ms / 1000
         for (group_id, member_id), session in list(self.sessions.items()):
             group = self.groups.get(group_id)
-            if now - session.used > idle and isinstance(group, ShareGroup):
+            if not isinstance(group, ShareGroup):  # the group was deleted under it
+                del self.sessions[(group_id, member_id)]
+            elif now - session.used > idle:
                 log.info("share group %s: session of %s idle; closed", group_id, member_id)
                 self._close(group, member_id)
         for group in self.groups.values():
@@ -213,11 +223,12 @@ class ShareFetches:
         for topic in body.topics:
             for part in topic.partitions:
                 key = (topic.topic_id, part.partition_index)
-                row = rows[key] = self._row(ctx, key, names)
-                if row["error_code"] == ErrorCode.none:
+                row = rows.get(key) or rows.setdefault(key, self._row(ctx, key, names))
+                if row["error_code"] == ErrorCode.none:  # a partition named twice: one row
                     session.partitions[key] = None
-                    row["acknowledge_error_code"] = self._acknowledge(
-                        group, body.member_id, key, part.acknowledgement_batches).value
+                    code = self._acknowledge(group, body.member_id, key,
+                                             part.acknowledgement_batches).value
+                    row["acknowledge_error_code"] = row["acknowledge_error_code"] or code
         for topic in body.forgotten_topics_data or ():
             for index in topic.partitions:
                 session.partitions.pop((topic.topic_id, index), None)
@@ -238,9 +249,8 @@ class ShareFetches:
         if not self.access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
             return ErrorCode.group_authorization_failed, None
         group = self.groups.get(body.group_id)
-        if group is None:
-            group = self.groups[body.group_id] = ShareGroup(body.group_id)
-            self.restore(group)
+        if group is None:  # made by a member's heartbeat (or the admin's offsets), not here
+            return ErrorCode.group_id_not_found, None
         if not isinstance(group, ShareGroup):
             return ErrorCode.inconsistent_group_protocol, None
         if body.share_session_epoch == OPEN and any(
@@ -305,7 +315,10 @@ class ShareFetches:
         budget = max(1, body.max_bytes) if body.max_bytes > 0 else 1 << 20
         budget = min(budget, budget_of(self.props).max_bytes // 2)
         room = body.max_records if body.max_records > 0 else 500
-        for key in session.partitions:
+        # Each fetch starts one partition further, so no partition's backlog starves the rest.
+        order = list(session.partitions)
+        session.turn = (session.turn + 1) % max(1, len(order))
+        for key in order[session.turn:] + order[:session.turn]:
             if room <= 0 or budget <= 0:
                 break
             name = names.get(key[0])
@@ -335,8 +348,8 @@ class ShareFetches:
         """(the batches' bytes, the acquired ranges) of one share partition for `member`."""
         high = partition.high_watermark
         cap = share.end
-        if share.end < high:
-            peek, _ = partition.read(share.end, budget)
+        if share.end < high and share.in_flight() < share.limits.max_locks:
+            peek, _ = partition.read(share.end, min(budget, PEEK_BYTES))
             headers = list(batches.headers_in(peek))
             cap = headers[-1].next_offset if headers else share.end
         ranges = share.acquire(member, cap, room, self.clock())
@@ -374,14 +387,16 @@ class ShareFetches:
 
     def _wait(self, ctx, body, group, session, names, rows):
         future = self.loop.create_future()
-        deadline = self.clock() + body.max_wait.total_seconds()
+        wait_ms = min(body.max_wait.total_seconds() * 1000, self.props.pybroker_fetch_max_wait_ms)
+        deadline = self.clock() + wait_ms / 1000
+        key = (body.group_id, body.member_id)
         self._waiting[future] = lambda: self._answer(ctx, ErrorCode.none, rows, body.group_id)
         future.add_done_callback(lambda done: self._waiting.pop(done, None))
 
         def look() -> None:
             if future.done():
                 return
-            if body.member_id not in group.members:
+            if self.sessions.get(key) is not session:  # closed, or opened again: answer now
                 future.set_result(self._answer(ctx, ErrorCode.none, rows, body.group_id))
                 return
             self._acquire(group, body, session, names, rows)
@@ -430,8 +445,10 @@ class ShareFetches:
                 if row["error_code"] == ErrorCode.none:
                     row["error_code"] = self._acknowledge(group, body.member_id, key,
                                                           part.acknowledgement_batches)
-                rows[key] = {"partition_index": key[1], "error_code": row["error_code"],
-                             "error_message": None, "current_leader": row["current_leader"]}
+                earlier = rows.get(key)  # a partition named twice: its first error stands
+                if earlier is None or earlier["error_code"] == ErrorCode.none:
+                    rows[key] = {"partition_index": key[1], "error_code": row["error_code"],
+                                 "error_message": None, "current_leader": row["current_leader"]}
         if body.share_session_epoch == CLOSE:
             self._close(group, body.member_id)
         return self._answer(ctx, ErrorCode.none, rows, body.group_id)

@@ -26,8 +26,8 @@ from typing import Callable
 from broker.parent.forwarded import budget_of
 from broker.parent.group_configs import GroupConfigs
 from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, check_topics, encoded,
-                                             heartbeat_answer, interval, not_described,
-                                             session_seconds)
+                                             heartbeat_answer, hidden_topics, interval,
+                                             not_described, session_seconds)
 from broker.parent.groups.share_state import ShareGroup, ShareMember, share_assignment
 from broker.parent.groups.state import java_host
 from broker.shared.access import Access
@@ -40,6 +40,7 @@ from broker.shared.protocol.errors import ErrorCode
 log = logging.getLogger("broker.parent.groups.share_groups")
 
 JOIN_EPOCH, LEAVE_EPOCH = 0, -1
+MEMBER_ID_CHARS = 36  # a UUID's text: what clients make (ShareFetch refuses longer ones)
 ASSIGNOR = "simple"
 
 
@@ -85,6 +86,9 @@ class ShareGroups:
             raise Refused(ErrorCode.invalid_request, "GroupId can't be empty.")
         if not body.member_id:
             raise Refused(ErrorCode.invalid_request, "MemberId can't be empty.")
+        if len(body.member_id) > MEMBER_ID_CHARS:
+            raise Refused(ErrorCode.invalid_request,
+                          f"MemberId can't be longer than {MEMBER_ID_CHARS} characters.")
         if body.rack_id is not None and not body.rack_id:
             raise Refused(ErrorCode.invalid_request, "RackId can't be empty.")
         if body.member_epoch == JOIN_EPOCH and body.subscribed_topic_names is None:
@@ -103,7 +107,7 @@ class ShareGroups:
             member, joined = self._join(ctx, group, body, host)
         else:
             member, joined = self._known(group, body.member_id), False
-            if body.member_epoch != member.epoch:
+            if body.member_epoch not in (member.epoch, member.previous_epoch):
                 raise Refused(ErrorCode.fenced_member_epoch,
                               f"The share group member has a greater member epoch "
                               f"({member.epoch}) than the one known by the member "
@@ -121,7 +125,8 @@ class ShareGroups:
             self._assign(group)
         before = member.assigned
         member.assigned = group.target.get(member.member_id, {})
-        member.epoch = group.assignment_epoch
+        if member.epoch != group.assignment_epoch:  # an answer with the new one may be lost
+            member.previous_epoch, member.epoch = member.epoch, group.assignment_epoch
         member.deadline = self.clock() + self._session(group.group_id)
         send = body.member_epoch == JOIN_EPOCH or before != member.assigned
         return member.member_id, member.epoch, encoded(member.assigned) if send else None
@@ -235,6 +240,11 @@ class ShareGroups:
                 why = "not found" if group is None else "is not a share group"
                 described.append(not_described(group_id, ErrorCode.group_id_not_found,
                                                 f"Group {group_id} {why}."))
+                continue
+            shown = {n for m in group.members.values() for n in m.topic_names} | {
+                names[t] for goal in group.target.values() for t in goal if t in names}
+            if self.access.enabled and hidden_topics(self.access, ctx, shown):
+                described.append(not_described(group_id, ErrorCode.topic_authorization_failed))
                 continue
             operations = self.access.operations(ctx, ResourceType.GROUP, group_id) \
                 if body.include_authorized_operations else NO_OPERATIONS

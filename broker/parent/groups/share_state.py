@@ -34,6 +34,7 @@ class ShareMember:
     client_host: str
     topic_names: tuple[str, ...] = ()
     epoch: int = 0
+    previous_epoch: int = -1  # also accepted from it (the answer with `epoch` may be lost)
     assigned: Assignment = field(default_factory=dict)
     deadline: float = 0.0  # monotonic: removed unless it heartbeats before
     user: str = "ANONYMOUS"
