@@ -94,7 +94,8 @@ compare: install loadgen kafka
 	$(PY) -m loadtest.compare $(COMPARE_ARGS)
 
 # The long compatibility set: Kafka's Java clients, tools and Streams, and the Go clients,
-# against this broker (`make test` runs a short version of each).
+# against this broker (`make test` runs a short version of each), and the report's job on a
+# Spark standalone cluster (`make test` runs it in local mode).
 compat: install loadgen kafka go-clients
 	$(PY) -m pytest -q -m long tests
 

@@ -401,6 +401,7 @@ class SparkDaemon:
             self.proc.wait()
 
 
+@pytest.mark.long  # a minute of JVMs: `make compat`, with the other systems run beside ours
 def test_the_same_job_runs_unchanged_on_a_standalone_cluster(spark, tmp_path):
     """--master spark://...: a real master and worker (separate JVMs, executors in their own
     processes); the answer is the one local mode gives."""
