@@ -45,9 +45,9 @@ from broker.parent.groups.assignors import ASSIGNORS, Assignment, chosen_assigno
 from broker.parent.groups.consumer_state import (ConsumerGroup, ConsumerMember, MemberState,
                                                  reconcile)
 from broker.parent.groups.consumer_store import restored_group
-from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, check_topics, encoded,
-                                             heartbeat_answer, hidden_topics, interval,
-                                             not_described, session_seconds)
+from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, answer_heartbeat,
+                                             encoded, hidden_topics, interval, not_described,
+                                             session_seconds, to_describe)
 from broker.parent.groups.state import java_host
 from broker.shared.access import Access
 from broker.shared.acl import Operation, ResourceType
@@ -107,18 +107,9 @@ class ConsumerGroups:
     # --- ConsumerGroupHeartbeat ------------------------------------------------------------
 
     def heartbeat(self, ctx: RequestContext, body, host: str) -> bytes:
-        every = interval(self.group_configs, "consumer", body.group_id)
-        try:
-            self._validate(ctx, body)
-            if not self.access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
-                raise Refused(ErrorCode.group_authorization_failed)
-            check_topics(self.access, ctx, body.subscribed_topic_names or ())
-            member_id, epoch, assignment = self._heartbeat(ctx, body, host)
-        except Refused as refused:
-            return heartbeat_answer(ctx, every, refused.code, refused.message,
-                                    body.member_id or None)
-        return heartbeat_answer(ctx, every, member_id=member_id, epoch=epoch,
-                                assignment=assignment)
+        return answer_heartbeat(ctx, body, host,
+                                interval(self.group_configs, "consumer", body.group_id),
+                                self.access, self._validate, self._heartbeat)
 
     def _validate(self, ctx: RequestContext, body) -> None:
         epoch = body.member_epoch
@@ -378,14 +369,10 @@ class ConsumerGroups:
         described = []
         for group_id in dict.fromkeys(body.group_ids):
             budget.charge(len(group_id))
-            if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
-                described.append(not_described(group_id, ErrorCode.group_authorization_failed))
-                continue
-            group = self.groups.get(group_id)
-            if not isinstance(group, ConsumerGroup):
-                why = "not found" if group is None else "is not a consumer group"
-                described.append(not_described(group_id, ErrorCode.group_id_not_found,
-                                                 f"Group {group_id} {why}."))
+            group, refusal = to_describe(self.access, ctx, self.groups, group_id,
+                                         ConsumerGroup, "consumer")
+            if refusal is not None:
+                described.append(refusal)
                 continue
             if hidden_topics(self.access, ctx, self._named_topics(group)):
                 described.append(not_described(group_id, ErrorCode.topic_authorization_failed))

@@ -35,6 +35,24 @@ def heartbeat_answer(ctx: RequestContext, interval: datetime.timedelta,
                         "assignment": assignment})
 
 
+def answer_heartbeat(ctx: RequestContext, body, host: str, every: datetime.timedelta,
+                     access: Access, validate, beat) -> bytes:
+    """A heartbeat of either protocol: `validate(ctx, body)`, READ on the group, DESCRIBE on
+    the topics it names, then `beat(ctx, body, host)` -> (member id, epoch, assignment or
+    None); a Refused on the way is the answer."""
+    try:
+        validate(ctx, body)
+        if not access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
+            raise Refused(ErrorCode.group_authorization_failed)
+        check_topics(access, ctx, body.subscribed_topic_names or ())
+        member_id, epoch, assignment = beat(ctx, body, host)
+    except Refused as refused:
+        return heartbeat_answer(ctx, every, refused.code, refused.message,
+                                body.member_id or None)
+    return heartbeat_answer(ctx, every, member_id=member_id, epoch=epoch,
+                            assignment=assignment)
+
+
 def encoded(assignment) -> dict:
     """An assignment (topic id -> partitions) as a heartbeat answer carries it."""
     return {"topic_partitions": [{"topic_id": topic, "partitions": sorted(partitions)}
@@ -55,6 +73,20 @@ def check_topics(access: Access, ctx: RequestContext, names) -> None:
     if refused:
         raise Refused(ErrorCode.topic_authorization_failed,
                       f"Unauthorized topics: {', '.join(refused)}.")
+
+
+def to_describe(access: Access, ctx: RequestContext, groups: dict, group_id: str, kind: type,
+                name: str):
+    """(the group of that id and kind to describe, None), or (None, the entry that refuses
+    it): no DESCRIBE on the group, or no group of that kind (GROUP_ID_NOT_FOUND)."""
+    if not access.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return None, not_described(group_id, ErrorCode.group_authorization_failed)
+    group = groups.get(group_id)
+    if not isinstance(group, kind):
+        why = "not found" if group is None else f"is not a {name} group"
+        return None, not_described(group_id, ErrorCode.group_id_not_found,
+                                   f"Group {group_id} {why}.")
+    return group, None
 
 
 def hidden_topics(access: Access, ctx: RequestContext, names) -> bool:

@@ -143,7 +143,8 @@ class ShareFetches:
         return self.limits
 
     def member_gone(self, group: ShareGroup, member_id: str) -> None:
-        """A member left or expired: what it holds goes back, its session ends."""
+        """A member left or expired, or its session closed: what it holds goes back, its
+        session ends."""
         self.sessions.pop((group.group_id, member_id), None)
         for key, share in group.shares.items():
             if share.release_member(member_id):
@@ -172,7 +173,7 @@ class ShareFetches:
                 del self.sessions[(group_id, member_id)]
             elif now - session.used > idle:
                 log.info("share group %s: session of %s idle; closed", group_id, member_id)
-                self._close(group, member_id)
+                self.member_gone(group, member_id)
         for group in self.groups.values():
             if isinstance(group, ShareGroup):
                 for key, share in group.shares.items():
@@ -233,7 +234,7 @@ class ShareFetches:
             for index in topic.partitions:
                 session.partitions.pop((topic.topic_id, index), None)
         if body.share_session_epoch == CLOSE:
-            self._close(group, body.member_id)
+            self.member_gone(group, body.member_id)
             return self._answer(ctx, ErrorCode.none, rows, body.group_id)
         self._acquire(group, body, session, names, rows)
         if any(row.get("acquired_records") for row in rows.values()) or body.max_wait.total_seconds() <= 0:
@@ -303,12 +304,6 @@ class ShareFetches:
         finally:
             self.store.save(group.group_id, key, share)
         return ErrorCode.none
-
-    def _close(self, group: ShareGroup, member_id: str) -> None:
-        self.sessions.pop((group.group_id, member_id), None)
-        for key, share in group.shares.items():
-            if share.release_member(member_id):
-                self.store.save(group.group_id, key, share)
 
     def _acquire(self, group: ShareGroup, body, session: ShareSession, names: dict,
                  rows: dict) -> None:
@@ -450,7 +445,7 @@ class ShareFetches:
                     rows[key] = {"partition_index": key[1], "error_code": row["error_code"],
                                  "error_message": None, "current_leader": row["current_leader"]}
         if body.share_session_epoch == CLOSE:
-            self._close(group, body.member_id)
+            self.member_gone(group, body.member_id)
         return self._answer(ctx, ErrorCode.none, rows, body.group_id)
 
     # --- the admin side of share offsets ---------------------------------------------------

@@ -25,9 +25,9 @@ from typing import Callable
 
 from broker.parent.forwarded import budget_of
 from broker.parent.group_configs import GroupConfigs
-from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, check_topics, encoded,
-                                             heartbeat_answer, hidden_topics, interval,
-                                             not_described, session_seconds)
+from broker.parent.groups.heartbeats import (NO_OPERATIONS, Refused, answer_heartbeat,
+                                             encoded, hidden_topics, interval, not_described,
+                                             session_seconds, to_describe)
 from broker.parent.groups.share_state import ShareGroup, ShareMember, share_assignment
 from broker.parent.groups.state import java_host
 from broker.shared.access import Access
@@ -67,21 +67,12 @@ class ShareGroups:
     # --- ShareGroupHeartbeat --------------------------------------------------------------
 
     def heartbeat(self, ctx: RequestContext, body, host: str) -> bytes:
-        every = interval(self.group_configs, "share", body.group_id)
-        try:
-            self._validate(body)
-            if not self.access.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id):
-                raise Refused(ErrorCode.group_authorization_failed)
-            check_topics(self.access, ctx, body.subscribed_topic_names or ())
-            member_id, epoch, assignment = self._heartbeat(ctx, body, host)
-        except Refused as refused:
-            return heartbeat_answer(ctx, every, refused.code, refused.message,
-                                    body.member_id or None)
-        return heartbeat_answer(ctx, every, member_id=member_id, epoch=epoch,
-                                assignment=assignment)
+        return answer_heartbeat(ctx, body, host,
+                                interval(self.group_configs, "share", body.group_id),
+                                self.access, self._validate, self._heartbeat)
 
     @staticmethod
-    def _validate(body) -> None:
+    def _validate(_ctx: RequestContext, body) -> None:
         if not body.group_id:
             raise Refused(ErrorCode.invalid_request, "GroupId can't be empty.")
         if not body.member_id:
@@ -232,14 +223,10 @@ class ShareGroups:
         names = {info.topic_id: name for name, info in self.topics.topics().items()}
         for group_id in dict.fromkeys(body.group_ids):
             budget.charge(len(group_id))
-            if not self.access.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
-                described.append(not_described(group_id, ErrorCode.group_authorization_failed))
-                continue
-            group = self.groups.get(group_id)
-            if not isinstance(group, ShareGroup):
-                why = "not found" if group is None else "is not a share group"
-                described.append(not_described(group_id, ErrorCode.group_id_not_found,
-                                                f"Group {group_id} {why}."))
+            group, refusal = to_describe(self.access, ctx, self.groups, group_id, ShareGroup,
+                                         "share")
+            if refusal is not None:
+                described.append(refusal)
                 continue
             shown = {n for m in group.members.values() for n in m.topic_names} | {
                 names[t] for goal in group.target.values() for t in goal if t in names}
