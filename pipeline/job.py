@@ -53,7 +53,8 @@ def run(locations: list[str], out: str, master: str | None = None, top: int = 10
         progress.step("reading event files", input_bytes=_local_bytes(locations))
         loaded = load_events(spark, locations, staging=os.path.join(out, "parsed_events"))
         progress.say(f"read {_lines_read(loaded)}: {progress.rate(loaded.lines)}")
-        rows = _tables(spark, loaded.events, out, top, window, limits, progress)
+        rows = _tables(spark, loaded.events, out, top, window, limits, progress,
+                       loaded.group_events)
         summary = _summary(loaded, loaded.events, rows, limits, window)
         progress.step("writing the report")
         summary["job_seconds"] = round(time.monotonic() - started, 2)
@@ -79,8 +80,10 @@ def _lines_read(loaded) -> str:
             f"{loaded.unknown_version:,} of an unknown version")
 
 
-def _tables(spark, events, out: str, top: int, window: int, limits, progress) -> dict:
-    """Compute, write and read back each table; return its rows as dicts, in order."""
+def _tables(spark, events, out: str, top: int, window: int, limits, progress,
+            group_events: int = 1) -> dict:
+    """Compute, write and read back each table; return its rows as dicts, in order.  A log
+    without group events gets an empty "groups" table without its aggregation's shuffles."""
     per_second = aggregate.timeline(events)
     # Built in this order, each from the tables already written (`done`) where it can be.
     tables = {
@@ -90,7 +93,8 @@ def _tables(spark, events, out: str, top: int, window: int, limits, progress) ->
         "top_n": lambda done: aggregate.top_n(events, top),
         "fairness": lambda done: aggregate.fairness(events, window),
         "denied": lambda done: aggregate.denied(events),
-        "groups": lambda done: aggregate.groups(events, top),
+        "groups": lambda done: aggregate.groups(events, top) if group_events else
+        spark.createDataFrame([], aggregate.groups(events, top).schema),
         "latency_by_plane": lambda done: aggregate.latency_percentiles(events, ["plane"]),
     }
     done, rows = {}, {}

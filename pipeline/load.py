@@ -19,6 +19,9 @@ from pipeline.schema import CORRUPT, SCHEMA_VERSION, TYPE_NAMES, event_schema
 EARLIEST_MS, LATEST_MS = 978_307_200_000, 4_102_444_800_000  # 2001-01-01, 2100-01-01
 
 
+
+GROUP_TYPES = ("group_rebalance", "share_deliveries")  # what the "groups" table reads
+
 def spark_session(master: str | None = None, app: str = "pybroker-incidents") -> SparkSession:
     """Local Spark in this process unless a master URL (spark://, yarn, k8s://...) is given."""
     builder = (SparkSession.builder.appName(app)
@@ -55,6 +58,7 @@ class Loaded:
     lines: int
     bad_lines: int
     unknown_version: int
+    group_events: int = 0  # group_rebalance and share_deliveries among them
 
 
 def load_events(spark: SparkSession, locations: list[str], staging: str | None = None) -> Loaded:
@@ -82,7 +86,8 @@ def load_events(spark: SparkSession, locations: list[str], staging: str | None =
         F.count(F.lit(1)).alias("lines"),
         F.sum((~parsed).cast("long")).alias("bad"),
         F.sum((parsed & ~known).cast("long")).alias("unknown"),
+        F.sum((known & F.col("type").isin(*GROUP_TYPES)).cast("long")).alias("groups"),
     ).first()
     events = raw.where(known).drop(CORRUPT).withColumn("second", F.floor(F.col("ts") / 1000))
     return Loaded(events=events, lines=counts["lines"] or 0, bad_lines=counts["bad"] or 0,
-                  unknown_version=counts["unknown"] or 0)
+                  unknown_version=counts["unknown"] or 0, group_events=counts["groups"] or 0)
