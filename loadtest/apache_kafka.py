@@ -1,5 +1,6 @@
-"""Apache Kafka 4.4.0 beside this broker: a single-node KRaft Kafka started from the jars
-`compat/pom.xml` resolves into `compat/lib`, and Kafka's command-line tools run by class name.
+"""Apache Kafka 4.4.0 beside this broker: a single-node KRaft Kafka (`ApacheKafka`) or a
+replicated cluster of several (`KafkaCluster`) started from the jars `compat/pom.xml` resolves
+into `compat/lib`, and Kafka's command-line tools run by class name.
 
 `python -m loadtest.apache_kafka` starts one and prints its bootstrap address until SIGTERM or
 Ctrl-C; `python -m loadtest.apache_kafka tool <name|class> [args...]` runs a tool (the names
@@ -9,6 +10,7 @@ kernel picked free a moment before, and lives in a temporary directory removed o
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import os
@@ -281,6 +283,67 @@ class ApacheKafka:
         self.proc.wait(10)
 
     def __enter__(self) -> "ApacheKafka":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class KafkaCluster:
+    """A KRaft cluster of `size` combined broker+controller nodes on 127.0.0.1, each an
+    ApacheKafka of its own (node ids 1..size, static voters, one cluster id), replicated as a
+    production cluster is: replication factor `size`, min.insync.replicas size - 1.  Started
+    together (a node waits for a quorum); one node killed and started again by its id."""
+
+    def __init__(self, size: int = 3, overrides: dict[str, str] | None = None,
+                 heap: str = "256m"):
+        self.nodes = [ApacheKafka(heap=heap) for _ in range(size)]
+        voters = ",".join(f"{number}@127.0.0.1:{node.controller_port}"
+                          for number, node in enumerate(self.nodes, 1))
+        replicas, in_sync = str(size), str(max(1, size - 1))
+        replicated = {
+            "controller.quorum.voters": voters, "default.replication.factor": replicas,
+            "min.insync.replicas": in_sync, "num.partitions": "3",
+            "offsets.topic.replication.factor": replicas, "offsets.topic.num.partitions": "3",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
+            "transaction.state.log.num.partitions": "3",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": in_sync,
+            "unclean.leader.election.enable": "false"}
+        for number, node in enumerate(self.nodes, 1):
+            node.cluster_id = self.nodes[0].cluster_id
+            node.overrides.update(replicated, **{"node.id": str(number)}, **(overrides or {}))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def node(self, node_id: int) -> ApacheKafka:
+        return self.nodes[node_id - 1]
+
+    def start(self, timeout: float = 120.0) -> "KafkaCluster":
+        """Every node at once (each waits for the quorum the others make)."""
+        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
+            started = [pool.submit(node.start, timeout) for node in self.nodes]
+            failures = [future.exception() for future in started if future.exception()]
+        if failures:
+            self.stop()
+            raise failures[0]
+        return self
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node, its data kept: `restart(node_id)` brings it back."""
+        self.node(node_id).kill()
+
+    def restart(self, node_id: int, timeout: float = 120.0) -> None:
+        self.node(node_id).start(timeout)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> "KafkaCluster":
         return self.start()
 
     def __exit__(self, *exc) -> None:
