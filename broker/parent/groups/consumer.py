@@ -78,6 +78,10 @@ class _NoTopics:
     def topics() -> dict:
         return {}
 
+    @staticmethod
+    def by_id(_topic_id):
+        return None
+
 
 NO_TOPICS = _NoTopics()
 

@@ -197,19 +197,17 @@ class ShareFetches:
 
     def flush_events(self, second: int) -> None:
         """share_deliveries of the second that ended, for each share partition with any."""
-        names = None
         for group in self.groups.values():
             if not isinstance(group, ShareGroup):
                 continue
             for (topic_id, index), share in group.shares.items():
                 if not share.counts.any():
                     continue
-                if names is None:
-                    names = {info.topic_id: name for name, info in self.topics.topics().items()}
                 if self.events is not None:
                     self.events.emit(ShareDeliveries(
-                        ts=second * 1000, second=second, group=group.group_id, topic=names.get(topic_id, ""),
-                        partition=index, **vars(share.counts)))
+                        ts=second * 1000, second=second, group=group.group_id,
+                        topic=self._name(topic_id) or "", partition=index,
+                        **vars(share.counts)))
                 share.counts = type(share.counts)()
 
     # --- ShareFetch ----------------------------------------------------------------------------
@@ -219,27 +217,22 @@ class ShareFetches:
         if top is not None:
             return self._answer(ctx, top, {})
         group = self.groups[body.group_id]
-        names = {info.topic_id: name for name, info in self.topics.topics().items()}
         rows: dict[Key, dict] = {}
-        for topic in body.topics:
-            for part in topic.partitions:
-                key = (topic.topic_id, part.partition_index)
-                row = rows.get(key) or rows.setdefault(key, self._row(ctx, key, names))
-                if row["error_code"] == ErrorCode.none:  # a partition named twice: one row
-                    session.partitions[key] = None
-                    code = self._acknowledge(group, body.member_id, key,
-                                             part.acknowledgement_batches).value
-                    row["acknowledge_error_code"] = row["acknowledge_error_code"] or code
+        for key, (code, acknowledged) in self._acknowledge_named(ctx, body, group).items():
+            rows[key] = dict(self._row_for_data(key), error_code=code,
+                             acknowledge_error_code=acknowledged.value)
+            if code == ErrorCode.none:
+                session.partitions[key] = None
         for topic in body.forgotten_topics_data or ():
             for index in topic.partitions:
                 session.partitions.pop((topic.topic_id, index), None)
         if body.share_session_epoch == CLOSE:
             self.member_gone(group, body.member_id)
             return self._answer(ctx, ErrorCode.none, rows, body.group_id)
-        self._acquire(group, body, session, names, rows)
+        self._acquire(group, body, session, rows)
         if any(row.get("acquired_records") for row in rows.values()) or body.max_wait.total_seconds() <= 0:
             return self._answer(ctx, ErrorCode.none, rows, body.group_id)
-        return self._wait(ctx, body, group, session, names, rows)
+        return self._wait(ctx, body, group, session, rows)
 
     def _session(self, ctx: RequestContext, body):
         """(an error for the whole request or None, the member's share session).  As
@@ -277,16 +270,35 @@ class ShareFetches:
         session.used = self.clock()
         return None, session
 
-    def _row(self, ctx: RequestContext, key: Key, names: dict) -> dict:
-        row = self._row_for_data(key)
-        name = names.get(key[0])
+    def _name(self, topic_id: uuid.UUID) -> str | None:
+        info = self.topics.by_id(topic_id)
+        return None if info is None else info.name
+
+    def _problem(self, ctx: RequestContext, key: Key) -> ErrorCode:
+        """Whether the request may touch this partition: it exists, READ on its topic."""
+        name = self._name(key[0])
         if name is None:
-            row["error_code"] = ErrorCode.unknown_topic_id
-        elif not self.access.check(ctx, Operation.READ, ResourceType.TOPIC, name):
-            row["error_code"] = ErrorCode.topic_authorization_failed
-        elif self.topics.partition(name, key[1]) is None:
-            row["error_code"] = ErrorCode.unknown_topic_or_partition
-        return row
+            return ErrorCode.unknown_topic_id
+        if not self.access.check(ctx, Operation.READ, ResourceType.TOPIC, name):
+            return ErrorCode.topic_authorization_failed
+        if self.topics.partition(name, key[1]) is None:
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.none
+
+    def _acknowledge_named(self, ctx: RequestContext, body,
+                           group: ShareGroup) -> dict[Key, tuple[ErrorCode, ErrorCode]]:
+        """Each partition the request names, once (a partition named twice keeps its first
+        error): (its error, the error of the acknowledgements it carried)."""
+        found: dict[Key, tuple[ErrorCode, ErrorCode]] = {}
+        for topic in body.topics:
+            for part in topic.partitions:
+                key = (topic.topic_id, part.partition_index)
+                code, acknowledged = found.get(key) or (self._problem(ctx, key), ErrorCode.none)
+                if code == ErrorCode.none and acknowledged == ErrorCode.none:
+                    acknowledged = self._acknowledge(group, body.member_id, key,
+                                                     part.acknowledgement_batches)
+                found[key] = (code, acknowledged)
+        return found
 
     def _acknowledge(self, group: ShareGroup, member_id: str, key: Key, acks) -> ErrorCode:
         if not acks:
@@ -305,8 +317,7 @@ class ShareFetches:
             self.store.save(group.group_id, key, share)
         return ErrorCode.none
 
-    def _acquire(self, group: ShareGroup, body, session: ShareSession, names: dict,
-                 rows: dict) -> None:
+    def _acquire(self, group: ShareGroup, body, session: ShareSession, rows: dict) -> None:
         budget = max(1, body.max_bytes) if body.max_bytes > 0 else 1 << 20
         budget = min(budget, budget_of(self.props).max_bytes // 2)
         room = body.max_records if body.max_records > 0 else 500
@@ -316,7 +327,7 @@ class ShareFetches:
         for key in order[session.turn:] + order[:session.turn]:
             if room <= 0 or budget <= 0:
                 break
-            name = names.get(key[0])
+            name = self._name(key[0])
             share = None if name is None else self._share(group, key, name)
             if share is None:
                 continue
@@ -380,7 +391,7 @@ class ShareFetches:
         final = sorted((o, share.records[o].deliveries) for o in delivered)
         return b"".join(chosen[base] for base in sorted(chosen)), runs_of(final)
 
-    def _wait(self, ctx, body, group, session, names, rows):
+    def _wait(self, ctx, body, group, session, rows):
         future = self.loop.create_future()
         wait_ms = min(body.max_wait.total_seconds() * 1000, self.props.pybroker_fetch_max_wait_ms)
         deadline = self.clock() + wait_ms / 1000
@@ -394,7 +405,7 @@ class ShareFetches:
             if self.sessions.get(key) is not session:  # closed, or opened again: answer now
                 future.set_result(self._answer(ctx, ErrorCode.none, rows, body.group_id))
                 return
-            self._acquire(group, body, session, names, rows)
+            self._acquire(group, body, session, rows)
             if any(row.get("acquired_records") for row in rows.values()) or \
                     self.clock() >= deadline:
                 future.set_result(self._answer(ctx, ErrorCode.none, rows, body.group_id))
@@ -431,19 +442,12 @@ class ShareFetches:
         if top is not None:
             return self._answer(ctx, top, {})
         group = self.groups[body.group_id]
-        names = {info.topic_id: name for name, info in self.topics.topics().items()}
-        rows: dict[Key, dict] = {}
-        for topic in body.topics:
-            for part in topic.partitions:
-                key = (topic.topic_id, part.partition_index)
-                row = self._row(ctx, key, names)
-                if row["error_code"] == ErrorCode.none:
-                    row["error_code"] = self._acknowledge(group, body.member_id, key,
-                                                          part.acknowledgement_batches)
-                earlier = rows.get(key)  # a partition named twice: its first error stands
-                if earlier is None or earlier["error_code"] == ErrorCode.none:
-                    rows[key] = {"partition_index": key[1], "error_code": row["error_code"],
-                                 "error_message": None, "current_leader": row["current_leader"]}
+        rows = {key: {"partition_index": key[1],
+                      "error_code": code if code != ErrorCode.none else acknowledged,
+                      "error_message": None,
+                      "current_leader": {"leader_id": self.node_id, "leader_epoch": 0}}
+                for key, (code, acknowledged)
+                in self._acknowledge_named(ctx, body, group).items()}
         if body.share_session_epoch == CLOSE:
             self.member_gone(group, body.member_id)
         return self._answer(ctx, ErrorCode.none, rows, body.group_id)
