@@ -3,11 +3,13 @@
     python -m loadtest.kafka_load produce BOOTSTRAP TOPIC SECONDS RECORD_BYTES [CONFIG_JSON]
     python -m loadtest.kafka_load consume BOOTSTRAP TOPIC RECORDS
     python -m loadtest.kafka_load transactions BOOTSTRAP TOPIC SECONDS RECORD_BYTES PER_TXN
+    python -m loadtest.kafka_load latency BOOTSTRAP TOPIC SECONDS RATE RECORD_BYTES
 
 Each prints one JSON line.  Produce uses acks=1 and no compression; consume reads the
 partitions from the beginning until it has RECORDS records; transactions produces PER_TXN
 records per transaction (idempotent, acks=all, as a transactional producer must) and times
-each commit.
+each commit; latency sends RATE records a second (acks=all, idempotent, linger 0) for a
+warm-up second, then SECONDS, and gives percentiles of send-to-acknowledgement time.
 """
 
 from __future__ import annotations
@@ -78,6 +80,47 @@ def transactions(bootstrap: str, topic: str, seconds: float, size: int, per_txn:
             "commits": commits}
 
 
+def latency(bootstrap: str, topic: str, seconds: float, rate: float, size: int) -> dict:
+    """Records paced at `rate` a second: percentiles of their acknowledgement time, in ms,
+    after a warm-up second."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 0})
+    value = b"x" * size
+    times: list[float] = []
+    failed = [0]
+    started = time.monotonic()
+    warm_until = started + 1.0
+
+    def on_delivery(error, _message, sent: float):
+        if error is not None:
+            failed[0] += 1
+        elif sent >= warm_until:
+            times.append(time.monotonic() - sent)
+
+    sent = 0
+    while True:
+        now = time.monotonic()
+        if now - warm_until > seconds:
+            break
+        due = started + sent / rate
+        if now < due:
+            producer.poll(min(due - now, 0.001))
+            continue
+        producer.produce(topic, value, on_delivery=lambda e, m, t=now: on_delivery(e, m, t))
+        sent += 1
+        producer.poll(0)
+    producer.flush(30)
+    times.sort()
+
+    def at(share: float) -> float:
+        return times[min(len(times) - 1, int(len(times) * share))] * 1000 if times else 0.0
+
+    return {"records": len(times), "failed": failed[0], "p50": at(0.5), "p99": at(0.99),
+            "p999": at(0.999)}
+
+
 def consume(bootstrap: str, topic: str, records: int) -> dict:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -109,6 +152,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(produce(argv[1], argv[2], float(argv[3]), int(argv[4]), extra)))
     elif argv[0] == "consume":
         print(json.dumps(consume(argv[1], argv[2], int(argv[3]))))
+    elif argv[0] == "latency":
+        print(json.dumps(latency(argv[1], argv[2], float(argv[3]), float(argv[4]),
+                                 int(argv[5]))))
     elif argv[0] == "transactions":
         print(json.dumps(transactions(argv[1], argv[2], float(argv[3]), int(argv[4]),
                                       int(argv[5]))))

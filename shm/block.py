@@ -61,7 +61,8 @@ MAX_API_KEY = 127
 CLOSE_REASONS = ("client", "idle", "invalid", "error", "shutdown", "worker_exit", "evicted",
                  "receive_timeout", "pool_queue_full", "tls_handshake_failed",
                  "tls_handshake_timeout", "authentication_failed", "session_expired",
-                 "per_user_limit", "per_user_rate", "send_stalled", "unsent_bytes")
+                 "per_user_limit", "per_user_rate", "send_stalled", "unsent_bytes",
+                 "upstream")
 INVALID_REASONS = ("size_negative", "size_too_large", "frame_too_small", "unknown_api",
                    "unsupported_version", "malformed_header", "malformed_body", "produce_failed",
                    "too_many_entries", "not_authenticated", "response_too_large",

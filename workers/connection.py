@@ -49,6 +49,7 @@ from workers.router import InvalidRequest, Router
 from workers.mute import (RECEIVED, SENT, IllegalMuteTransition, MuteEvent, MuteState,
                           response_sent, transition, unmute)
 from workers.parked import ParkedRequest
+from workers.upstream import UpstreamUnavailable
 
 if TYPE_CHECKING:
     from workers.authenticator import Authenticator
@@ -130,7 +131,7 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         "_parked", "files", "_queue_wait", "opened_at", "bytes_in", "bytes_out", "_sent_mark",
         "_stalled_since", "bytes_in_logged", "bytes_out_logged", "aggregate", "client_id",
         "principal", "user", "session_expires", "_claiming", "_need_client_id", "requests",
-        "throttle_ms")
+        "throttle_ms", "upstream_node")
 
     def __init__(self, host: ConnectionHost, conn_id: int, listener_index: int, peer: str,
                  fd: int = -1, tls: bool = False):
@@ -190,6 +191,7 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
         self._need_client_id = True  # the first request's, for the event log and the live view
         self.requests = 0  # answered (or acks=0) requests
         self.throttle_ms = 0  # throttle time earned over the connection's life
+        self.upstream_node: int | None = None  # front-end mode: the node its requests go to
 
     # --- Protocol interface ---------------------------------------------------------------
 
@@ -454,6 +456,9 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
             self._reject(error)
         elif isinstance(error, (ConnectionResetError, BrokenPipeError)):  # while we sent
             self.close("client")
+        elif isinstance(error, UpstreamUnavailable):
+            log.info("closing connection %s from %s: %s", self.conn_id, self.peer, error)
+            self.close(error.reason)
         elif isinstance(error, IllegalMuteTransition):
             log.error("connection %s from %s: %s; closing", self.conn_id, self.peer, error)
             self.close("error")
@@ -490,7 +495,8 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
             self._fail(error)
 
     def _answer_parked(self, response, parked: ParkedRequest) -> None:
-        out = [response] if type(response) is bytes else []
+        # An upstream answer read into a buffer of its own is a bytearray (front-end mode).
+        out = [response] if type(response) is bytes or type(response) is bytearray else []
         if type(response) in (Throttled, FileResponse) and \
                 self._park_or_throttle(response, parked.api_key, out):
             return  # held back once more (a delayed throttle, an answer being sent)

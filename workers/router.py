@@ -73,6 +73,7 @@ class Api:
     versions: tuple[int, int] = (0, 0)
     pure = False  # True: the answer depends only on the request bytes after the correlation id
     forwarded = False  # True: the raw frame goes to the parent undecoded
+    raw = False  # True: only the header is decoded; `handle_raw` gets the frame (front-end)
 
     def __init_subclass__(cls, api: str | None = None, **kwargs):
         """`class Produce(Api, api="Produce")`: key, name and versions from the table."""
@@ -85,6 +86,10 @@ class Api:
         self.services = services  # workers.apis.Services
 
     def handle(self, ctx: RequestContext, body):
+        raise NotImplementedError
+
+    def handle_raw(self, ctx: RequestContext, request, body_at: int, client):
+        """A raw API's request: the frame, where its body begins, and the connection."""
         raise NotImplementedError
 
 
@@ -130,6 +135,9 @@ class Router:
             api_key, api_version, _ = REQUEST_PREFIX.unpack_from(request, 0)
             return self._unroutable(request, api_key, api_version)
         header_reader, body_reader, api, memo_prefix, api_version = route
+        if api.raw:
+            return self._raw(request, header_reader, api, api_version, listener_index, user,
+                             host, client)
         key = None  # the memo's key: the request as it came, before any tag was skipped
         if memo_prefix is not None and len(request) - 4 <= MAX_KEY_BYTES:
             key = memo_prefix + request[8:]  # all but the correlation id (bytes, whatever it is)
@@ -165,6 +173,22 @@ class Router:
             return self.settle(ctx, response, 0.0, client)
         started = time.perf_counter()
         response = api.handle(ctx, body)
+        return self.settle(ctx, response, time.perf_counter() - started, client)
+
+    def _raw(self, request, header_reader, api: Api, api_version: int, listener_index: int,
+             user: str, host: str, client):
+        """A request whose body is not decoded here (front-end mode: it goes upstream)."""
+        try:
+            header, body_at = header_reader(request, 0)
+        except Exception as error:  # kio raises several types for malformed input
+            raise _invalid(_HeaderError(repr(error)), api.name, api_version) from None
+        ctx = RequestContext(request[4:8], api.key, api_version, listener_index, header, user,
+                             host, len(request))
+        quotas = self.quotas
+        if quotas is None or not quotas.active():
+            return self.settle(ctx, api.handle_raw(ctx, request, body_at, client), 0.0, client)
+        started = time.perf_counter()
+        response = api.handle_raw(ctx, request, body_at, client)
         return self.settle(ctx, response, time.perf_counter() - started, client)
 
     def settle(self, ctx: RequestContext, response, busy: float, client=None):

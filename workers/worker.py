@@ -45,6 +45,8 @@ from broker.shared.protocol import guard
 from broker.shared.tls import TlsConfigError, server_context
 from shm.block import STATE_DRAINING, STATE_SERVING, SharedBlock
 from workers.apis import Services, build_apis
+from workers.apis.authentication import SaslAuthenticate, SaslHandshake
+from workers.apis.upstream import FrontEnd, FrontEndApiVersions, build_front_end_apis
 from workers.apis.fetch import FetchWaits
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
@@ -61,6 +63,7 @@ from workers.router import BrokerView, Router
 from workers.stats import WorkerStats
 from workers.throttling import ClientQuotas
 from workers.top_connections import top_connections
+from workers.upstream import Upstream
 from workers.worker_events import WorkerEvents
 
 log = logging.getLogger("workers.worker")
@@ -106,8 +109,17 @@ class Worker:
         guard.limits.max_entries = props.pybroker_request_max_entries
         self.services.sessions = self._fetch_sessions(config, block, boot.slot)
         self.forwarder = Forwarder(channel, config.may_alter)
-        self.router = Router(build_apis(self.services, self.control_plane), self.services.quotas,
-                             self.forwarder.forward)
+        self.front_end: FrontEnd | None = None  # front-end mode: the upstream cluster's APIs
+        self._api_versions: FrontEndApiVersions | None = None
+        if config.upstream and not boot.control_plane:  # the control plane stays the front-end's own
+            self.front_end = FrontEnd(config.node_port, view.advertised,
+                                      props.pybroker_frontend_node_ports_per_listener)
+            apis, self._api_versions = build_front_end_apis(
+                self.front_end, [SaslHandshake(self.services), SaslAuthenticate(self.services)])
+            self.router = Router(apis, self.services.quotas, None)
+        else:
+            self.router = Router(build_apis(self.services, self.control_plane),
+                                 self.services.quotas, self.forwarder.forward)
         self.principals = Principals(config, channel, self.control_plane, self.router.handle,
                                      self.stats, self.events)
         # Who a connection is (ConnectionHost): the worker's Principals answer, called directly
@@ -172,6 +184,12 @@ class Worker:
         self.services.waits = waits = FetchWaits(loop, self.stats.delayed_fetches)
         self.services.appended = waits.appended
         self.intake = self._intake(loop)
+        if self.front_end is not None:
+            props = self.boot.config.props
+            self.front_end.upstream = Upstream(
+                loop, props.pybroker_upstream_max_connections_per_node,
+                props.pybroker_upstream_connect_timeout_ms / 1000,
+                props.pybroker_upstream_idle_ms / 1000)
         self._orders = self._parent_orders()
         self.channel.attach(loop)
         self.channel.on_broken = self._parent_gone
@@ -270,6 +288,8 @@ class Worker:
             self.loop.call_later(0.02, self._drain_step)
 
     def _finish(self) -> None:
+        if self.front_end is not None:
+            self.front_end.upstream.close()
         if self._ticker is not None:
             self._ticker.stop()  # the event log's close() writes the last second
         if self.events is not None:
@@ -283,6 +303,8 @@ class Worker:
         self.stats.descriptors(self.registry.files, REGION_BUDGET)
         self._sweep(time.monotonic())
         self.services.sessions.tick()
+        if self.front_end is not None:
+            self.front_end.upstream.close_idle()
         if self.memory is not None:
             self.memory.take_grants()  # a wake-up lost (its sender died) delays a grant, no more
         self.loop.call_later(TICK_SECONDS, self._tick)
@@ -377,7 +399,16 @@ class Worker:
             ipc.Acls: lambda message: self.access.update(message.acls),
             ipc.Tls: lambda message: self._new_certificates(message.listener_tls),
             ipc.Shutdown: lambda message: self.begin_shutdown(message.deadline_ms / 1000),
+            ipc.UpstreamView: self._upstream_view,
         }
+
+    def _upstream_view(self, view: ipc.UpstreamView) -> None:
+        """Front-end mode: the parent's new view of the upstream cluster."""
+        if self.front_end is None:
+            return
+        self.front_end.upstream.update(view)
+        self._api_versions.update(view)
+        self.router.memo.clear()  # memoized ApiVersions answers advertise the old view
 
     def _quotas_changed(self, message: ipc.Quotas) -> None:
         if self.services.quotas is not None:  # the control plane is exempt from client quotas

@@ -91,7 +91,8 @@ class ConnectionLedger:
         self.control_dispatcher = Dispatcher([w for w in workers if w.control_plane], capacity,
                                              self._handoff_lost, self.wake_acceptors)
         self.delayed = DelayedCloser(loop)
-        self.acceptors: list[Acceptor] = []
+        self.acceptors: list[Acceptor] = []  # by listener index
+        self.node_acceptors: list[Acceptor] = []  # front-end mode: the upstream nodes' ports
         self._ids = itertools.count(1)
         self._evicting: set[int] = set()
         self._refused: set[int] = set()  # refused for their user, released, not closed yet
@@ -117,22 +118,34 @@ class ConnectionLedger:
         return props.pybroker_connection_refusal_delay_ms / 1000
 
     def start(self, sockets: list[socket.socket]) -> None:
-        for index, (listener, sock) in enumerate(zip(self.config.listeners, sockets)):
-            dispatcher = self.control_dispatcher if index == self.control_plane else self.dispatcher
-            acceptor = Acceptor(self.loop, index, listener, sock, dispatcher, self.block,
-                                self.quotas, self.delayed, lambda: next(self._ids),
-                                self.maybe_evict, self.events, self._proxy(listener.name),
-                                self._refusal_delay())
-            self.acceptors.append(acceptor)
+        for index, sock in enumerate(sockets):
+            self.acceptors.append(self._acceptor(index, sock))
+        for acceptor in self.acceptors:
             acceptor.start()
 
+    def add_node_acceptor(self, index: int, sock: socket.socket) -> None:
+        """Front-end mode: one more port of listener `index`, for one upstream node.  It
+        counts as the listener itself: same limits, same counters, same hand-off."""
+        acceptor = self._acceptor(index, sock)
+        self.node_acceptors.append(acceptor)
+        acceptor.start()
+
+    def _acceptor(self, index: int, sock: socket.socket) -> Acceptor:
+        listener = self.config.listeners[index]
+        dispatcher = self.control_dispatcher if index == self.control_plane else self.dispatcher
+        return Acceptor(self.loop, index, listener, sock, dispatcher, self.block, self.quotas,
+                        self.delayed, lambda: next(self._ids), self.maybe_evict, self.events,
+                        self._proxy(listener.name), self._refusal_delay())
+
     def stop(self) -> None:
-        for acceptor in self.acceptors:
+        for acceptor in self.acceptors + self.node_acceptors:
             acceptor.close()
         self.delayed.close_all()
 
     def wake_acceptors(self) -> None:
         for acceptor in self.acceptors:
+            acceptor.maybe_resume()
+        for acceptor in self.node_acceptors:
             acceptor.maybe_resume()
 
     # --- reports from workers -------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Callable
 
 import msgspec
 
+from broker.parent.acceptor import bind_listener
 from broker.parent.acl_store import AclService, AclStore
 from broker.parent.admin import AdminService
 from broker.parent.connection_list import ConnectionListing
@@ -38,12 +39,13 @@ from broker.parent.runtime import Runtime
 from broker.parent.scram import ScramStore
 from broker.parent.status_http import serve_status
 from broker.parent.ticker import EventTicker
+from broker.parent.upstream_directory import UpstreamDirectory
 from broker.parent.worker_process import WorkerProcess
 from broker.shared import ipc
 from broker.shared.access import Access
 from broker.shared.apis import API_NAMES
 from broker.shared.client_quotas import QuotaSensors
-from broker.shared.config import BrokerConfig
+from broker.shared.config import BrokerConfig, listen_backlog
 from broker.shared.events import EventLog
 from broker.shared.log.topics import Epoch
 from broker.shared.overrides import override_hosts
@@ -112,6 +114,7 @@ class ParentServices:
         # The SSL listeners' settings in force; when they differ from the Boot config's
         # (dynamic key stores, a SIGHUP), every worker starting is told after its Boot.
         self._tls = self._tls_at_start()
+        self.directory: UpstreamDirectory | None = None  # front-end mode only
 
     def _access(self) -> Access:
         """The parent's authorization of the requests it serves (admin, groups, ACLs)."""
@@ -179,6 +182,13 @@ class ParentServices:
         maintain the log, tick events."""
         self.groups.start()
         self.ledger.start(sockets)
+        if self.config.upstream:
+            props = self.config.props
+            self.directory = UpstreamDirectory(
+                self.loop, self.config.upstream, props.pybroker_upstream_metadata_refresh_ms / 1000,
+                props.pybroker_upstream_connect_timeout_ms / 1000, self._publish_view,
+                self._bind_node)
+            self.directory.start()
         self.transactions.start()
         self._start_metrics()
         self.logs.start_maintenance()
@@ -203,6 +213,8 @@ class ParentServices:
         self.logs.shutdown()
 
     def close(self) -> None:
+        if self.directory is not None:
+            self.directory.close()
         if self._topics is not None:
             self.logs.close_registry(self._topics)
         self._stop_metrics()
@@ -223,6 +235,8 @@ class ParentServices:
             self._send(worker, ipc.Tls(listener_tls=self._tls))
         if self.config.authorizing():
             self._send(worker, ipc.Acls(acls=list(self.acl_store.acls)))
+        if self.directory is not None and self.directory.view is not None:
+            self._send(worker, self.directory.view)
 
     @staticmethod
     def _send(worker: WorkerProcess, message) -> None:
@@ -319,6 +333,43 @@ class ParentServices:
             if worker.channel is not None:
                 self._send(worker, ipc.Tls(listener_tls=fresh))
         log.info("SSL listeners' key stores re-read: %s", ", ".join(sorted(fresh)))
+
+    # --- front-end mode ---------------------------------------------------------------------
+
+    def _publish_view(self, view: ipc.UpstreamView) -> None:
+        for worker in self.workers:
+            if worker.channel is not None:
+                self._send(worker, view)
+
+    def _bind_node(self, node_id: int) -> bool:
+        """Bind every listener's port for upstream node `node_id`; False (logged) if one
+        cannot be bound, and none is kept."""
+        config, props = self.config, self.config.props
+        if not 0 <= node_id < props.pybroker_frontend_node_ports_per_listener:
+            log.error("upstream node %d has no front-end port: node ids from 0 to %d are "
+                      "served (pybroker.frontend.node.ports.per.listener)", node_id,
+                      props.pybroker_frontend_node_ports_per_listener - 1)
+            return False
+        sockets = []
+        for index in config.data_listener_indexes():  # the control plane is the front-end's own
+            listener = config.listeners[index]
+            port = config.node_port(index, node_id)
+            try:
+                sockets.append(bind_listener(msgspec.structs.replace(listener, port=port),
+                                             listen_backlog(props),
+                                             props.socket_receive_buffer_bytes,
+                                             props.socket_send_buffer_bytes))
+            except OSError as error:
+                log.error("cannot bind port %d of listener %s for upstream node %d: %s",
+                          port, listener.name, node_id, error.strerror)
+                for sock in sockets:
+                    sock.close()
+                return False
+        for index, sock in zip(config.data_listener_indexes(), sockets):
+            self.ledger.add_node_acceptor(index, sock)
+            log.info("listening listener=%s node=%d address=%s:%d", config.listeners[index].name,
+                     node_id, *sock.getsockname()[:2])
+        return True
 
     # --- /metrics -------------------------------------------------------------------------
 

@@ -92,6 +92,9 @@ class Supervisor:
                 self._spawn(worker)
             if await self._wait_until_ready():
                 services.start(sockets)
+                if services.directory is not None:  # front-end mode: ready once it sees the cluster
+                    await services.directory.first_view(
+                        self.config.props.pybroker_upstream_connect_timeout_ms / 1000)
                 tune_after_start()
                 log.info("broker ready node.id=%d workers=%d pid=%d", self.config.node_id,
                          len(self.workers), os.getpid())

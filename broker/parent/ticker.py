@@ -42,7 +42,7 @@ class EventTicker:
     def _second(self, second: int) -> None:
         second_ms = second * 1000
         emit = self.log.emit
-        for acceptor in self.ledger.acceptors:
+        for acceptor in self.ledger.acceptors + self.ledger.node_acceptors:
             for reason, (episodes, nanoseconds) in acceptor.take_blocked().items():
                 emit(events.AcceptorBlocked(ts=second_ms, listener=acceptor.listener.name,
                                             reason=reason, episodes=episodes,

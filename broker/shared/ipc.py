@@ -183,9 +183,29 @@ class ConnectionsList(msgspec.Struct, tag=True, frozen=True):
     rows: list[ConnectionRow]  # its top `top` by the key, largest first
 
 
+class UpstreamNode(msgspec.Struct, array_like=True, frozen=True):
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class UpstreamView(msgspec.Struct, tag=True, frozen=True):
+    """Front-end mode: the upstream cluster as the parent last saw it, sent to every worker
+    after Boot and whenever it changes.  `versions`: (api key, lowest, highest) that every
+    upstream node asked so far serves; the features are copied into ApiVersions answers."""
+
+    cluster_id: str | None
+    nodes: list[UpstreamNode]
+    versions: list[tuple[int, int, int]]
+    supported_features: list[tuple[str, int, int]] = []
+    finalized_features: list[tuple[str, int, int]] = []
+    finalized_epoch: int = -1
+
+
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates
            | ForwardedRequest | ForwardedResponse | Quotas | Tls | Credentials | UserClaim | UserVerdict
-           | Acls | ConnectionsQuery | ConnectionsList)
+           | Acls | ConnectionsQuery | ConnectionsList | UpstreamView)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

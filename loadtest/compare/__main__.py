@@ -12,11 +12,11 @@ import os
 import sys
 import time
 
-from loadtest.compare import connections, limits, requests, startup, throughput
+from loadtest.compare import connections, frontend, limits, requests, startup, throughput
 from loadtest.compare.brokers import WORKER_NOTE
 from loadtest.compare.table import render, save
 
-GROUPS = (throughput, requests, connections, limits, startup)
+GROUPS = (throughput, requests, connections, limits, startup, frontend)
 PARTS = [part for group in GROUPS for part in group.PARTS]
 NOTES = [WORKER_NOTE, "MB = 10^6 bytes; ratio = ours / Kafka's; 'better' says which way is "
          "better; both brokers on 127.0.0.1, started one at a time, with the same clients",
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", metavar="PART",
                         help=f"run only these parts (repeat or comma-separate): {', '.join(PARTS)}"
                              "; a group's name (throughput, requests, connections, limits, "
-                             "startup) runs all of its parts")
+                             "startup, frontend) runs all of its parts")
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="length of each timed run (default 5)")
     parser.add_argument("--out", default=os.path.join("reports", "compare.json"))

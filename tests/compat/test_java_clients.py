@@ -14,15 +14,14 @@ module.
 from __future__ import annotations
 
 import datetime
-import json
-import subprocess
 import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from loadtest.apache_kafka import ApacheKafka, java_command, tool
+from loadtest.apache_kafka import ApacheKafka, tool
 from tests.batches import make_batch
+from tests.compat.helpers import facts, run_scenarios
 from tests.harness import BrokerProcess
 from tests.helpers import ask
 from tests.security.helpers import SASL_JAAS, STANDARD
@@ -30,7 +29,6 @@ from tests.wire import KafkaSocket, create_topic, produce_request
 
 pytestmark = pytest.mark.system  # every test here starts a broker
 
-MAIN = "pybroker.compat.ClientsCheck"
 CORE = ("transactions", "consumer_positions", "consumer_protocol", "share_group",
         "admin_topics", "admin_configs")
 LONG = ("producer_idempotent", "transactions_fenced", "producer_formats", "consumer_group",
@@ -50,26 +48,6 @@ SASL_BROKER = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
                "authorizer.class.name": STANDARD, "inter.broker.listener.name": "SASL_PLAINTEXT"}
 AS_ADMIN = ("security.protocol=SASL_PLAINTEXT", "sasl.mechanism=PLAIN",
             f'sasl.jaas.config={PLAIN} username="admin" password="admin-secret";')
-
-
-def run_scenarios(bootstrap: str, scenarios, configs=(), timeout: float = 240) -> dict:
-    """Runs ClientsCheck once: {scenario: its line}, plus "_stderr" (the JVM's log)."""
-    args = [bootstrap]
-    for config in configs:
-        args += ["--config", config]
-    result = subprocess.run(java_command(MAIN, [*args, *scenarios]), capture_output=True,
-                            text=True, timeout=timeout)
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    answers = {line["scenario"]: line for line in lines}
-    answers["_stderr"] = f"exit {result.returncode}\n{result.stderr[-6000:]}"
-    return answers
-
-
-def facts(answers: dict, scenario: str) -> dict:
-    line = answers.get(scenario)
-    assert line is not None, f"{scenario} printed nothing:\n{answers['_stderr']}"
-    assert line["ok"], f"{scenario} failed: {line.get('error')}\n{answers['_stderr']}"
-    return line["facts"]
 
 
 # --- what Apache Kafka 4.4.0 answers ---------------------------------------------------------

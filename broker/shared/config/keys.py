@@ -181,6 +181,35 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Shadow mode for client quotas (byte rates, request percentage): throttles are counted "
         "in broker_throttle_time_dry_run_seconds_total and logged, not applied. The memory "
         "pool's muting has no shadow mode. Dynamic.")] = False
+    pybroker_upstream_bootstrap_servers: Annotated[str, _doc(
+        "Comma-separated host:port of an Apache Kafka cluster this broker stands before as a "
+        "front-end: it keeps no log of its own, and after its own checks every request goes "
+        "to the upstream broker that must answer it.  Empty: a broker with its own log.")] = ""
+    pybroker_upstream_security_protocol: Annotated[str, _doc(
+        "How the front-end reaches the upstream cluster: PLAINTEXT only.")] = "PLAINTEXT"
+    pybroker_frontend_node_port_base: Annotated[int, _doc(
+        "Front-end mode: upstream node n is reached through port base + i * "
+        "pybroker.frontend.node.ports.per.listener + n of the i-th listener (in `listeners` "
+        "order), advertised with that listener's host; required with "
+        "pybroker.upstream.bootstrap.servers.", ge=0, le=65535)] = 0
+    pybroker_frontend_node_ports_per_listener: Annotated[int, _doc(
+        "Front-end mode: the ports each listener reserves for upstream nodes, so node ids "
+        "from 0 to this - 1 can be served.", ge=1, le=10000)] = 100
+    pybroker_upstream_max_connections_per_node: Annotated[int, _doc(
+        "Front-end mode: connections one worker may hold open to one upstream node; a "
+        "request that finds them all busy waits for one.", ge=1, le=10000)] = 32
+    pybroker_upstream_idle_ms: Annotated[int, _doc(
+        "Front-end mode: an upstream connection unused this long is closed (below Kafka's "
+        "connections.max.idle.ms of 600000, so the front-end closes first).",
+        ge=1000, le=590000)] = 300000
+    pybroker_upstream_metadata_refresh_ms: Annotated[int, _doc(
+        "Front-end mode: how often the parent asks the upstream cluster for its nodes, API "
+        "versions and features (a new node gets its ports at the next look).",
+        ge=100, le=INT_MAX)] = 5000
+    pybroker_upstream_connect_timeout_ms: Annotated[int, _doc(
+        "Front-end mode: an upstream connection not made this long fails; the client's "
+        "connection is closed (reason upstream) and its client looks elsewhere.",
+        ge=100, le=INT_MAX)] = 5000
     pybroker_connection_refusal_answer_enable: Annotated[bool, _doc(
         "Answer the first request of a connection refused for max.connections.per.ip: an "
         "ApiVersions gets POLICY_VIOLATION, which clients log, and the connection is closed "

@@ -50,6 +50,15 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     listener_sasl: dict[str, SaslSettings] = {}  # SASL listener name -> mechanisms, users
     super_users: frozenset[str] = frozenset()  # super.users, parsed
     proxy_listeners: frozenset[str] = frozenset()  # listeners behind a PROXY protocol balancer
+    # Front-end mode: the upstream Kafka cluster's bootstrap (host, port) pairs; empty: off.
+    upstream: tuple[tuple[str, int], ...] = ()
+
+    def node_port(self, listener_index: int, node_id: int) -> int:
+        """Front-end mode: the port of `listener_index` through which upstream node
+        `node_id` is reached (see pybroker.frontend.node.port.base)."""
+        props = self.props
+        return (props.pybroker_frontend_node_port_base
+                + listener_index * props.pybroker_frontend_node_ports_per_listener + node_id)
 
     def authorizing(self) -> bool:
         """Whether ACLs decide requests (authorizer.class.name is set)."""
@@ -132,7 +141,32 @@ def load_config(raw: dict[str, str]) -> BrokerConfig:
         event_log_dir=_event_log_dir(props, log_dirs),
         super_users=_check_authorizer(props),
         proxy_listeners=proxy_listeners(props, listeners),
+        upstream=_upstream(props, listeners),
     )
+
+
+def _upstream(props: ServerProperties, listeners) -> tuple[tuple[str, int], ...]:
+    """Front-end mode's upstream bootstrap servers, with the node ports checked to fit."""
+    servers = tuple(_parse_host_port("pybroker.upstream.bootstrap.servers", item)
+                    for item in split_csv(props.pybroker_upstream_bootstrap_servers))
+    if not servers:
+        return ()
+    if props.pybroker_upstream_security_protocol != "PLAINTEXT":
+        raise ConfigError(f"pybroker.upstream.security.protocol: "
+                          f"{props.pybroker_upstream_security_protocol!r} (only PLAINTEXT)")
+    base, width = (props.pybroker_frontend_node_port_base,
+                   props.pybroker_frontend_node_ports_per_listener)
+    if base == 0:
+        raise ConfigError("pybroker.frontend.node.port.base: required with "
+                          "pybroker.upstream.bootstrap.servers")
+    if base + len(listeners) * width > 65536:
+        raise ConfigError(f"pybroker.frontend.node.port.base: {base} + {len(listeners)} "
+                          f"listeners x {width} ports passes 65535")
+    for listener in listeners:
+        if base <= listener.port < base + len(listeners) * width:
+            raise ConfigError(f"listeners: {listener.name} port {listener.port} is among the "
+                              f"node ports from pybroker.frontend.node.port.base {base}")
+    return servers
 
 
 def _check_consumer_groups(props: ServerProperties) -> None:

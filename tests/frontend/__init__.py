@@ -1,0 +1,1 @@
+"""Front-end mode: this network layer before an upstream Kafka cluster."""

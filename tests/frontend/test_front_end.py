@@ -1,0 +1,95 @@
+"""Front-end mode before a small upstream: this broker with a log of its own, in a process of
+its own, as the cluster (cheap to start; the three-node Apache Kafka cluster is
+test_front_end_cluster.py's).  Real confluent-kafka clients reach the upstream only through
+the front-end: Metadata names the front-end's ports, records go through once each, acks=0
+works, ApiVersions never promises what the upstream does not serve, and an upstream that goes
+away closes clients' connections (reason upstream) until it is back, with no restart of the
+front-end."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness import BrokerProcess, wait_until
+from tests.helpers import consume_all, create_topics, free_port, produce
+from tests.wire import KafkaSocket, api_versions_request, decode_response
+
+pytestmark = pytest.mark.system
+
+UPSTREAM_NODE = 7
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    port = free_port()
+    with BrokerProcess({"node.id": str(UPSTREAM_NODE), "num.partitions": "2",
+                        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                        "group.initial.rebalance.delay.ms": "0"}, workers=1) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def front_end(upstream):
+    base = free_port() - UPSTREAM_NODE  # the upstream node's port: free a moment ago
+    with BrokerProcess({"pybroker.upstream.bootstrap.servers": upstream.bootstrap,
+                        "pybroker.frontend.node.port.base": str(base),
+                        "pybroker.upstream.metadata.refresh.ms": "300"}, workers=2) as running:
+        running.node_port = base + UPSTREAM_NODE
+        yield running
+
+
+def api_versions(address) -> dict[int, tuple[int, int]]:
+    with KafkaSocket(address) as sock:
+        sock.send(api_versions_request(3))
+        _, answer = decode_response(18, 3, sock.receive())
+    return {item.api_key: (item.min_version, item.max_version) for item in answer.api_keys}
+
+
+def test_clients_see_the_front_end_ports_and_the_upstream_cluster(front_end, upstream):
+    from confluent_kafka.admin import AdminClient
+
+    direct = AdminClient({"bootstrap.servers": upstream.bootstrap}).list_topics(timeout=10)
+    through = AdminClient({"bootstrap.servers": front_end.bootstrap}).list_topics(timeout=10)
+    assert {node: (broker.host, broker.port) for node, broker in through.brokers.items()} == {
+        UPSTREAM_NODE: ("127.0.0.1", front_end.node_port)}
+    assert through.cluster_id == direct.cluster_id
+
+
+def test_records_go_through_once_each(front_end):
+    create_topics(front_end.bootstrap, "fe-once", partitions=2)
+    values = [f"v{n}" for n in range(300)]
+    produce(front_end.bootstrap, "fe-once", values, partitions=(0, 1),
+            **{"enable.idempotence": True, "acks": "all"})
+    produce(front_end.bootstrap, "fe-once", [f"z{n}" for n in range(20)], acks=0)
+    read = consume_all(front_end.bootstrap, "fe-once", "read_committed", 320, "fe-group")
+    assert sorted(read) == sorted(item.encode() for item in values + [f"z{n}" for n in range(20)])
+
+
+def test_api_versions_promise_only_what_upstream_serves(front_end, upstream):
+    theirs = api_versions(("127.0.0.1", upstream.port))
+    ours = api_versions(("127.0.0.1", front_end.port))
+    for key, (low, high) in ours.items():
+        if key in (17, 18, 36):  # answered by the front-end itself
+            continue
+        assert key in theirs and theirs[key][0] <= low <= high <= theirs[key][1], key
+    assert ours[1][1] == min(15, theirs[1][1])  # Fetch answers never name leaders
+
+
+def test_an_upstream_gone_closes_clients_until_it_is_back(front_end, upstream):
+    from confluent_kafka.admin import AdminClient
+
+    create_topics(front_end.bootstrap, "fe-back")
+    before = front_end.metric("broker_connections_closed_total", listener="PLAINTEXT",
+                              reason="upstream")
+    upstream.stop()
+    try:
+        with pytest.raises(Exception):
+            AdminClient({"bootstrap.servers": front_end.bootstrap}).list_topics(timeout=3)
+        wait_until(lambda: front_end.metric("broker_connections_closed_total",
+                                            listener="PLAINTEXT", reason="upstream") > before,
+                   timeout=10, message="no connection closed for the upstream")
+    finally:
+        upstream.start()
+    produce(front_end.bootstrap, "fe-back", ["after"], **{"message.timeout.ms": 20000})
+    assert consume_all(front_end.bootstrap, "fe-back", "read_uncommitted", 1, "fe-back") == [
+        b"after"]

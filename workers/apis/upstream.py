@@ -1,0 +1,228 @@
+"""Front-end mode: the APIs of a worker that stands before an upstream Kafka cluster.
+
+Every request but ApiVersions and the SASL exchange goes to one upstream node: the node whose
+front-end port the client connected to, or, on a listener's own (bootstrap) port, the node
+that connection is pinned to when its first request arrives (workers.upstream.Upstream).  A
+client picks the node itself, from the Metadata and FindCoordinator answers the front-end
+rewrote (workers.upstream_rewrite): the partition leader for Produce and Fetch, the
+coordinator for group and transaction requests, any node for metadata and admin.  So no
+request is ever split or re-routed, and NOT_LEADER_OR_FOLLOWER or NOT_COORDINATOR reach the
+client as Kafka sent them, for it to refresh and move.
+
+Only the request header is decoded; the body goes upstream as it arrived (a Produce's acks=0
+is set to 1 in place).  The answer comes back as upstream framed it: rewritten where it names
+nodes, and settled by the router like any answer (quotas charged to the client here, the
+longer of the two throttles written).  Upstream versions bound what is offered: ApiVersions
+advertises, per API, what the front-end routes, what kio reads and what every upstream node
+asked serves, with the upstream's features (transaction.version and the group protocols are
+the cluster's, not this broker's).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from broker.shared import ipc
+from broker.shared.client_quotas import FETCH, PRODUCE
+from broker.shared.protocol.codec import build, encode_entity, frame, request_readers, response_class
+from broker.shared.protocol.errors import ErrorCode
+from workers import upstream_rewrite as rewrite
+from workers.answer import Answer
+from workers.router import NO_THROTTLE, Api, InvalidRequest, RequestContext
+from workers.upstream import Upstream, UpstreamUnavailable
+
+# The APIs a client may send through the front-end, with the highest version it offers (None:
+# the highest kio reads) and how their answers are rewritten.  Left out: broker-to-broker and
+# controller-only APIs, and DescribeQuorum (it names the controllers' own listeners).
+# Fetch stops at v15: from v16 an answer may end with leaders' addresses after its records,
+# and below it the records pass through without a walk over them.
+ROUTED: dict[int, tuple[int | None, object]] = {
+    0: (None, rewrite.node_endpoints(0)), 1: (15, None), 2: (None, None),
+    3: (None, rewrite.metadata), 8: (None, None), 9: (None, None),
+    10: (None, rewrite.find_coordinator), 11: (None, None), 12: (None, None),
+    13: (None, None), 14: (None, None), 15: (None, None), 16: (None, None),
+    19: (None, None), 20: (None, None), 21: (None, None), 22: (None, None), 23: (None, None),
+    24: (None, None), 25: (None, None), 26: (None, None), 27: (None, None), 28: (None, None),
+    29: (None, None), 30: (None, None), 31: (None, None), 32: (None, None), 33: (None, None),
+    34: (None, None), 35: (None, None), 37: (None, None), 42: (None, None), 43: (None, None),
+    44: (None, None), 45: (None, None), 46: (None, None), 47: (None, None), 48: (None, None),
+    49: (None, None), 50: (None, None), 51: (None, None), 60: (None, rewrite.describe_cluster),
+    61: (None, None), 65: (None, None), 66: (None, None), 68: (None, None), 69: (None, None),
+    71: (None, None), 72: (None, None), 74: (None, None), 75: (None, None), 76: (None, None),
+    77: (None, None), 78: (None, rewrite.node_endpoints(78)),
+    79: (None, rewrite.node_endpoints(79)), 90: (None, None), 91: (None, None),
+    92: (None, None),
+}
+_PRODUCE, _FETCH = 0, 1
+_PRODUCE_NODE_ENDPOINTS = 10  # the first Produce version whose answer may name leaders
+
+
+def kio_versions(key: int, cap: int | None = None) -> tuple[int, int] | None:
+    """The range of versions kio reads requests of (up to `cap`), None if none."""
+    known = []
+    for version in range(0, 64 if cap is None else cap + 1):
+        try:
+            request_readers(key, version)
+        except KeyError:
+            if known:
+                break
+            continue
+        known.append(version)
+    return (known[0], known[-1]) if known else None
+
+
+class FrontEnd:
+    """What the upstream APIs of one worker share: the cluster (set once the loop runs) and
+    where each node is reached on each listener."""
+
+    def __init__(self, node_port, advertised, ports_per_listener: int):
+        self.node_port = node_port  # (listener index, node id) -> port
+        self.advertised = advertised  # by listener index: (host, port) or None
+        self.width = ports_per_listener
+        self.upstream: Upstream | None = None
+        self._addresses: dict[int, object] = {}  # listener index -> Address
+
+    def address(self, listener_index: int):
+        """node id -> (host, port) of its front-end port on that listener."""
+        found = self._addresses.get(listener_index)
+        if found is None:
+            host = (self.advertised[listener_index] or ("localhost", 0))[0]
+            width, port_of = self.width, self.node_port
+
+            def found(node_id: int):
+                return (host, port_of(listener_index, node_id)) if 0 <= node_id < width else None
+
+            self._addresses[listener_index] = found
+        return found
+
+    def node_of(self, client) -> int:
+        """The upstream node a client connection's requests go to (fixed for its life)."""
+        node = client.upstream_node
+        if node is None:
+            upstream = self.upstream
+            port = client.transport.get_extra_info("sockname")[1]
+            first = self.node_port(client.listener_index, 0)
+            if first <= port < first + self.width:
+                node = port - first
+            else:
+                node = upstream.bootstrap_node() if upstream is not None else None
+                if node is None:
+                    raise UpstreamUnavailable("the upstream cluster has not answered yet")
+            client.upstream_node = node
+        return node
+
+    def pool(self, client):
+        node = self.node_of(client)
+        pool = self.upstream.pools.get(node) if self.upstream is not None else None
+        if pool is None:
+            raise UpstreamUnavailable(f"upstream node {node} is not in the cluster")
+        return pool
+
+
+class Routed(Api):
+    """An API whose requests go to the connection's upstream node."""
+
+    raw = True  # the router decodes the header only and hands over the frame
+
+    def __init__(self, front: FrontEnd, key: int, versions: tuple[int, int], rewriter):
+        super().__init__()
+        self.front = front
+        self.key, self.versions = key, versions
+        self.name = f"api {key}"
+        self.rewriter = rewriter
+        self.upstream_versions = versions  # narrowed by the parent's view
+
+    def handle_raw(self, ctx: RequestContext, request, body_at: int, client):
+        low, high = self.upstream_versions
+        if not low <= ctx.version <= high:
+            raise InvalidRequest("unsupported_version",
+                                 f"API {self.key} v{ctx.version}: the upstream cluster serves "
+                                 f"v{low}-{high}")
+        pool = self.front.pool(client)
+        key, version = self.key, ctx.version
+        if key == _PRODUCE:
+            at = rewrite.acks_at(request, body_at, version)
+            if request[at:at + 2] == b"\0\0":  # acks=0: sent as acks=1, the answer swallowed
+                request = bytearray(request)
+                request[at + 1] = 1
+                return pool.request(request, functools.partial(_unacknowledged, version))
+        address = self.front.address(ctx.listener_index)
+        return pool.request(request, functools.partial(self._settle, version, ctx.size, address))
+
+    def _settle(self, version: int, size: int, address, answer):
+        rewriter = self.rewriter
+        if rewriter is not None and (self.key != _PRODUCE or version >= _PRODUCE_NODE_ENDPOINTS):
+            answer = rewriter(answer, version, address)
+        if self.key == _PRODUCE:
+            return Answer(answer, PRODUCE, size,
+                          encode=lambda ms: rewrite.produce_throttled(answer, version, ms))
+        if self.key == _FETCH:
+            return Answer(answer, FETCH, len(answer))
+        return answer
+
+
+def _unacknowledged(version: int, answer) -> None:
+    """An acks=0 Produce's upstream answer: nothing for the client; an error closes its
+    connection, as Kafka closes it (the client's only sign that something failed)."""
+    failed = rewrite.produce_failed(answer, version)
+    if failed is not None:
+        raise InvalidRequest("produce_failed", f"acks=0 produce failed upstream: {failed}")
+    return None
+
+
+class FrontEndApiVersions(Api, api="ApiVersions"):
+    """ApiVersions answered here: the routed APIs' versions as far as upstream serves them,
+    the local ones (SASL), and the upstream cluster's features."""
+
+    pure = True
+
+    def __init__(self, routed: list[Routed], local: list[Api]):
+        super().__init__()
+        self.routed = routed
+        self.local = local
+        self._bodies: dict[int, bytes] = {}
+        self.update(None)
+
+    def update(self, view: ipc.UpstreamView | None) -> None:
+        """Advertise what the parent's view of the cluster allows."""
+        upstream = {key: (low, high) for key, low, high in view.versions} if view else None
+        keys = [(api.key, *api.versions) for api in self.local] + [(self.key, *self.versions)]
+        for api in self.routed:
+            theirs = upstream.get(api.key) if upstream is not None else api.versions
+            low, high = (max(api.versions[0], theirs[0]), min(api.versions[1], theirs[1])) \
+                if theirs else (1, 0)
+            api.upstream_versions = (low, high)
+            if low <= high:
+                keys.append((api.key, low, high))
+        keys.sort()
+        self._bodies = {version: encode_entity(self._response(version, keys, view))
+                        for version in range(self.versions[1] + 1)}
+
+    def _response(self, version: int, keys, view):
+        values = {"error_code": ErrorCode.none, "throttle_time": NO_THROTTLE,
+                  "api_keys": [{"api_key": key, "min_version": low, "max_version": high}
+                               for key, low, high in keys]}
+        if view is not None:
+            values["supported_features"] = [
+                {"name": name, "min_version": low, "max_version": high}
+                for name, low, high in view.supported_features]
+            values["finalized_features"] = [
+                {"name": name, "min_version_level": low, "max_version_level": high}
+                for name, low, high in view.finalized_features]
+            values["finalized_features_epoch"] = view.finalized_epoch
+        return build(response_class(self.key, version), values)
+
+    def handle(self, ctx: RequestContext, body) -> bytes:
+        return frame(ctx.correlation, False, self._bodies[ctx.version])  # header v0 always
+
+
+def build_front_end_apis(front: FrontEnd, local: list[Api]) -> tuple[list[Api],
+                                                                     FrontEndApiVersions]:
+    """The routed APIs, the local ones, and the ApiVersions that advertises them."""
+    routed = []
+    for key, (cap, rewriter) in ROUTED.items():
+        versions = kio_versions(key, cap)
+        if versions is not None:
+            routed.append(Routed(front, key, versions, rewriter))
+    versions_api = FrontEndApiVersions(routed, local)
+    return [*routed, *local, versions_api], versions_api
