@@ -30,6 +30,7 @@ from collections import deque
 from typing import Callable
 
 from broker.shared import ipc
+from broker.shared.upstream_security import UpstreamSecurity
 
 log = logging.getLogger("workers.upstream")
 
@@ -60,6 +61,7 @@ class UpstreamLink(asyncio.BufferedProtocol):
         self._future: asyncio.Future | None = None
         self._finish: Callable | None = None
         self._correlation = b""
+        self.ready = False  # authenticated (if need be) and in its pool
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -70,6 +72,12 @@ class UpstreamLink(asyncio.BufferedProtocol):
         self._future, self._finish = future, finish
         self._correlation = bytes(request[4:8])
         self.transport.writelines((_SIZE.pack(len(request)), request))
+
+    def ask(self, request) -> asyncio.Future:
+        """A size-prefixed request of the front-end's own (SASL): a Future of its answer."""
+        future = self.pool.loop.create_future()
+        self.send(memoryview(request)[4:], future, bytes)
+        return future
 
     def get_buffer(self, sizehint: int):
         if self._answer_view is not None:
@@ -109,7 +117,8 @@ class UpstreamLink(asyncio.BufferedProtocol):
                 future.set_exception(UpstreamUnavailable(
                     f"upstream node {self.pool.node_id} answered another request"))
             return
-        self.pool.release(self)
+        if self.ready:
+            self.pool.release(self)
         if future.done():  # the client went away meanwhile
             return
         try:
@@ -138,8 +147,9 @@ class NodePool:
     """This worker's links to one upstream node."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, node: ipc.UpstreamNode, cap: int,
-                 connect_timeout: float):
+                 connect_timeout: float, security: UpstreamSecurity):
         self.loop = loop
+        self.security = security
         self.node_id = node.node_id
         self.address = (node.host, node.port)
         self.cap = cap
@@ -165,10 +175,20 @@ class NodePool:
 
     def _open(self, request, future: asyncio.Future, finish: Callable) -> None:
         self._opening += 1
-        connect = asyncio.wait_for(self.loop.create_connection(
-            lambda: UpstreamLink(self), *self.address), self.connect_timeout)
-        task = self.loop.create_task(connect)
+        task = self.loop.create_task(asyncio.wait_for(self._connect(), self.connect_timeout))
         task.add_done_callback(lambda done: self._opened(done, request, future, finish))
+
+    async def _connect(self) -> UpstreamLink:
+        """A new link, connected (and authenticated) within the connect timeout."""
+        host, port = self.address
+        _, link = await self.loop.create_connection(
+            lambda: UpstreamLink(self), host, port, **self.security.connection_options(host))
+        try:
+            await self.security.authenticate(link.ask)
+        except BaseException:
+            link.transport.abort()
+            raise
+        return link
 
     def _opened(self, task: asyncio.Task, request, future: asyncio.Future,
                 finish: Callable) -> None:
@@ -176,7 +196,7 @@ class NodePool:
         error = task.exception() if not task.cancelled() else asyncio.CancelledError()
         if error is not None or self.closed:
             if self.closed and error is None:
-                task.result()[0].close()
+                task.result().transport.close()
             self.down_until = time.monotonic() + DOWN_SECONDS
             failure = UpstreamUnavailable(
                 f"upstream node {self.node_id} at {self.address[0]}:{self.address[1]}: "
@@ -186,7 +206,8 @@ class NodePool:
                 while self._waiting:
                     _fail(self._waiting.popleft()[1], failure)
             return
-        link = task.result()[1]
+        link = task.result()
+        link.ready = True
         self.links.add(link)
         if future.done():  # the client went away while the link was being made
             self.release(link)
@@ -207,7 +228,8 @@ class NodePool:
         self.links.discard(link)
         if link in self._idle:
             self._idle.remove(link)
-        while self._waiting and not self.closed:  # a waiting request takes the freed place
+        while (self._waiting and not self.closed  # a waiting request takes the freed place
+               and len(self.links) + self._opening < self.cap):
             request, future, finish = self._waiting.popleft()
             if not future.done():
                 self._open(request, future, finish)
@@ -244,8 +266,9 @@ class Upstream:
     """The upstream cluster as this worker knows it: the parent's view and a pool per node."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, cap: int, connect_timeout: float,
-                 idle_seconds: float):
+                 idle_seconds: float, security: UpstreamSecurity):
         self.loop = loop
+        self.security = security
         self.cap = cap
         self.connect_timeout = connect_timeout
         self.idle_seconds = idle_seconds
@@ -265,7 +288,8 @@ class Upstream:
                 del self.pools[node_id]
         for node_id, node in nodes.items():
             if node_id not in self.pools:
-                self.pools[node_id] = NodePool(self.loop, node, self.cap, self.connect_timeout)
+                self.pools[node_id] = NodePool(self.loop, node, self.cap, self.connect_timeout,
+                                               self.security)
         for listener in self.on_view:
             listener(view)
 

@@ -43,11 +43,12 @@ from broker.shared.log.topics import Epoch, TopicRegistry
 from broker.shared.pool import SharedPool, wake_address
 from broker.shared.protocol import guard
 from broker.shared.tls import TlsConfigError, server_context
+from broker.shared.upstream_security import UpstreamSecurity
 from shm.block import STATE_DRAINING, STATE_SERVING, SharedBlock
 from workers.apis import Services, build_apis
 from workers.apis.authentication import SaslAuthenticate, SaslHandshake
-from workers.apis.upstream import FrontEnd, FrontEndApiVersions, build_front_end_apis
 from workers.apis.fetch import FetchWaits
+from workers.apis.upstream import FrontEnd, FrontEndApiVersions, build_front_end_apis
 from workers.authenticator import Authenticator
 from workers.backpressure import MemoryWaiters, RequestQueue
 from workers.connection import Connection
@@ -189,7 +190,7 @@ class Worker:
             self.front_end.upstream = Upstream(
                 loop, props.pybroker_upstream_max_connections_per_node,
                 props.pybroker_upstream_connect_timeout_ms / 1000,
-                props.pybroker_upstream_idle_ms / 1000)
+                props.pybroker_upstream_idle_ms / 1000, UpstreamSecurity.of(props))
         self._orders = self._parent_orders()
         self.channel.attach(loop)
         self.channel.on_broken = self._parent_gone

@@ -50,6 +50,7 @@ from broker.shared.events import EventLog
 from broker.shared.log.topics import Epoch
 from broker.shared.overrides import override_hosts
 from broker.shared.pool import SharedPool, initialise_pool
+from broker.shared.upstream_security import UpstreamSecurity
 from broker.shared.protocol import guard
 from shm.block import MAX_API_KEY, SharedBlock
 
@@ -187,7 +188,7 @@ class ParentServices:
             self.directory = UpstreamDirectory(
                 self.loop, self.config.upstream, props.pybroker_upstream_metadata_refresh_ms / 1000,
                 props.pybroker_upstream_connect_timeout_ms / 1000, self._publish_view,
-                self._bind_node)
+                self._bind_node, UpstreamSecurity.of(props))
             self.directory.start()
         self.transactions.start()
         self._start_metrics()

@@ -2,7 +2,8 @@
 
 `UpstreamDirectory` asks one upstream node at a time (the known nodes in turn, then the
 bootstrap servers) for its ApiVersions and a Metadata without topics, every
-`pybroker.upstream.metadata.refresh.ms` (every second while none answers).  From the answers
+`pybroker.upstream.metadata.refresh.ms` (every second while none answers), connected and
+authenticated as the front-end (broker.shared.upstream_security).  From the answers
 it keeps the cluster id, the nodes and their addresses, the API versions every node asked so
 far serves (a rolling upgrade mixes versions: the lowest highest wins) and the features, and
 hands the result, when it changed, to `publish` (the parent sends it to every worker as an
@@ -19,6 +20,7 @@ from typing import Callable
 
 from broker.shared import ipc
 from broker.shared.protocol.client_codec import decode_response, request_frame
+from broker.shared.upstream_security import CLIENT_ID, UpstreamSecurity
 
 log = logging.getLogger("broker.parent.upstream_directory")
 
@@ -34,8 +36,10 @@ class UpstreamDirectory:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, bootstrap: tuple[tuple[str, int], ...],
                  refresh_seconds: float, timeout_seconds: float,
-                 publish: Callable[[ipc.UpstreamView], None], bind: Callable[[int], bool]):
+                 publish: Callable[[ipc.UpstreamView], None], bind: Callable[[int], bool],
+                 security: UpstreamSecurity | None = None):
         self.loop = loop
+        self.security = security or UpstreamSecurity("PLAINTEXT")
         self.bootstrap = bootstrap
         self.refresh_seconds = refresh_seconds
         self.timeout_seconds = timeout_seconds
@@ -102,16 +106,24 @@ class UpstreamDirectory:
         return known + [address for address in self.bootstrap if address not in known]
 
     async def _ask(self, address: tuple[str, int]):
-        reader, writer = await asyncio.open_connection(*address)
+        host, port = address
+        reader, writer = await asyncio.open_connection(
+            host, port, **self.security.connection_options(host))
+
+        async def ask(request: bytes) -> bytes:
+            writer.write(request)
+            return await _read_answer(reader)
+
         try:
-            writer.write(request_frame(_API_VERSIONS, _API_VERSIONS_VERSION, 1, "pybroker-frontend",
-                                       {"client_software_name": "pybroker-frontend",
-                                        "client_software_version": "1"}))
-            writer.write(request_frame(_METADATA, _METADATA_VERSION, 2, "pybroker-frontend",
-                                       {"topics": (), "allow_auto_topic_creation": False,
-                                        "include_topic_authorized_operations": False}))
-            api_versions = await _read_answer(reader, _API_VERSIONS, _API_VERSIONS_VERSION)
-            metadata = await _read_answer(reader, _METADATA, _METADATA_VERSION)
+            await self.security.authenticate(ask)
+            api_versions = decode_response(_API_VERSIONS, _API_VERSIONS_VERSION, await ask(
+                request_frame(_API_VERSIONS, _API_VERSIONS_VERSION, 1, CLIENT_ID,
+                              {"client_software_name": CLIENT_ID,
+                               "client_software_version": "1"})))[1]
+            metadata = decode_response(_METADATA, _METADATA_VERSION, await ask(
+                request_frame(_METADATA, _METADATA_VERSION, 2, CLIENT_ID,
+                              {"topics": (), "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})))[1]
         finally:
             writer.close()
         if api_versions.error_code != 0:
@@ -170,9 +182,9 @@ def _common_versions(by_node) -> list[tuple[int, int, int]]:
     return sorted((key, low, high) for key, (low, high) in (common or {}).items())
 
 
-async def _read_answer(reader: asyncio.StreamReader, api_key: int, version: int):
+async def _read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One size-prefixed answer."""
     size = _SIZE.unpack(await reader.readexactly(4))[0]
     if not 4 <= size <= _MAX_ANSWER_BYTES:
         raise ValueError(f"answer of {size} bytes")
-    response = _SIZE.pack(size) + await reader.readexactly(size)
-    return decode_response(api_key, version, response)[1]
+    return _SIZE.pack(size) + await reader.readexactly(size)

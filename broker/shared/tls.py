@@ -32,7 +32,8 @@ TLS_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password
             "ssl.principal.mapping.rules")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 # Never shown by DescribeConfigs (Kafka's PASSWORD type: value null, is_sensitive true).
-SECRET_KEYS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.keystore.key"})
+SECRET_KEYS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+                         "pybroker.upstream.sasl.password"})
 ANONYMOUS = "User:ANONYMOUS"
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}

@@ -4,7 +4,7 @@ test_front_end_cluster.py's).  Real confluent-kafka clients reach the upstream o
 the front-end: Metadata names the front-end's ports, records go through once each, acks=0
 works, ApiVersions never promises what the upstream does not serve, and an upstream that goes
 away closes clients' connections (reason upstream) until it is back, with no restart of the
-front-end."""
+front-end; the front-end reaches an upstream over TLS with SASL (PLAIN, SCRAM) as itself."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import consume_all, create_topics, free_port, produce
-from tests.wire import KafkaSocket, api_versions_request, decode_response
+from tests.security.helpers import add_scram_user, sasl_broker
+from tests.wire import KafkaSocket, api_versions_request, decode_response, metadata_request
 
 pytestmark = pytest.mark.system
 
@@ -93,3 +94,50 @@ def test_an_upstream_gone_closes_clients_until_it_is_back(front_end, upstream):
     produce(front_end.bootstrap, "fe-back", ["after"], **{"message.timeout.ms": 20000})
     assert consume_all(front_end.bootstrap, "fe-back", "read_uncommitted", 1, "fe-back") == [
         b"after"]
+
+
+@pytest.fixture(scope="module")
+def secure_upstream(pki):
+    """This broker as an upstream that takes SASL over TLS (PLAIN) and SASL_PLAINTEXT (SCRAM)."""
+    with BrokerProcess(sasl_broker(pki), workers=1) as running:
+        add_scram_user(running.bootstrap, "frontend", "frontend-secret", "SCRAM-SHA-256")
+        yield running
+
+
+def secure_front_end(upstream, listener: str, **settings) -> BrokerProcess:
+    host, port = upstream.listeners[listener]
+    return BrokerProcess({"pybroker.upstream.bootstrap.servers": f"{host}:{port}",
+                          "pybroker.frontend.node.port.base": str(free_port()),
+                          "pybroker.upstream.security.protocol": listener, **settings},
+                         workers=1)
+
+
+def test_the_front_end_reaches_its_upstream_over_sasl_ssl(secure_upstream, pki):
+    with secure_front_end(secure_upstream, "SASL_SSL", **{
+            "pybroker.upstream.ssl.ca.location": pki["ca"],
+            "pybroker.upstream.sasl.username": "admin",
+            "pybroker.upstream.sasl.password": "admin-secret"}) as running:
+        create_topics(running.bootstrap, "fe-sasl-ssl")
+        produce(running.bootstrap, "fe-sasl-ssl", ["secure"])
+        assert consume_all(running.bootstrap, "fe-sasl-ssl", "read_uncommitted", 1,
+                           "fe-sasl") == [b"secure"]
+
+
+@pytest.mark.long
+def test_the_front_end_authenticates_with_scram_and_a_bad_password_reaches_nothing(
+        secure_upstream):
+    with secure_front_end(secure_upstream, "SASL_PLAINTEXT", **{
+            "pybroker.upstream.sasl.mechanism": "SCRAM-SHA-256",
+            "pybroker.upstream.sasl.username": "frontend",
+            "pybroker.upstream.sasl.password": "frontend-secret"}) as running:
+        create_topics(running.bootstrap, "fe-scram")
+        produce(running.bootstrap, "fe-scram", ["scram"])
+    with secure_front_end(secure_upstream, "SASL_PLAINTEXT", **{
+            "pybroker.upstream.sasl.mechanism": "SCRAM-SHA-256",
+            "pybroker.upstream.sasl.username": "frontend",
+            "pybroker.upstream.sasl.password": "wrong"}) as refused:
+        refused.wait_for_line(r"upstream cluster unreachable: .*SASL SCRAM-SHA-256 as frontend")
+        with KafkaSocket(("127.0.0.1", refused.port)) as sock:
+            sock.send(metadata_request(12))
+            with pytest.raises((EOFError, OSError)):
+                sock.receive()

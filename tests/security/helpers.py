@@ -56,6 +56,18 @@ def plain_session(address, user: str, password: str) -> tuple[KafkaSocket, int, 
     return sock, code, body
 
 
+def add_scram_user(bootstrap: str, user: str, password: str, mechanism: str) -> None:
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    kind = getattr(ScramMechanism, mechanism.replace("-", "_"))
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(kind, 4096), password.encode())])
+    for future in futures.values():
+        future.result(timeout=20)
+
+
 # --- ACLs ----------------------------------------------------------------------------------
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -21,7 +21,8 @@ from broker.shared.config import ConfigError, load_config
 from broker.shared.events import AuthenticationFailed, decode_line
 from broker.shared.sasl import parse_jaas, plain_users
 from tests.harness import BrokerProcess, wait_until
-from tests.security.helpers import SASL_JAAS, authenticate, kafka_string, plain_session, sasl_broker
+from tests.security.helpers import (SASL_JAAS, add_scram_user, authenticate, kafka_string,
+                                   plain_session, sasl_broker)
 from tests.wire import KafkaSocket, api_versions_request, metadata_request, peer_closed, raw_request
 
 
@@ -31,18 +32,6 @@ def broker(pki):
     own users and topics, and reads its counts as differences."""
     with BrokerProcess(workers=2, overrides=sasl_broker(pki)) as started:
         yield started
-
-
-def add_scram_user(bootstrap: str, user: str, password: str, mechanism: str) -> None:
-    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                       UserScramCredentialUpsertion)
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    kind = getattr(ScramMechanism, mechanism.replace("-", "_"))
-    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-        user, ScramCredentialInfo(kind, 4096), password.encode())])
-    for future in futures.values():
-        future.result(timeout=20)
 
 
 def client_config(broker, listener: str, mechanism: str, user: str, password: str,

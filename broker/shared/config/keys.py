@@ -186,7 +186,21 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "front-end: it keeps no log of its own, and after its own checks every request goes "
         "to the upstream broker that must answer it.  Empty: a broker with its own log.")] = ""
     pybroker_upstream_security_protocol: Annotated[str, _doc(
-        "How the front-end reaches the upstream cluster: PLAINTEXT only.")] = "PLAINTEXT"
+        "How the front-end reaches the upstream cluster, as Kafka's clients say it: "
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")] = "PLAINTEXT"
+    pybroker_upstream_sasl_mechanism: Annotated[str, _doc(
+        "The front-end's SASL mechanism toward the upstream: PLAIN, SCRAM-SHA-256 or "
+        "SCRAM-SHA-512.")] = "PLAIN"
+    pybroker_upstream_sasl_username: Annotated[str, _doc(
+        "The front-end's own user at the upstream (every link authenticates as it).")] = ""
+    pybroker_upstream_sasl_password: Annotated[str, _doc(
+        "That user's password; never shown by DescribeConfigs.")] = ""
+    pybroker_upstream_ssl_ca_location: Annotated[str, _doc(
+        "PEM file of the CAs the upstream's certificates are checked against; empty: the "
+        "system's.")] = ""
+    pybroker_upstream_ssl_endpoint_identification_algorithm: Annotated[str, _doc(
+        "https: the upstream's certificate must name the host connected to; empty: not "
+        "checked.")] = "https"
     pybroker_frontend_node_port_base: Annotated[int, _doc(
         "Front-end mode: upstream node n is reached through port base + i * "
         "pybroker.frontend.node.ports.per.listener + n of the i-th listener (in `listeners` "

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+import ssl
+
 import msgspec
 
 from broker.shared.acl import parse_super_users
@@ -30,6 +32,7 @@ from broker.shared.log import compression
 from broker.shared.overrides import parse_ip_overrides, parse_user_overrides, syntax_only
 from broker.shared.sasl import SaslSettings
 from broker.shared.tls import TlsSettings
+from broker.shared.upstream_security import UpstreamSecurity
 
 
 class BrokerConfig(msgspec.Struct, frozen=True):
@@ -151,9 +154,13 @@ def _upstream(props: ServerProperties, listeners) -> tuple[tuple[str, int], ...]
                     for item in split_csv(props.pybroker_upstream_bootstrap_servers))
     if not servers:
         return ()
-    if props.pybroker_upstream_security_protocol != "PLAINTEXT":
-        raise ConfigError(f"pybroker.upstream.security.protocol: "
-                          f"{props.pybroker_upstream_security_protocol!r} (only PLAINTEXT)")
+    try:
+        UpstreamSecurity.of(props)  # the settings' checks, the CA file read
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"pybroker.upstream.ssl.ca.location: "
+                          f"{props.pybroker_upstream_ssl_ca_location!r}: {error}") from None
     base, width = (props.pybroker_frontend_node_port_base,
                    props.pybroker_frontend_node_ports_per_listener)
     if base == 0:
