@@ -116,7 +116,9 @@ class Worker:
             self.front_end = FrontEnd(config.node_port, view.advertised,
                                       props.pybroker_frontend_node_ports_per_listener)
             apis, self._api_versions = build_front_end_apis(
-                self.front_end, [SaslHandshake(self.services), SaslAuthenticate(self.services)])
+                self.front_end, [SaslHandshake(self.services), SaslAuthenticate(self.services)],
+                config.authorizing())
+            self.front_end.access = self.access
             self.router = Router(apis, self.services.quotas, None)
         else:
             self.router = Router(build_apis(self.services, self.control_plane),

@@ -4,7 +4,8 @@ test_front_end_cluster.py's).  Real confluent-kafka clients reach the upstream o
 the front-end: Metadata names the front-end's ports, records go through once each, acks=0
 works, ApiVersions never promises what the upstream does not serve, and an upstream that goes
 away closes clients' connections (reason upstream) until it is back, with no restart of the
-front-end; the front-end reaches an upstream over TLS with SASL (PLAIN, SCRAM) as itself."""
+front-end; the front-end reaches an upstream over TLS with SASL (PLAIN, SCRAM) as itself; with
+an authorizer, the edge's ACLs decide each topic and group of a request."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 from tests.harness import BrokerProcess, wait_until
 from tests.helpers import consume_all, create_topics, free_port, produce
-from tests.security.helpers import add_scram_user, sasl_broker
+from tests.security.helpers import (ACL_JAAS, STANDARD, add_scram_user, binding, client,
+                                   create_acls, sasl_broker)
 from tests.wire import KafkaSocket, api_versions_request, decode_response, metadata_request
 
 pytestmark = pytest.mark.system
@@ -141,3 +143,59 @@ def test_the_front_end_authenticates_with_scram_and_a_bad_password_reaches_nothi
             sock.send(metadata_request(12))
             with pytest.raises((EOFError, OSError)):
                 sock.receive()
+
+
+@pytest.fixture(scope="module")
+def guarded(upstream):
+    """A front-end with an authorizer: SASL users at its edge, its ACLs on its control plane."""
+    base = free_port() - UPSTREAM_NODE
+    with BrokerProcess({
+            "pybroker.upstream.bootstrap.servers": upstream.bootstrap,
+            "pybroker.frontend.node.port.base": str(base),
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "control.plane.listener.name": "CONTROLLER",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": ACL_JAAS,
+            "authorizer.class.name": STANDARD,
+            "super.users": "User:admin;User:ANONYMOUS"}, workers=2) as running:
+        control = "127.0.0.1:%d" % running.listeners["CONTROLLER"][1]
+        create_topics(client(running, "admin"), "edge-a", "edge-b", "edge-c")
+        create_acls({"bootstrap.servers": control},
+                    *(binding("TOPIC", "edge-a", "LITERAL", "User:alice", operation)
+                      for operation in ("WRITE", "READ", "DESCRIBE")),
+                    binding("TOPIC", "edge-b", "LITERAL", "User:alice", "DESCRIBE"),
+                    binding("GROUP", "edge-g", "LITERAL", "User:alice", "READ"))
+        yield running
+
+
+def test_the_edges_acls_decide_entry_by_entry(guarded):
+    from confluent_kafka import Consumer, KafkaError, Producer
+    from confluent_kafka.admin import AdminClient
+
+    alice = client(guarded, "alice", listener="SASL_PLAINTEXT")
+    assert set(AdminClient(alice).list_topics(timeout=10).topics) == {"edge-a", "edge-b"}
+    producer = Producer(dict(alice, **{"linger.ms": 50}))
+    outcomes: dict[str, list] = {"edge-a": [], "edge-b": []}
+    for topic in ("edge-a", "edge-b"):  # lingered together: one Produce names both topics
+        producer.produce(topic, b"x", on_delivery=lambda error, message: outcomes[
+            message.topic()].append(error.code() if error else None))
+    producer.flush(20)
+    assert outcomes == {"edge-a": [None], "edge-b": [KafkaError.TOPIC_AUTHORIZATION_FAILED]}
+    consumer = Consumer(dict(alice, **{"group.id": "edge-g", "auto.offset.reset": "earliest"}))
+    consumer.subscribe(["edge-a"])
+    wait_until(lambda: (message := consumer.poll(0.5)) is not None and message.error() is None,
+               timeout=20, message="alice read nothing of edge-a")
+    consumer.close()
+    bob = Consumer(dict(client(guarded, "bob", listener="SASL_PLAINTEXT"),
+                        **{"group.id": "edge-g"}))
+    bob.subscribe(["edge-a"])
+    errors = []
+    wait_until(lambda: (message := bob.poll(0.5)) is not None and message.error() is not None
+               and errors.append(message.error().code()) is None, timeout=20,
+               message="bob's group request was not refused")
+    bob.close()
+    assert KafkaError.GROUP_AUTHORIZATION_FAILED in errors or \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
+    assert guarded.metric("broker_authorization_denied_total", api="Produce") >= 1

@@ -27,6 +27,7 @@ from broker.shared.client_quotas import FETCH, PRODUCE
 from broker.shared.protocol.codec import build, encode_entity, frame, request_readers, response_class
 from broker.shared.protocol.errors import ErrorCode
 from workers import upstream_rewrite as rewrite
+from workers.apis import edge_acls
 from workers.answer import Answer
 from workers.router import NO_THROTTLE, Api, InvalidRequest, RequestContext
 from workers.upstream import Upstream, UpstreamUnavailable
@@ -80,6 +81,7 @@ class FrontEnd:
         self.advertised = advertised  # by listener index: (host, port) or None
         self.width = ports_per_listener
         self.upstream: Upstream | None = None
+        self.access = None  # the edge's ACLs (broker.shared.access.Access), with an authorizer
         self._addresses: dict[int, object] = {}  # listener index -> Address
 
     def address(self, listener_index: int):
@@ -138,18 +140,33 @@ class Routed(Api):
             raise InvalidRequest("unsupported_version",
                                  f"API {self.key} v{ctx.version}: the upstream cluster serves "
                                  f"v{low}-{high}")
-        pool = self.front.pool(client)
         key, version = self.key, ctx.version
-        if key == _PRODUCE:
+        after = None  # what the edge's ACLs make of the answer
+        access = self.front.access
+        if access is not None and access.enabled:
+            verdict = edge_acls.check(access, ctx, _decoded(request, key, version, body_at))
+            if verdict is not None:
+                if type(verdict) is bytes:
+                    return verdict  # nothing the principal may do: answered here
+                if verdict.body is not None:
+                    request = edge_acls.request_with(request, body_at, verdict.body)
+                after = functools.partial(edge_acls.merged if type(verdict) is edge_acls.Split
+                                          else edge_acls.filtered, api_key=key,
+                                          version=version, verdict=verdict)
+        pool = self.front.pool(client)
+        if key == _PRODUCE and after is None:
             at = rewrite.acks_at(request, body_at, version)
             if request[at:at + 2] == b"\0\0":  # acks=0: sent as acks=1, the answer swallowed
                 request = bytearray(request)
                 request[at + 1] = 1
                 return pool.request(request, functools.partial(_unacknowledged, version))
         address = self.front.address(ctx.listener_index)
-        return pool.request(request, functools.partial(self._settle, version, ctx.size, address))
+        return pool.request(request, functools.partial(self._settle, version, ctx.size, address,
+                                                       after))
 
-    def _settle(self, version: int, size: int, address, answer):
+    def _settle(self, version: int, size: int, address, after, answer):
+        if after is not None:
+            answer = after(answer)
         rewriter = self.rewriter
         if rewriter is not None and (self.key != _PRODUCE or version >= _PRODUCE_NODE_ENDPOINTS):
             answer = rewriter(answer, version, address)
@@ -159,6 +176,14 @@ class Routed(Api):
         if self.key == _FETCH:
             return Answer(answer, FETCH, len(answer))
         return answer
+
+
+def _decoded(request, key: int, version: int, body_at: int):
+    """The request body, decoded behind the request guard (the edge's ACLs read it)."""
+    try:
+        return request_readers(key, version)[1](request, body_at)[0]
+    except Exception as error:  # kio raises several types for malformed input
+        raise InvalidRequest("malformed_body", f"API {key} v{version}: {error!r}") from None
 
 
 def _unacknowledged(version: int, answer) -> None:
@@ -216,11 +241,16 @@ class FrontEndApiVersions(Api, api="ApiVersions"):
         return frame(ctx.correlation, False, self._bodies[ctx.version])  # header v0 always
 
 
-def build_front_end_apis(front: FrontEnd, local: list[Api]) -> tuple[list[Api],
-                                                                     FrontEndApiVersions]:
-    """The routed APIs, the local ones, and the ApiVersions that advertises them."""
+def build_front_end_apis(front: FrontEnd, local: list[Api], authorizing: bool = False
+                         ) -> tuple[list[Api], FrontEndApiVersions]:
+    """The routed APIs, the local ones, and the ApiVersions that advertises them.  With an
+    authorizer, only the APIs the edge authorizes, in versions that name topics."""
     routed = []
     for key, (cap, rewriter) in ROUTED.items():
+        if authorizing:
+            if key not in edge_acls.CHECKS:
+                continue
+            cap = min(cap if cap is not None else 63, edge_acls.CAPS.get(key, 63))
         versions = kio_versions(key, cap)
         if versions is not None:
             routed.append(Routed(front, key, versions, rewriter))

@@ -61,7 +61,7 @@ def response_header_is_flexible(api_key: int, api_version: int) -> bool:
 
 
 @functools.cache
-def _nested_types(cls) -> dict[str, type]:
+def nested_types(cls) -> dict[str, type]:
     """Field name -> entity class, for fields holding a nested entity or a tuple of them."""
     nested = {}
     for name, hint in typing.get_type_hints(cls).items():
@@ -83,7 +83,7 @@ def build(cls, values: dict):
     once for every version of an API.
     """
     names = {field.name for field in dataclasses.fields(cls)}
-    nested = _nested_types(cls)
+    nested = nested_types(cls)
     kwargs = {}
     for key, value in values.items():
         if key not in names:
