@@ -199,3 +199,30 @@ def test_the_edges_acls_decide_entry_by_entry(guarded):
     assert KafkaError.GROUP_AUTHORIZATION_FAILED in errors or \
         KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
     assert guarded.metric("broker_authorization_denied_total", api="Produce") >= 1
+
+
+def test_a_killed_front_end_worker_costs_only_its_own_clients(front_end):
+    """Two connections, dealt to the two workers; one worker killed: its client's connection
+    drops, the other client's goes on reaching the upstream."""
+    import os
+    import signal
+
+    sockets = [KafkaSocket(("127.0.0.1", front_end.port)) for _ in range(2)]
+    mark = len(front_end.lines)
+    try:
+        for sock in sockets:  # each one's first request: both are served, by their workers
+            sock.send(metadata_request(12))
+            assert decode_response(3, 12, sock.receive())[1].brokers
+        os.kill(front_end.worker_pids["data-0"], signal.SIGKILL)
+        alive = []
+        for sock in sockets:
+            try:
+                sock.send(metadata_request(12))
+                alive.append(bool(decode_response(3, 12, sock.receive())[1].brokers))
+            except (EOFError, OSError):
+                alive.append(False)
+        assert sorted(alive) == [False, True]
+    finally:
+        for sock in sockets:
+            sock.close()
+    front_end.wait_for_line(r"worker data-0 serving", timeout=20, start=mark)  # respawned
