@@ -120,6 +120,11 @@ WORKER_COUNTERS = (
     ("log_descriptor_failures", ()),
     ("fetch_regions", ()),
     ("fetch_regions_read", ()),
+    # Front-end mode (workers/upstream.py): links open to upstream nodes (a gauge), requests
+    # sent upstream, and those that failed for the upstream (refused, lost, unanswered).
+    ("upstream_connections", ()),
+    ("upstream_requests", ()),
+    ("upstream_failures", ()),
 )
 # Cells whose readers take the greatest over the slots: the archive keeps the greatest.
 WORKER_MAXIMA = frozenset({"quota_origin_ns"})
@@ -128,7 +133,7 @@ WORKER_GAUGES = frozenset({"delayed_fetches", "queued_requests", "muted_channels
                            "idle_ppm", "quota_window", "quota_count", "quota_last",
 
                            "fetch_sessions", "fetch_session_partitions", "log_files",
-                           "fetch_regions"})
+                           "fetch_regions", "upstream_connections"})
 QUOTA_TYPES = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 AUTH_RESULTS = ("success", "failure", "refused")  # refused: over a per-user limit

@@ -101,6 +101,13 @@ class WorkerStats:
         words[self._fetch_session_partitions] = partitions
         words[self._fetch_session_evictions] = evictions
 
+    def upstream(self, connections: int, requests: int, failures: int) -> None:
+        """Front-end mode: links open now, and requests sent and failed so far."""
+        words, block, slot = self.words, self._block, self._slot
+        words[block.worker_cell(slot, "upstream_connections")] = connections
+        words[block.worker_cell(slot, "upstream_requests")] = requests
+        words[block.worker_cell(slot, "upstream_failures")] = failures
+
     def descriptors(self, files, regions) -> None:
         """The log's open files (an OpenFiles) and the answers' regions (a RegionBudget)."""
         for cell, value in zip(self._descriptors, (files.held, files.evicted, files.failures,

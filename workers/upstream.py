@@ -160,11 +160,15 @@ class NodePool:
         self._waiting: deque = deque()  # (request, future, finish) waiting for a free link
         self.down_until = 0.0  # monotonic: a connection was refused; bootstraps skip it
         self.closed = False
+        self.requests = 0  # sent (or queued to be), for the metrics
+        self.failures = 0  # failed for the upstream
 
     def request(self, request, finish: Callable) -> asyncio.Future:
         """Send a request frame (without its size prefix) to the node; a Future of
         `finish(answer)`."""
         future = self.loop.create_future()
+        self.requests += 1
+        future.add_done_callback(self._count_failure)
         if self._idle:
             self._idle.pop().send(request, future, finish)
         elif len(self.links) + self._opening < self.cap:
@@ -172,6 +176,10 @@ class NodePool:
         else:
             self._waiting.append((request, future, finish))
         return future
+
+    def _count_failure(self, future: asyncio.Future) -> None:
+        if not future.cancelled() and isinstance(future.exception(), UpstreamUnavailable):
+            self.failures += 1
 
     def _open(self, request, future: asyncio.Future, finish: Callable) -> None:
         self._opening += 1
@@ -275,7 +283,7 @@ class Upstream:
         self.view: ipc.UpstreamView | None = None
         self.pools: dict[int, NodePool] = {}
         self._turn = 0
-        self.on_view: list[Callable[[ipc.UpstreamView], None]] = []  # told of each new view
+        self._gone_requests = self._gone_failures = 0  # of pools closed (nodes gone, moved)
 
     def update(self, view: ipc.UpstreamView) -> None:
         """A new view from the parent: pools for new nodes, moved or departed ones closed."""
@@ -286,12 +294,12 @@ class Upstream:
             if node is None or (node.host, node.port) != pool.address:
                 pool.close()
                 del self.pools[node_id]
+                self._gone_requests += pool.requests
+                self._gone_failures += pool.failures
         for node_id, node in nodes.items():
             if node_id not in self.pools:
                 self.pools[node_id] = NodePool(self.loop, node, self.cap, self.connect_timeout,
                                                self.security)
-        for listener in self.on_view:
-            listener(view)
 
     def bootstrap_node(self) -> int | None:
         """The node a new bootstrap connection is pinned to: the next in turn that did not
@@ -310,8 +318,13 @@ class Upstream:
         before = time.monotonic() - self.idle_seconds
         return sum(pool.close_idle(before) for pool in self.pools.values())
 
-    def connections(self) -> int:
-        return sum(len(pool.links) for pool in self.pools.values())
+    def counts(self) -> tuple[int, int, int]:
+        """(links open, requests sent, requests failed) over every node, for the metrics;
+        the totals of pools closed since are kept."""
+        pools = self.pools.values()
+        return (sum(len(pool.links) for pool in pools),
+                self._gone_requests + sum(pool.requests for pool in pools),
+                self._gone_failures + sum(pool.failures for pool in pools))
 
     def close(self) -> None:
         for pool in self.pools.values():

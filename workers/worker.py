@@ -308,6 +308,7 @@ class Worker:
         self.services.sessions.tick()
         if self.front_end is not None:
             self.front_end.upstream.close_idle()
+            self.stats.upstream(*self.front_end.upstream.counts())
         if self.memory is not None:
             self.memory.take_grants()  # a wake-up lost (its sender died) delays a grant, no more
         self.loop.call_later(TICK_SECONDS, self._tick)

@@ -199,6 +199,7 @@ class BlockCollector:
             muted.add_metric([reason], block.worker_total("muted_channels", index))
         yield from (requests, duration, invalid, delayed, muted)
         yield from self._fetch_sessions()
+        yield from self._upstream()
         yield from self._throttles()
         pool = self.pool
         if pool is not None:
@@ -288,6 +289,20 @@ class BlockCollector:
                                   "Fetch sessions evicted to make room, given back to a worker "
                                   "below its share, or grown past their bounds",
                                   value=block.worker_total("fetch_session_evictions"))
+
+    def _upstream(self):
+        """Front-end mode: the workers' connections and requests to the upstream cluster."""
+        block = self.block
+        yield GaugeMetricFamily("broker_upstream_connections",
+                                "Connections the workers hold open to upstream nodes",
+                                value=block.worker_total("upstream_connections"))
+        yield CounterMetricFamily("broker_upstream_requests",
+                                  "Requests sent to the upstream cluster",
+                                  value=block.worker_total("upstream_requests"))
+        yield CounterMetricFamily("broker_upstream_request_failures",
+                                  "Requests the upstream could not answer (node refused, "
+                                  "connection lost): their clients' connections closed",
+                                  value=block.worker_total("upstream_failures"))
 
     def _throttles(self):
         block = self.block

@@ -66,6 +66,9 @@ def test_records_go_through_once_each(front_end):
     produce(front_end.bootstrap, "fe-once", [f"z{n}" for n in range(20)], acks=0)
     read = consume_all(front_end.bootstrap, "fe-once", "read_committed", 320, "fe-group")
     assert sorted(read) == sorted(item.encode() for item in values + [f"z{n}" for n in range(20)])
+    wait_until(lambda: front_end.metric("broker_upstream_requests_total") >= 20
+               and front_end.metric("broker_upstream_connections") >= 1, timeout=5,
+               message="the upstream metrics did not show the traffic")
 
 
 def test_api_versions_promise_only_what_upstream_serves(front_end, upstream):
@@ -89,7 +92,8 @@ def test_an_upstream_gone_closes_clients_until_it_is_back(front_end, upstream):
         with pytest.raises(Exception):
             AdminClient({"bootstrap.servers": front_end.bootstrap}).list_topics(timeout=3)
         wait_until(lambda: front_end.metric("broker_connections_closed_total",
-                                            listener="PLAINTEXT", reason="upstream") > before,
+                                            listener="PLAINTEXT", reason="upstream") > before
+                   and front_end.metric("broker_upstream_request_failures_total") > 0,
                    timeout=10, message="no connection closed for the upstream")
     finally:
         upstream.start()
