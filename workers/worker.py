@@ -121,7 +121,8 @@ class Worker:
             self.front_end.access = self.access
             self.router = Router(apis, self.services.quotas, None)
         else:
-            self.router = Router(build_apis(self.services, self.control_plane),
+            self.router = Router(build_apis(self.services, self.control_plane,
+                                            front_end=bool(config.upstream)),
                                  self.services.quotas, self.forwarder.forward)
         self.principals = Principals(config, channel, self.control_plane, self.router.handle,
                                      self.stats, self.events)

@@ -48,7 +48,13 @@ class Services:
     appended: Callable[[object], None] = lambda partition: None
 
 
-def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
+# Front-end mode: the control plane is the front-end's own (its configs, quotas, SCRAM users,
+# ACLs); the topics and transactions it would name are the upstream cluster's, not served here.
+NOT_ON_A_FRONT_END = frozenset({19, 20, 35, 37, 65, 66})
+
+
+def build_apis(services: Services, control_plane: bool = False,
+               front_end: bool = False) -> list[Api]:
     """One handler per API the plane serves (broker.shared.apis); ApiVersions advertises them."""
     from workers.apis.authentication import SaslAuthenticate, SaslHandshake
     from workers.apis.discovery import ApiVersions, DescribeCluster, FindCoordinator, Metadata
@@ -64,7 +70,8 @@ def build_apis(services: Services, control_plane: bool = False) -> list[Api]:
                                       SaslAuthenticate, DeleteRecords, DescribeLogDirs,
                                       DescribeProducers)}
     apis: list[Api] = []
-    specs = [spec for spec in served(control_plane) if spec.key != ApiVersions.key]
+    specs = [spec for spec in served(control_plane) if spec.key != ApiVersions.key
+             and not (front_end and spec.key in NOT_ON_A_FRONT_END)]
     for spec in specs:
         apis.append(Forwarded(services, spec) if spec.forwarded else local[spec.key](services))
     apis.append(ApiVersions(specs))
