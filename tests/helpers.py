@@ -47,6 +47,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def node_port_base(node_ids, tries: int = 200) -> int:
+    """A front-end's pybroker.frontend.node.port.base whose ports for these upstream node ids
+    were all free a moment ago (a random base, so two front-ends rarely meet)."""
+    import random
+
+    for _ in range(tries):
+        base = random.randrange(20000, 60000)
+        held = []
+        try:
+            for node_id in node_ids:
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", base + node_id))
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+        return base
+    raise RuntimeError(f"no free ports for nodes {list(node_ids)} in {tries} tries")
+
+
 # --- the test PKI --------------------------------------------------------------------------
 
 class Pki:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import BrokerProcess, wait_until
-from tests.helpers import consume_all, create_topics, free_port, produce
+from tests.helpers import consume_all, create_topics, free_port, node_port_base, produce
 from tests.security.helpers import (ACL_JAAS, STANDARD, add_scram_user, binding, client,
                                    create_acls, sasl_broker)
 from tests.wire import KafkaSocket, api_versions_request, decode_response, metadata_request
@@ -33,7 +33,7 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def front_end(upstream):
-    base = free_port() - UPSTREAM_NODE  # the upstream node's port: free a moment ago
+    base = node_port_base([UPSTREAM_NODE])
     with BrokerProcess({"pybroker.upstream.bootstrap.servers": upstream.bootstrap,
                         "pybroker.frontend.node.port.base": str(base),
                         "pybroker.upstream.metadata.refresh.ms": "300"}, workers=2) as running:
@@ -113,7 +113,7 @@ def secure_upstream(pki):
 def secure_front_end(upstream, listener: str, **settings) -> BrokerProcess:
     host, port = upstream.listeners[listener]
     return BrokerProcess({"pybroker.upstream.bootstrap.servers": f"{host}:{port}",
-                          "pybroker.frontend.node.port.base": str(free_port()),
+                          "pybroker.frontend.node.port.base": str(node_port_base([0])),
                           "pybroker.upstream.security.protocol": listener, **settings},
                          workers=1)
 
@@ -152,7 +152,7 @@ def test_the_front_end_authenticates_with_scram_and_a_bad_password_reaches_nothi
 @pytest.fixture(scope="module")
 def guarded(upstream):
     """A front-end with an authorizer: SASL users at its edge, its ACLs on its control plane."""
-    base = free_port() - UPSTREAM_NODE
+    base = node_port_base([UPSTREAM_NODE])
     with BrokerProcess({
             "pybroker.upstream.bootstrap.servers": upstream.bootstrap,
             "pybroker.frontend.node.port.base": str(base),

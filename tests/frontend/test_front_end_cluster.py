@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from loadtest.apache_kafka import KafkaCluster
 from tests.harness import BrokerProcess, wait_until
-from tests.helpers import free_port
+from tests.helpers import free_port, node_port_base
 from tests.wire import KafkaSocket, alter_client_quota, api_versions_request, metadata_request
 
 pytestmark = [pytest.mark.system, pytest.mark.long]  # three JVMs: `make compat`
@@ -33,7 +33,7 @@ def cluster():
 
 def front_end(cluster, **overrides) -> BrokerProcess:
     settings = {"pybroker.upstream.bootstrap.servers": cluster.bootstrap,
-                "pybroker.frontend.node.port.base": str(free_port() - 1)}
+                "pybroker.frontend.node.port.base": str(node_port_base((1, 2, 3)))}
     settings.update(overrides)
     return BrokerProcess(settings, workers=2)
 
