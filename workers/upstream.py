@@ -30,6 +30,7 @@ from collections import deque
 from typing import Callable
 
 from broker.shared import ipc
+from broker.shared.protocol.codec import throttle_field_at
 from broker.shared.upstream_security import UpstreamSecurity
 
 log = logging.getLogger("workers.upstream")
@@ -62,6 +63,7 @@ class UpstreamLink(asyncio.BufferedProtocol):
         self._finish: Callable | None = None
         self._correlation = b""
         self.ready = False  # authenticated (if need be) and in its pool
+        self._throttle_at = 0  # where the answer's throttle_time_ms lies, 0: not read
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -71,6 +73,11 @@ class UpstreamLink(asyncio.BufferedProtocol):
         answer size-prefixed, or the error `finish` raised."""
         self._future, self._finish = future, finish
         self._correlation = bytes(request[4:8])
+        try:
+            self._throttle_at = throttle_field_at(request[0] << 8 | request[1],
+                                                  request[2] << 8 | request[3])
+        except Exception:  # noqa: BLE001 - a version kio does not know: no throttle is read
+            self._throttle_at = 0
         self.transport.writelines((_SIZE.pack(len(request)), request))
 
     def ask(self, request) -> asyncio.Future:
@@ -118,13 +125,24 @@ class UpstreamLink(asyncio.BufferedProtocol):
                     f"upstream node {self.pool.node_id} answered another request"))
             return
         if self.ready:
-            self.pool.release(self)
+            held = self._upstream_throttle(answer)
+            if held:  # Kafka mutes a throttled connection (KIP-219): so is the link, here
+                self.pool.loop.call_later(held, self.pool.release_held, self)
+            else:
+                self.pool.release(self)
         if future.done():  # the client went away meanwhile
             return
         try:
             future.set_result(finish(answer))
         except Exception as error:  # noqa: BLE001 - the client's connection hears of it
             future.set_exception(error)
+
+    def _upstream_throttle(self, answer) -> float:
+        """Seconds the upstream throttled this link for (0: none, or not where it is read)."""
+        at = self._throttle_at
+        if not at or len(answer) < at + 4:
+            return 0.0
+        return max(0, _SIZE.unpack_from(answer, at)[0]) / 1000
 
     def _broken(self, what: str) -> None:
         log.warning("upstream node %d sent %s; closing that connection", self.pool.node_id, what)
@@ -231,6 +249,11 @@ class NodePool:
                 return
         link.idle_since = time.monotonic()
         self._idle.append(link)
+
+    def release_held(self, link: UpstreamLink) -> None:
+        """A link the upstream throttled: back in use once its throttle is over, if alive."""
+        if link in self.links and not link.transport.is_closing():
+            self.release(link)
 
     def lost(self, link: UpstreamLink) -> None:
         self.links.discard(link)
