@@ -26,6 +26,7 @@ from pathlib import Path
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
+from broker.shared.apis import QUEUED_WHILE_FORWARDED
 from broker.shared.config import load_config
 from broker.shared.log.settings import LogSettings
 from broker.shared.log.topics import Epoch, TopicRegistry
@@ -312,6 +313,7 @@ class FakeWorker:
         self.send_stall_seconds = 10.0
         self.sasl_max_receive_bytes = 524288
         self.queue = RequestQueue(1 << 30, self.stats)  # never full here
+        self.queued_keys = QUEUED_WHILE_FORWARDED
         self.memory = None
         self.frame_maps = FrameMaps(256 * 1024, 8 << 20)
 

@@ -37,7 +37,7 @@ from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Protocol
 
 from broker.shared.acl import canonical_host
-from broker.shared.apis import QUEUED_WHILE_FORWARDED, api_key_of
+from broker.shared.apis import api_key_of
 from broker.shared.tls import ANONYMOUS, CertificateRefused
 from workers.answer import Throttled
 from workers.fetch_response import FileResponse
@@ -93,6 +93,9 @@ class ConnectionHost(Protocol):
     frame_maps: FrameMaps | None  # mappings for the largest frames, reused
     events: WorkerEvents | None  # only whether there is an event log (client ids are kept)
     queue: RequestQueue  # queued.max.requests, and parked requests
+    # API keys whose wait for an answer counts against queued.max.requests (the parent's
+    # queue); none in front-end mode, where the wait is the upstream's
+    queued_keys: frozenset[int]
     memory: MemoryWaiters | None  # the memory pool's waiters; None when the pool is off
     # Used per request that is not answered at once, or once a second.
     loop: asyncio.AbstractEventLoop  # for throttles held back by the broker
@@ -401,7 +404,7 @@ class Connection(LargeFrames, asyncio.BufferedProtocol):
                 raise TypeError(f"the router answered {type(response).__name__}")
             # A request waiting for the parent is queued there, unless it waits by design (a
             # rebalance); a long poll waits in purgatory.
-            self._park(response, api_key, queued=api_key in QUEUED_WHILE_FORWARDED)
+            self._park(response, api_key, queued=api_key in self.host.queued_keys)
             return True
         self.throttle_ms += response.ms
         if response.delay:  # an old version: the broker holds the response back itself

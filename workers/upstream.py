@@ -30,6 +30,7 @@ from collections import deque
 from typing import Callable
 
 from broker.shared import ipc
+from broker.shared.protocol.client_codec import decode_response
 from broker.shared.protocol.codec import throttle_field_at
 from broker.shared.upstream_security import UpstreamSecurity
 
@@ -63,28 +64,49 @@ class UpstreamLink(asyncio.BufferedProtocol):
         self._finish: Callable | None = None
         self._correlation = b""
         self.ready = False  # authenticated (if need be) and in its pool
+        self.expires_at = float("inf")  # monotonic: its SASL session ends (KIP-368)
         self._throttle_at = 0  # where the answer's throttle_time_ms lies, 0: not read
+        self._produce = 0  # a Produce's version + 1 (its throttle follows the topics), or 0
+        self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.lost = False
 
-    def send(self, request, future: asyncio.Future, finish: Callable) -> None:
+    def send(self, request, future: asyncio.Future, finish: Callable,
+             deadline: float) -> None:
         """Write a request frame (without its size); `future` gets `finish(answer)`, the
-        answer size-prefixed, or the error `finish` raised."""
+        answer size-prefixed, or the error `finish` raised.  No answer within `deadline`
+        seconds aborts the link (its request fails)."""
         self._future, self._finish = future, finish
         self._correlation = bytes(request[4:8])
+        api_key, version = request[0] << 8 | request[1], request[2] << 8 | request[3]
+        self._produce = version + 1 if api_key == 0 else 0
         try:
-            self._throttle_at = throttle_field_at(request[0] << 8 | request[1],
-                                                  request[2] << 8 | request[3])
+            self._throttle_at = throttle_field_at(api_key, version)
         except Exception:  # noqa: BLE001 - a version kio does not know: no throttle is read
             self._throttle_at = 0
+        self._deadline = self.pool.loop.call_later(deadline, self._overdue, deadline)
+        future.add_done_callback(self._abandoned)
         self.transport.writelines((_SIZE.pack(len(request)), request))
 
     def ask(self, request) -> asyncio.Future:
         """A size-prefixed request of the front-end's own (SASL): a Future of its answer."""
         future = self.pool.loop.create_future()
-        self.send(memoryview(request)[4:], future, bytes)
+        self.send(memoryview(request)[4:], future, bytes, self.pool.connect_timeout)
         return future
+
+    def _overdue(self, seconds: float) -> None:
+        self._deadline = None
+        log.warning("upstream node %d: no answer within %.0f s; closing that connection",
+                    self.pool.node_id, seconds)
+        self.transport.abort()
+
+    def _abandoned(self, future: asyncio.Future) -> None:
+        """The client went away with its request upstream: the link, which would stay busy
+        until the node answers (a long poll, a rebalance), is closed instead."""
+        if future.cancelled() and self._future is future:
+            self.transport.abort()
 
     def get_buffer(self, sizehint: int):
         if self._answer_view is not None:
@@ -118,6 +140,9 @@ class UpstreamLink(asyncio.BufferedProtocol):
         future, finish = self._future, self._finish
         self._future = self._finish = self._answer = self._answer_view = None
         self._got = 0
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         if answer[4:8] != self._correlation:
             self._broken("an answer to another request")
             if not future.done():
@@ -140,15 +165,25 @@ class UpstreamLink(asyncio.BufferedProtocol):
     def _upstream_throttle(self, answer) -> float:
         """Seconds the upstream throttled this link for (0: none, or not where it is read)."""
         at = self._throttle_at
-        if not at or len(answer) < at + 4:
-            return 0.0
-        return max(0, _SIZE.unpack_from(answer, at)[0]) / 1000
+        if at and len(answer) >= at + 4:
+            return max(0, _SIZE.unpack_from(answer, at)[0]) / 1000
+        if self._produce:  # a Produce answer: its throttle follows the topics
+            try:
+                body = decode_response(0, self._produce - 1, answer)[1]
+            except Exception:  # noqa: BLE001 - the client's own decode reports it
+                return 0.0
+            return max(0.0, body.throttle_time.total_seconds())
+        return 0.0
 
     def _broken(self, what: str) -> None:
         log.warning("upstream node %d sent %s; closing that connection", self.pool.node_id, what)
         self.transport.abort()
 
     def connection_lost(self, exc) -> None:
+        self.lost = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         self.pool.lost(self)
         future, self._future = self._future, None
         if future is not None and not future.done():
@@ -181,28 +216,47 @@ class NodePool:
         self.requests = 0  # sent (or queued to be), for the metrics
         self.failures = 0  # failed for the upstream
 
-    def request(self, request, finish: Callable) -> asyncio.Future:
+    def request(self, request, finish: Callable, deadline: float) -> asyncio.Future:
         """Send a request frame (without its size prefix) to the node; a Future of
-        `finish(answer)`."""
+        `finish(answer)`; no answer within `deadline` seconds closes the link."""
         future = self.loop.create_future()
         self.requests += 1
-        future.add_done_callback(self._count_failure)
-        if self._idle:
-            self._idle.pop().send(request, future, finish)
+        future.add_done_callback(self._settled)
+        link = self._idle_link()
+        if link is not None:
+            link.send(request, future, finish, deadline)
         elif len(self.links) + self._opening < self.cap:
-            self._open(request, future, finish)
+            self._open((request, future, finish, deadline))
         else:
-            self._waiting.append((request, future, finish))
+            self._waiting.append((request, future, finish, deadline))
         return future
 
-    def _count_failure(self, future: asyncio.Future) -> None:
-        if not future.cancelled() and isinstance(future.exception(), UpstreamUnavailable):
+    def _idle_link(self) -> UpstreamLink | None:
+        """The most recently used idle link whose SASL session has time left."""
+        now = time.monotonic()
+        while self._idle:
+            link = self._idle.pop()
+            if link.expires_at > now:
+                return link
+            self.links.discard(link)  # re-authenticating it would cost as much as a new one
+            link.transport.close()
+        return None
+
+    def _settled(self, future: asyncio.Future) -> None:
+        if future.cancelled():  # a client gone while its request waited for a link
+            waiting = self._waiting
+            for index, item in enumerate(waiting):
+                if item[1] is future:
+                    del waiting[index]
+                    break
+        elif isinstance(future.exception(), UpstreamUnavailable):
             self.failures += 1
 
-    def _open(self, request, future: asyncio.Future, finish: Callable) -> None:
+    def _open(self, item: tuple) -> None:
+        """A new link for `item` (request, future, finish, deadline)."""
         self._opening += 1
         task = self.loop.create_task(asyncio.wait_for(self._connect(), self.connect_timeout))
-        task.add_done_callback(lambda done: self._opened(done, request, future, finish))
+        task.add_done_callback(lambda done: self._opened(done, item))
 
     async def _connect(self) -> UpstreamLink:
         """A new link, connected (and authenticated) within the connect timeout."""
@@ -210,16 +264,20 @@ class NodePool:
         _, link = await self.loop.create_connection(
             lambda: UpstreamLink(self), host, port, **self.security.connection_options(host))
         try:
-            await self.security.authenticate(link.ask)
+            lifetime = await self.security.authenticate(link.ask)
         except BaseException:
             link.transport.abort()
             raise
+        if lifetime:  # retired before the upstream would close it (KIP-368)
+            link.expires_at = time.monotonic() + lifetime * 0.9
         return link
 
-    def _opened(self, task: asyncio.Task, request, future: asyncio.Future,
-                finish: Callable) -> None:
+    def _opened(self, task: asyncio.Task, item: tuple) -> None:
         self._opening -= 1
+        request, future, finish, deadline = item
         error = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        if error is None and task.result().lost:  # closed before it could be used
+            error = ConnectionResetError("closed by the node as it was made")
         if error is not None or self.closed:
             if self.closed and error is None:
                 task.result().transport.close()
@@ -238,16 +296,23 @@ class NodePool:
         if future.done():  # the client went away while the link was being made
             self.release(link)
         else:
-            link.send(request, future, finish)
+            link.send(request, future, finish, deadline)
 
     def release(self, link: UpstreamLink) -> None:
         """A link's answer arrived: the next waiting request takes it, or it idles."""
+        now = time.monotonic()
+        if link.expires_at <= now:
+            self.links.discard(link)
+            link.transport.close()
+            if self._waiting and len(self.links) + self._opening < self.cap:
+                self._open(self._waiting.popleft())
+            return
         while self._waiting:
-            request, future, finish = self._waiting.popleft()
+            request, future, finish, deadline = self._waiting.popleft()
             if not future.done():
-                link.send(request, future, finish)
+                link.send(request, future, finish, deadline)
                 return
-        link.idle_since = time.monotonic()
+        link.idle_since = now
         self._idle.append(link)
 
     def release_held(self, link: UpstreamLink) -> None:
@@ -261,9 +326,9 @@ class NodePool:
             self._idle.remove(link)
         while (self._waiting and not self.closed  # a waiting request takes the freed place
                and len(self.links) + self._opening < self.cap):
-            request, future, finish = self._waiting.popleft()
-            if not future.done():
-                self._open(request, future, finish)
+            item = self._waiting.popleft()
+            if not item[1].done():
+                self._open(item)
                 return
 
     def close_idle(self, before: float) -> int:

@@ -28,6 +28,7 @@ from typing import Callable
 
 from broker.shared.protocol.client_codec import decode_response, reencode_response
 from broker.shared.protocol.errors import ErrorCode
+from workers.router import InvalidRequest
 
 Address = Callable[[int], "tuple[str, int] | None"]
 
@@ -116,12 +117,22 @@ def produce_failed(answer, version: int) -> str | None:
 
 def acks_at(request, body_at: int, version: int) -> int:
     """Where a Produce request's acks (int16) lies: after the transactional id, a nullable
-    string (compact from v9)."""
-    if version >= 9:
-        length, at = _uvarint(request, body_at)
-        return at + max(0, length - 1)
-    length = _INT16.unpack_from(request, body_at)[0]
-    return body_at + 2 + max(0, length)
+    string (compact from v9), its length read as Kafka reads it (a varint wraps to 32 bits,
+    a negative length is null).  InvalidRequest if the frame cannot hold it."""
+    try:
+        if version >= 9:
+            value, at = _uvarint(request, body_at)
+            value &= 0xFFFFFFFF
+            length = (value - (1 << 32) if value >= 1 << 31 else value) - 1
+        else:
+            length, at = _INT16.unpack_from(request, body_at)[0], body_at + 2
+    except (IndexError, struct.error, ValueError):
+        raise InvalidRequest("malformed_body", "Produce: no transactional id") from None
+    at += max(0, length)
+    if length > 32767 or at + 2 > len(request):
+        raise InvalidRequest("malformed_body", f"Produce: a transactional id of {length} "
+                                               f"bytes in a frame of {len(request)}")
+    return at
 
 
 def _uvarint(data, at: int) -> tuple[int, int]:

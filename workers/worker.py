@@ -34,7 +34,7 @@ import msgspec
 
 from broker.shared import ipc
 from broker.shared.access import Access
-from broker.shared.apis import API_NAMES
+from broker.shared.apis import API_NAMES, QUEUED_WHILE_FORWARDED
 from broker.shared.client_quotas import QuotaSensors
 from broker.shared.config import BrokerConfig
 from broker.shared.events import EventLog, SecondTicker
@@ -114,7 +114,9 @@ class Worker:
         self._api_versions: FrontEndApiVersions | None = None
         if config.upstream and not boot.control_plane:  # the control plane stays the front-end's own
             self.front_end = FrontEnd(config.node_port, view.advertised,
-                                      props.pybroker_frontend_node_ports_per_listener)
+                                      props.pybroker_frontend_node_ports_per_listener,
+                                      props.pybroker_upstream_request_timeout_ms / 1000,
+                                      props.pybroker_fetch_max_wait_ms)
             apis, self._api_versions = build_front_end_apis(
                 self.front_end, [SaslHandshake(self.services), SaslAuthenticate(self.services)],
                 config.authorizing())
@@ -139,6 +141,7 @@ class Worker:
                               config.pool_reserved_by_index())
             self.memory = MemoryWaiters(pool, len(config.listeners), self.stats, self.events)
         self.queue = RequestQueue(self._queue_capacity(config, self.control_plane), self.stats)
+        self.queued_keys = QUEUED_WHILE_FORWARDED if self.front_end is None else frozenset()
         self.large_frame_bytes = LARGE_FRAME_BYTES
         keep = props.pybroker_request_buffer_keep_bytes
         self.frame_maps = FrameMaps(MAPPED_FRAME_BYTES, keep) if keep > 0 else None
@@ -412,6 +415,7 @@ class Worker:
         if self.front_end is None:
             return
         self.front_end.upstream.update(view)
+        self.front_end.bound = frozenset(view.bound)
         self._api_versions.update(view)
         self.router.memo.clear()  # memoized ApiVersions answers advertise the old view
 

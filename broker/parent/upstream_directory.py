@@ -145,13 +145,13 @@ class UpstreamDirectory:
         for address in list(self._versions):  # nodes gone and bootstrap aliases: forgotten
             if address not in addresses and len(self._versions) > 1:
                 del self._versions[address]
-        view = ipc.UpstreamView(cluster_id=metadata.cluster_id, nodes=nodes,
-                                versions=_common_versions(self._versions.values()),
-                                supported_features=features[0], finalized_features=features[1],
-                                finalized_epoch=features[2])
         for node in nodes:
             if node.node_id not in self._bound and self.bind(node.node_id):
                 self._bound.add(node.node_id)
+        view = ipc.UpstreamView(cluster_id=metadata.cluster_id, nodes=nodes,
+                                versions=_common_versions(self._versions.values()),
+                                supported_features=features[0], finalized_features=features[1],
+                                finalized_epoch=features[2], bound=sorted(self._bound))
         if view != self.view:
             if self.view is None or view.nodes != self.view.nodes:
                 log.info("upstream cluster %s: nodes %s", view.cluster_id,

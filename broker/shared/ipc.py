@@ -201,6 +201,7 @@ class UpstreamView(msgspec.Struct, tag=True, frozen=True):
     supported_features: list[tuple[str, int, int]] = []
     finalized_features: list[tuple[str, int, int]] = []
     finalized_epoch: int = -1
+    bound: list[int] = []  # the node ids whose front-end ports are bound: the others are never named
 
 
 Message = (Boot | Handoff | Shutdown | Ready | Progress | Close | EvictQuery | EvictCandidates

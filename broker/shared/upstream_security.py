@@ -63,11 +63,13 @@ class UpstreamSecurity:
             return {}
         return {"ssl": self.context, "server_hostname": host if self.check_host else ""}
 
-    async def authenticate(self, ask: Callable[[bytes], Awaitable[bytes]]) -> None:
+    async def authenticate(self, ask: Callable[[bytes], Awaitable[bytes]]) -> float:
         """The SASL exchange over a fresh connection; `ask(request frame)` answers the
-        response frame (both size-prefixed).  UpstreamAuthenticationError if refused."""
+        response frame (both size-prefixed).  The seconds the session lasts (KIP-368: the
+        upstream closes the connection then), 0 for ever.  UpstreamAuthenticationError if
+        refused."""
         if not self.sasl:
-            return
+            return 0.0
         handshake = decode_response(_HANDSHAKE, _HANDSHAKE_VERSION, await ask(request_frame(
             _HANDSHAKE, _HANDSHAKE_VERSION, 1, CLIENT_ID, {"mechanism": self.mechanism})))[1]
         if handshake.error_code != 0:
@@ -75,20 +77,25 @@ class UpstreamSecurity:
                 f"upstream SASL handshake: {handshake.error_code.name} (it offers "
                 f"{', '.join(handshake.mechanisms)})")
         if self.mechanism == "PLAIN":
-            await self._round(ask, f"\0{self.username}\0{self.password}".encode(), 2)
-            return
+            return (await self._round(ask, f"\0{self.username}\0{self.password}".encode(),
+                                      2))[1]
         from scramp import ScramClient
 
         client = ScramClient([self.mechanism], self.username, self.password)
-        server_first = await self._round(ask, client.get_client_first().encode(), 2)
-        client.set_server_first(server_first.decode())
-        server_final = await self._round(ask, client.get_client_final().encode(), 3)
+        server_first, _ = await self._round(ask, client.get_client_first().encode(), 2)
         try:
+            client.set_server_first(server_first.decode())
+            server_final, lifetime = await self._round(ask, client.get_client_final().encode(),
+                                                       3)
             client.set_server_final(server_final.decode())
+        except UpstreamAuthenticationError:
+            raise
         except Exception as error:  # noqa: BLE001 - scramp's own exception types
             raise UpstreamAuthenticationError(f"upstream SCRAM: {error}") from None
+        return lifetime
 
-    async def _round(self, ask, token: bytes, correlation: int) -> bytes:
+    async def _round(self, ask, token: bytes, correlation: int) -> tuple[bytes, float]:
+        """One SaslAuthenticate: (the server's token, the session's seconds or 0)."""
         answer = decode_response(_AUTHENTICATE, _AUTHENTICATE_VERSION, await ask(request_frame(
             _AUTHENTICATE, _AUTHENTICATE_VERSION, correlation, CLIENT_ID,
             {"auth_bytes": token})))[1]
@@ -96,4 +103,4 @@ class UpstreamSecurity:
             raise UpstreamAuthenticationError(
                 f"upstream SASL {self.mechanism} as {self.username}: "
                 f"{answer.error_code.name} ({answer.error_message})")
-        return answer.auth_bytes
+        return answer.auth_bytes, max(0.0, answer.session_lifetime.total_seconds())

@@ -24,6 +24,7 @@ offered with an authorizer: they are the front-end's own (its control plane) or 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 from broker.shared.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.shared.protocol.client_codec import decode_response, reencode_response
@@ -33,6 +34,8 @@ from broker.shared.protocol.errors import ErrorCode
 from workers.router import InvalidRequest
 
 CAPS = {0: 12, 1: 12, 8: 9, 9: 9}
+# Metadata below v4 has no allow_auto_topic_creation: it would create any topic it names.
+FLOORS = {3: 4}
 TOPIC, GROUP, TXN, CLUSTER = (ResourceType.TOPIC, ResourceType.GROUP,
                               ResourceType.TRANSACTIONAL_ID, ResourceType.CLUSTER)
 TOPIC_DENIED = ErrorCode.topic_authorization_failed
@@ -40,6 +43,7 @@ GROUP_DENIED = ErrorCode.group_authorization_failed
 TXN_DENIED = ErrorCode.transactional_id_authorization_failed
 CLUSTER_DENIED = ErrorCode.cluster_authorization_failed
 NO_OPERATIONS = -2147483648
+ZERO_UUID = uuid.UUID(int=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +58,7 @@ class Split:
 @dataclasses.dataclass(frozen=True)
 class Filter:
     """Send the request as it is (or `body` instead, if set); pass the decoded answer
-    through `answer(body) -> body`."""
+    through `answer(body) -> body` (None: the answer as it comes)."""
 
     answer: object
     body: object = None
@@ -113,8 +117,19 @@ def produce(access, ctx, body):
 
 
 def fetch(access, ctx, body):
+    """READ on every topic named.  Incremental sessions (KIP-227) are turned off - the
+    request goes up with session 0 and epoch -1, a full fetch that opens none - since an
+    incremental fetch answers for partitions it does not name, which the edge could not
+    check."""
+    if getattr(body, "session_id", 0) or getattr(body, "session_epoch", -1) != -1:
+        body = dataclasses.replace(body, session_id=0, session_epoch=-1)
+        sessionless = True
+    else:
+        sessionless = False
     denied = {id(topic): TOPIC_DENIED for topic in body.topics
               if not access.check(ctx, Operation.READ, TOPIC, topic.topic)}
+    if not denied and sessionless:
+        return Filter(None, body)  # sent without its session, the answer as it comes
     return _split(ctx, body, "topics", body.topics, denied, lambda topic, code: {
         "topic": topic.topic, "partitions": [
             {"partition_index": part.partition, "error_code": code, "high_watermark": -1,
@@ -160,6 +175,8 @@ def metadata(access, ctx, body):
             elif by_name or body.topics:  # named (or by id): refused, as Kafka answers
                 access.check(ctx, Operation.DESCRIBE, TOPIC, topic.name or "")  # audited
                 refused = {"error_code": TOPIC_DENIED, "partitions": (), "is_internal": False}
+                if not by_name:  # asked by id: the name is not told
+                    refused["name"] = None
                 if hasattr(topic, "topic_authorized_operations"):
                     refused["topic_authorized_operations"] = NO_OPERATIONS
                 topics.append(dataclasses.replace(topic, **refused))
@@ -182,8 +199,8 @@ def join_group(access, ctx, body):
     code = _group_error(access, ctx, body.group_id)
     return code and ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
                                  "generation_id": -1, "protocol_type": None,
-                                 "protocol_name": None, "leader": "", "member_id": "",
-                                 "members": []})
+                                 "protocol_name": None if ctx.version >= 7 else "",
+                                 "leader": "", "member_id": "", "members": []})
 
 
 def sync_group(access, ctx, body):
@@ -212,7 +229,7 @@ def consumer_group_heartbeat(access, ctx, body):
         code = TOPIC_DENIED if hidden else None
     return code and ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code,
                                  "error_message": None, "member_id": None,
-                                 "member_epoch": -1, "heartbeat_interval": 0,
+                                 "member_epoch": -1, "heartbeat_interval": NO_THROTTLE,
                                  "assignment": None})
 
 
@@ -244,7 +261,9 @@ def _topic_partitions(access, ctx, body, code, operation):
 
 
 def offset_fetch(access, ctx, body):
-    """All or nothing: a group or topic the principal may not DESCRIBE refuses the request."""
+    """A group the principal may not DESCRIBE refuses the request; named topics it may not
+    DESCRIBE refuse it too (Kafka refuses them one by one); all topics (none named) are
+    filtered to those it may."""
     groups = body.groups if ctx.version >= 8 else [body]
     for group in groups:
         if not access.check(ctx, Operation.DESCRIBE, GROUP, group.group_id):
@@ -252,15 +271,31 @@ def offset_fetch(access, ctx, body):
         for topic in group.topics or ():
             if not access.check(ctx, Operation.DESCRIBE, TOPIC, topic.name):
                 return _offset_fetch_refused(ctx, body, TOPIC_DENIED)
-    return None
+    if all(group.topics is not None for group in groups):
+        return None
+
+    def visible(topics):
+        return tuple(topic for topic in topics
+                     if access.allowed(ctx, Operation.DESCRIBE, TOPIC, topic.name))
+
+    if ctx.version < 8:
+        return Filter(lambda response: dataclasses.replace(response,
+                                                           topics=visible(response.topics)))
+    return Filter(lambda response: dataclasses.replace(response, groups=tuple(
+        dataclasses.replace(group, topics=visible(group.topics)) for group in response.groups)))
 
 
 def _offset_fetch_refused(ctx, body, code) -> bytes:
-    if ctx.version < 8:
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code, "topics": []})
-    return ctx.respond({"throttle_time": NO_THROTTLE, "groups": [
-        {"group_id": group.group_id, "topics": [], "error_code": code}
-        for group in body.groups]})
+    if ctx.version >= 8:
+        return ctx.respond({"throttle_time": NO_THROTTLE, "groups": [
+            {"group_id": group.group_id, "topics": [], "error_code": code}
+            for group in body.groups]})
+    # The error on every partition named (v1 has no error of its own), and on the answer.
+    return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": code, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": code} for index in topic.partition_indexes]}
+        for topic in body.topics or ()]})
 
 
 def describe_groups(access, ctx, body):
@@ -289,7 +324,12 @@ def list_groups(access, ctx, body):
 
 
 def find_coordinator(access, ctx, body):
-    kind, operation = ((GROUP, GROUP_DENIED) if body.key_type == 0 else (TXN, TXN_DENIED))
+    key_type = getattr(body, "key_type", 0)  # v0: groups only
+    if key_type == 2:  # share partitions: the brokers' own
+        return ctx.respond({"throttle_time": NO_THROTTLE, "coordinators": [
+            {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None,
+             "error_code": CLUSTER_DENIED} for key in body.coordinator_keys]})
+    kind, operation = ((GROUP, GROUP_DENIED) if key_type == 0 else (TXN, TXN_DENIED))
     keys = body.coordinator_keys if ctx.version >= 4 else (body.key,)
     refused = [key for key in keys if not access.check(ctx, Operation.DESCRIBE, kind, key)]
     if not refused:
@@ -364,7 +404,7 @@ def create_topics(access, ctx, body):
     denied = {id(topic): TOPIC_DENIED for topic in body.topics
               if not access.check(ctx, Operation.CREATE, TOPIC, topic.name)}
     return _split(ctx, body, "topics", body.topics, denied, lambda topic, code: {
-        "name": topic.name, "error_code": code, "error_message": None,
+        "name": topic.name, "topic_id": ZERO_UUID, "error_code": code, "error_message": None,
         "topic_config_error_code": code, "num_partitions": -1, "replication_factor": -1,
         "configs": None}, "topics", {"throttle_time": NO_THROTTLE})
 
@@ -391,7 +431,10 @@ def describe_configs(access, ctx, body):
         if resource.resource_type == 2:  # a topic
             allowed = access.check(ctx, Operation.DESCRIBE_CONFIGS, TOPIC, resource.resource_name)
             code = TOPIC_DENIED
-        else:  # a broker or its loggers: the cluster's
+        elif resource.resource_type == 32:  # a group
+            allowed = access.check(ctx, Operation.DESCRIBE_CONFIGS, GROUP, resource.resource_name)
+            code = GROUP_DENIED
+        else:  # a broker, its loggers, client metrics: the cluster's
             allowed = access.check(ctx, Operation.DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME)
             code = CLUSTER_DENIED
         if not allowed:

@@ -21,6 +21,7 @@ the cluster's, not this broker's).
 from __future__ import annotations
 
 import functools
+import struct
 
 from broker.shared import ipc
 from broker.shared.client_quotas import FETCH, PRODUCE
@@ -35,10 +36,11 @@ from workers.upstream import Upstream, UpstreamUnavailable
 # The APIs a client may send through the front-end, with the highest version it offers (None:
 # the highest kio reads) and how their answers are rewritten.  Left out: broker-to-broker and
 # controller-only APIs, and DescribeQuorum (it names the controllers' own listeners).
-# Fetch stops at v15: from v16 an answer may end with leaders' addresses after its records,
-# and below it the records pass through without a walk over them.
+# Fetch stops at v14: from v16 an answer may end with leaders' addresses after its records
+# (below, the records pass through without a walk over them), and up to v14 the body starts
+# with replica_id and max_wait_ms, read in place (v15 moves the replica to a tagged field).
 ROUTED: dict[int, tuple[int | None, object]] = {
-    0: (None, rewrite.node_endpoints(0)), 1: (15, None), 2: (None, None),
+    0: (None, rewrite.node_endpoints(0)), 1: (14, None), 2: (None, None),
     3: (None, rewrite.metadata), 8: (None, None), 9: (None, None),
     10: (None, rewrite.find_coordinator), 11: (None, None), 12: (None, None),
     13: (None, None), 14: (None, None), 15: (None, None), 16: (None, None),
@@ -55,6 +57,9 @@ ROUTED: dict[int, tuple[int | None, object]] = {
     92: (None, None),
 }
 _PRODUCE, _FETCH = 0, 1
+_REBALANCES = frozenset({11, 14, 78})  # JoinGroup, SyncGroup, ShareFetch: they wait long
+REBALANCE_SECONDS = 900.0  # how long those may wait upstream before the link is closed
+_REPLICA_AND_WAIT = struct.Struct(">ii")
 _PRODUCE_NODE_ENDPOINTS = 10  # the first Produce version whose answer may name leaders
 
 
@@ -76,10 +81,14 @@ class FrontEnd:
     """What the upstream APIs of one worker share: the cluster (set once the loop runs) and
     where each node is reached on each listener."""
 
-    def __init__(self, node_port, advertised, ports_per_listener: int):
+    def __init__(self, node_port, advertised, ports_per_listener: int,
+                 request_timeout: float = 30.0, max_wait_ms: int = 30000):
         self.node_port = node_port  # (listener index, node id) -> port
         self.advertised = advertised  # by listener index: (host, port) or None
         self.width = ports_per_listener
+        self.request_timeout = request_timeout  # seconds an upstream answer may take
+        self.max_wait_ms = max_wait_ms  # a Fetch's long poll, at most
+        self.bound: frozenset[int] | None = None  # node ids whose ports the parent bound
         self.upstream: Upstream | None = None
         self.access = None  # the edge's ACLs (broker.shared.access.Access), with an authorizer
         self._addresses: dict[int, object] = {}  # listener index -> Address
@@ -92,7 +101,10 @@ class FrontEnd:
             width, port_of = self.width, self.node_port
 
             def found(node_id: int):
-                return (host, port_of(listener_index, node_id)) if 0 <= node_id < width else None
+                bound = self.bound
+                if not 0 <= node_id < width or (bound is not None and node_id not in bound):
+                    return None  # no port: left out of what clients are told
+                return host, port_of(listener_index, node_id)
 
             self._addresses[listener_index] = found
         return found
@@ -150,19 +162,30 @@ class Routed(Api):
                     return verdict  # nothing the principal may do: answered here
                 if verdict.body is not None:
                     request = edge_acls.request_with(request, body_at, verdict.body)
-                after = functools.partial(edge_acls.merged if type(verdict) is edge_acls.Split
-                                          else edge_acls.filtered, api_key=key,
-                                          version=version, verdict=verdict)
-        pool = self.front.pool(client)
-        if key == _PRODUCE and after is None:
+                if type(verdict) is edge_acls.Split:
+                    after = functools.partial(edge_acls.merged, api_key=key, version=version,
+                                              verdict=verdict)
+                elif verdict.answer is not None:
+                    after = functools.partial(edge_acls.filtered, api_key=key,
+                                              version=version, verdict=verdict)
+        front = self.front
+        pool = front.pool(client)
+        deadline = front.request_timeout
+        if key == _FETCH:
+            request, wait = _fetch_checked(request, body_at, front.max_wait_ms)
+            deadline += wait
+        elif key in _REBALANCES:
+            deadline = max(deadline, REBALANCE_SECONDS)
+        elif key == _PRODUCE and after is None:
             at = rewrite.acks_at(request, body_at, version)
             if request[at:at + 2] == b"\0\0":  # acks=0: sent as acks=1, the answer swallowed
                 request = bytearray(request)
                 request[at + 1] = 1
-                return pool.request(request, functools.partial(_unacknowledged, version))
-        address = self.front.address(ctx.listener_index)
+                return pool.request(request, functools.partial(_unacknowledged, version,
+                                                               ctx.size), deadline)
+        address = front.address(ctx.listener_index)
         return pool.request(request, functools.partial(self._settle, version, ctx.size, address,
-                                                       after))
+                                                       after), deadline)
 
     def _settle(self, version: int, size: int, address, after, answer):
         if after is not None:
@@ -186,13 +209,30 @@ def _decoded(request, key: int, version: int, body_at: int):
         raise InvalidRequest("malformed_body", f"API {key} v{version}: {error!r}") from None
 
 
-def _unacknowledged(version: int, answer) -> None:
-    """An acks=0 Produce's upstream answer: nothing for the client; an error closes its
-    connection, as Kafka closes it (the client's only sign that something failed)."""
+def _fetch_checked(request, body_at: int, max_wait_ms: int):
+    """A consumer's Fetch (v4-14: replica_id, then max_wait_ms, lead the body), its long poll
+    capped at pybroker.fetch.max.wait.ms; (the frame, the seconds it may wait).  A replica's
+    Fetch is refused: no client is a follower, and upstream it would act as the front-end."""
+    try:
+        replica, wait = _REPLICA_AND_WAIT.unpack_from(request, body_at)
+    except struct.error:
+        raise InvalidRequest("malformed_body", "Fetch: a body too short") from None
+    if replica != -1:
+        raise InvalidRequest("malformed_body", f"Fetch as replica {replica}: not a consumer's")
+    if wait > max_wait_ms:
+        request = bytearray(request)
+        struct.pack_into(">i", request, body_at + 4, max_wait_ms)
+        wait = max_wait_ms
+    return request, max(0, wait) / 1000
+
+
+def _unacknowledged(version: int, size: int, answer) -> Answer:
+    """An acks=0 Produce's upstream answer: nothing for the client but the quota's charge; an
+    error closes its connection, as Kafka closes it (the client's only sign of it)."""
     failed = rewrite.produce_failed(answer, version)
     if failed is not None:
         raise InvalidRequest("produce_failed", f"acks=0 produce failed upstream: {failed}")
-    return None
+    return Answer(None, PRODUCE, size)
 
 
 class FrontEndApiVersions(Api, api="ApiVersions"):
@@ -252,6 +292,8 @@ def build_front_end_apis(front: FrontEnd, local: list[Api], authorizing: bool = 
                 continue
             cap = min(cap if cap is not None else 63, edge_acls.CAPS.get(key, 63))
         versions = kio_versions(key, cap)
+        if authorizing and versions is not None and key in edge_acls.FLOORS:
+            versions = (max(versions[0], edge_acls.FLOORS[key]), versions[1])
         if versions is not None:
             routed.append(Routed(front, key, versions, rewriter))
     versions_api = FrontEndApiVersions(routed, local)

@@ -220,6 +220,11 @@ class ServerProperties(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "Front-end mode: how often the parent asks the upstream cluster for its nodes, API "
         "versions and features (a new node gets its ports at the next look).",
         ge=100, le=INT_MAX)] = 5000
+    pybroker_upstream_request_timeout_ms: Annotated[int, _doc(
+        "Front-end mode: an upstream answer not back this long after its request (beyond a "
+        "Fetch's long poll; JoinGroup, SyncGroup and ShareFetch get 15 minutes) closes that "
+        "upstream connection and the client's (reason upstream).", ge=1000,
+        le=INT_MAX)] = 30000
     pybroker_upstream_connect_timeout_ms: Annotated[int, _doc(
         "Front-end mode: an upstream connection not made this long fails; the client's "
         "connection is closed (reason upstream) and its client looks elsewhere.",
