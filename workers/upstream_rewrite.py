@@ -38,20 +38,20 @@ _COORDINATOR_NOT_AVAILABLE = 15
 
 def metadata(answer, version: int, address: Address) -> bytes:
     body_at, body = decode_response(3, version, answer)
-    brokers = tuple(_moved(broker, address(broker.node_id))
-                    for broker in body.brokers)
-    body = dataclasses.replace(body, brokers=tuple(item for item in brokers if item is not None))
-    return reencode_response(answer, body_at, body)
+    return reencode_response(answer, body_at, _brokers_moved(body, "node_id", address))
 
 
 def describe_cluster(answer, version: int, address: Address) -> bytes:
     body_at, body = decode_response(60, version, answer)
     if getattr(body, "endpoint_type", 1) != 1:  # controllers: answered by brokers as an error
         return bytes(answer)
-    brokers = tuple(_moved(broker, address(broker.broker_id))
-                    for broker in body.brokers)
-    body = dataclasses.replace(body, brokers=tuple(item for item in brokers if item is not None))
-    return reencode_response(answer, body_at, body)
+    return reencode_response(answer, body_at, _brokers_moved(body, "broker_id", address))
+
+
+def _brokers_moved(body, id_field: str, address: Address):
+    """The answer's brokers at their front-end ports; those without one left out."""
+    moved = (_moved(broker, address(getattr(broker, id_field))) for broker in body.brokers)
+    return dataclasses.replace(body, brokers=tuple(item for item in moved if item is not None))
 
 
 def find_coordinator(answer, version: int, address: Address) -> bytes:
