@@ -156,6 +156,7 @@ def test_top_n_names_users_principals_and_failed_authentications(spark, tmp_path
     assert found[("principal", "rejections")] == ("User:svc", 2)  # per-user limits
 
 
+@pytest.mark.long  # 14 s of Spark: `make compat` (make test stays under its 15 minutes)
 def test_refused_transactional_ids_name_their_holder(spark, tmp_path):
     """transactional_id_refused events: principals and IPs ranked, and an incident says how
     many times and to whom (an ANONYMOUS holder is its address)."""
