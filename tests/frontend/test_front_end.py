@@ -71,6 +71,28 @@ def test_records_go_through_once_each(front_end):
                message="the upstream metrics did not show the traffic")
 
 
+def test_the_edges_view_and_event_log_see_the_clients_of_a_front_end(front_end):
+    """/connections lists a client connected through the front-end, with its routed
+    requests; the event log aggregates them, as for a broker with a log of its own."""
+    import json
+    import urllib.request
+
+    from broker.shared.events import Requests
+
+    host, port = front_end.metrics_address
+    with KafkaSocket(("127.0.0.1", front_end.port)) as sock:
+        for _ in range(3):
+            sock.send(metadata_request(12))
+            sock.receive()
+        with urllib.request.urlopen(f"http://{host}:{port}/connections?top=50&by=requests",
+                                    timeout=5) as response:
+            rows = json.load(response)["rows"]
+    assert any(row["client_id"] == "test" and row["requests"] >= 3 for row in rows), rows
+    wait_until(lambda: sum(event.count for event in front_end.events(Requests)
+                           if event.api == "Metadata") >= 3, timeout=5,
+               message="the event log has no Metadata requests of the front-end")
+
+
 def test_api_versions_promise_only_what_upstream_serves(front_end, upstream):
     theirs = api_versions(("127.0.0.1", upstream.port))
     ours = api_versions(("127.0.0.1", front_end.port))
@@ -118,6 +140,7 @@ def secure_front_end(upstream, listener: str, **settings) -> BrokerProcess:
                          workers=1)
 
 
+@pytest.mark.long  # two more brokers: `make compat`
 def test_the_front_end_reaches_its_upstream_over_sasl_ssl(secure_upstream, pki):
     with secure_front_end(secure_upstream, "SASL_SSL", **{
             "pybroker.upstream.ssl.ca.location": pki["ca"],

@@ -188,6 +188,7 @@ def denial(second, principal, resource, count, api="Produce", operation="WRITE",
                                   resource=resource, operation=operation, count=count)
 
 
+@pytest.mark.long  # 21 s of Spark: `make compat`; test_report tells a whole incident in make test
 def test_incidents_join_close_seconds_and_name_who_drove_them(spark, tmp_path):
     fast, slow = latency_bucket(200), latency_bucket(40_000)
     storm = [rejected(s, ip="10.6.6.6") for s in (10, 11, 13) for _ in range(12)]
