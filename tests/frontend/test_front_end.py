@@ -140,7 +140,6 @@ def secure_front_end(upstream, listener: str, **settings) -> BrokerProcess:
                          workers=1)
 
 
-@pytest.mark.long  # two more brokers: `make compat`
 def test_the_front_end_reaches_its_upstream_over_sasl_ssl(secure_upstream, pki):
     with secure_front_end(secure_upstream, "SASL_SSL", **{
             "pybroker.upstream.ssl.ca.location": pki["ca"],
