@@ -140,6 +140,23 @@ class DelayedCloser:
         return len(self._heap)
 
 
+class ListenerPauses:
+    """The creation-rate pauses of one listener's acceptors (its own port and, in front-end
+    mode, its node ports), which pause together: each pause counts only the time no other
+    pause already covers."""
+
+    def __init__(self):
+        self._until = 0  # monotonic ns the pauses so far cover
+
+    def add(self, seconds: float) -> int:
+        """Nanoseconds a pause of `seconds` from now adds to the listener's total."""
+        now = time.monotonic_ns()
+        end = now + int(seconds * 1e9)
+        added = max(0, end - max(now, self._until))
+        self._until = max(self._until, end)
+        return added
+
+
 class Acceptor:
     """Accepts on one listening socket, admits, and hands the sockets to workers."""
 
@@ -148,9 +165,16 @@ class Acceptor:
                  quotas: ConnectionQuotas, delayed: DelayedCloser, next_id: Callable[[], int],
                  over_limit: Callable[[], None], events: EventLog | None = None,
                  proxy: tuple[TrustedProxies, float] | None = None,
-                 refusal_delay: float | None = None):
+                 refusal_delay: float | None = None, pauses: "ListenerPauses | None" = None,
+                 node_port: bool = False):
+        """`pauses`: the creation-rate pauses of every acceptor of the listener, counted once
+        however many of its ports pause together; `node_port`: one more port of a listener
+        (front-end mode), whose blocked time is its own, not added to the listener's."""
         self.loop = loop
         self.index = index
+        self.pauses = pauses if pauses is not None else ListenerPauses()
+        self.node_port = node_port
+        self._own_blocked_ns = 0  # a node port's blocked time
         self.listener = listener
         self.sock = sock
         self.dispatcher = dispatcher
@@ -203,7 +227,7 @@ class Acceptor:
 
     def blocked_ns(self) -> int:
         """Total time blocked so far, including a block in progress."""
-        total = self.block.words[self._blocked_cell]
+        total = self._own_blocked_ns if self.node_port else self.block.words[self._blocked_cell]
         if self._blocked_since:
             total += time.monotonic_ns() - self._blocked_since
         return total
@@ -248,7 +272,10 @@ class Acceptor:
     def _end_block(self) -> None:
         if self._blocked_since:
             now = time.monotonic_ns()
-            self.block.words[self._blocked_cell] += now - self._blocked_since
+            if self.node_port:
+                self._own_blocked_ns += now - self._blocked_since
+            else:
+                self.block.words[self._blocked_cell] += now - self._blocked_since
             self._blocked_by[self._block_reason][1] += now - self._block_mark
             self._blocked_since = 0
 
@@ -286,7 +313,7 @@ class Acceptor:
         self._begin_block("creation_rate" if throttle else "descriptors")
         self._paused_until = time.monotonic() + seconds
         if throttle:
-            self.block.words[self._throttle_cell] += int(seconds * 1e9)
+            self.block.words[self._throttle_cell] += self.pauses.add(seconds)
         self.loop.call_later(seconds, self._pause_over)
 
     def _pause_over(self) -> None:

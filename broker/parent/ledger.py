@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from broker.parent.acceptor import MAX_DELAYED_CLOSES, Acceptor, DelayedCloser
+from broker.parent.acceptor import MAX_DELAYED_CLOSES, Acceptor, DelayedCloser, ListenerPauses
 from broker.parent.admission import ConnectionQuotas, Verdict
 from broker.parent.dynamic import DynamicConfig
 from broker.parent.handoff import Dispatcher
@@ -93,6 +93,7 @@ class ConnectionLedger:
         self.delayed = DelayedCloser(loop)
         self.acceptors: list[Acceptor] = []  # by listener index
         self.node_acceptors: list[Acceptor] = []  # front-end mode: the upstream nodes' ports
+        self._pauses: dict[int, ListenerPauses] = {}  # by listener index, shared by its ports
         self._ids = itertools.count(1)
         self._evicting: set[int] = set()
         self._refused: set[int] = set()  # refused for their user, released, not closed yet
@@ -126,16 +127,17 @@ class ConnectionLedger:
     def add_node_acceptor(self, index: int, sock: socket.socket) -> None:
         """Front-end mode: one more port of listener `index`, for one upstream node.  It
         counts as the listener itself: same limits, same counters, same hand-off."""
-        acceptor = self._acceptor(index, sock)
+        acceptor = self._acceptor(index, sock, node_port=True)
         self.node_acceptors.append(acceptor)
         acceptor.start()
 
-    def _acceptor(self, index: int, sock: socket.socket) -> Acceptor:
+    def _acceptor(self, index: int, sock: socket.socket, node_port: bool = False) -> Acceptor:
         listener = self.config.listeners[index]
         dispatcher = self.control_dispatcher if index == self.control_plane else self.dispatcher
         return Acceptor(self.loop, index, listener, sock, dispatcher, self.block, self.quotas,
                         self.delayed, lambda: next(self._ids), self.maybe_evict, self.events,
-                        self._proxy(listener.name), self._refusal_delay())
+                        self._proxy(listener.name), self._refusal_delay(),
+                        self._pauses.setdefault(index, ListenerPauses()), node_port)
 
     def stop(self) -> None:
         for acceptor in self.acceptors + self.node_acceptors:
@@ -311,8 +313,12 @@ class ConnectionLedger:
     # --- for metrics (called from the metrics thread) -------------------------------------
 
     def acceptor_blocked_ns(self, index: int) -> int:
+        """A listener's blocked time: its own port's, or the longest of its node ports' (they
+        block together, for the listener's room), never their sum."""
         if index < len(self.acceptors):
-            return self.acceptors[index].blocked_ns()
+            return max([self.acceptors[index].blocked_ns()]
+                       + [node.blocked_ns() for node in self.node_acceptors
+                          if node.index == index])
         return self.block.words[self.block.parent_cell("acceptor_blocked_ns", index)]
 
     def limit_view(self) -> dict:

@@ -42,11 +42,16 @@ class EventTicker:
     def _second(self, second: int) -> None:
         second_ms = second * 1000
         emit = self.log.emit
+        # A listener's ports (front-end mode: one per upstream node) block together: each
+        # reason's episodes and time are the longest of them, not their sum.
+        blocked: dict[tuple[str, str], list[int]] = {}
         for acceptor in self.ledger.acceptors + self.ledger.node_acceptors:
             for reason, (episodes, nanoseconds) in acceptor.take_blocked().items():
-                emit(events.AcceptorBlocked(ts=second_ms, listener=acceptor.listener.name,
-                                            reason=reason, episodes=episodes,
-                                            blocked_ms=nanoseconds / 1e6))
+                seen = blocked.setdefault((acceptor.listener.name, reason), [0, 0])
+                seen[0], seen[1] = max(seen[0], episodes), max(seen[1], nanoseconds)
+        for (listener, reason), (episodes, nanoseconds) in blocked.items():
+            emit(events.AcceptorBlocked(ts=second_ms, listener=listener, reason=reason,
+                                        episodes=episodes, blocked_ms=nanoseconds / 1e6))
         stats = events.BrokerStats(ts=second_ms, active={
             listener.name: count for listener, count in
             zip(self.config.listeners, self.ledger.quotas.per_listener)})

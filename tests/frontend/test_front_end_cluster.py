@@ -1,6 +1,7 @@
 """Two front-ends before a three-node KRaft Apache Kafka 4.4 cluster (replication 3,
 min.insync.replicas 2), all on 127.0.0.1: confluent-kafka, kafka-python and Kafka's Java
-clients produce, consume in groups and run transactions through them; a client quota holds
+clients produce, consume in groups (classic, KIP-848, KIP-932 share groups) and run
+transactions through them; a client quota holds
 across one front-end's workers; a connection storm leaves the cluster's connection count flat;
 one Kafka node killed with SIGKILL mid-produce loses no acknowledged record."""
 
@@ -144,13 +145,16 @@ def test_kafkas_java_clients_through_the_front_end(front_a):
     from tests.compat.helpers import facts, run_scenarios
 
     answers = run_scenarios(front_a.bootstrap, ["producer_idempotent", "transactions",
-                                                "consumer_group", "consumer_protocol"])
+                                                "consumer_group", "consumer_protocol",
+                                                "share_group"])
     assert facts(answers, "producer_idempotent")["one_producer_id"] is True
     assert facts(answers, "transactions")["read_committed_values"] == [
         f"IN-{n}" for n in range(5)]
     assert facts(answers, "consumer_group")["committed"] == [10, 10]
     found = facts(answers, "consumer_protocol")
     assert found["disjoint"] and found["split"] and found["consumed"] == 20
+    shared = facts(answers, "share_group")  # KIP-932: two share consumers, Kafka's own state
+    assert shared["consumed"] == shared["distinct"] == 10 and shared["described"][1] == 2
 
 
 def test_a_client_quota_is_held_across_front_end_workers(front_a):

@@ -1,5 +1,6 @@
 """Front-end mode in process: answers that name upstream nodes rewritten to the front-end's
-ports, a Produce's acks found in its frame, and the edge's ACLs splitting a Fetch."""
+ports, a Produce's acks found in its frame, the edge's ACLs splitting a Fetch, and a
+listener's node ports pausing together counted once."""
 
 from __future__ import annotations
 
@@ -150,3 +151,13 @@ def test_metadata_by_id_refuses_what_the_principal_may_not_describe():
     _, filtered = decode_response(3, 12, edge_acls.filtered(upstream, 3, 12, verdict))
     (topic,) = filtered.topics
     assert topic.error_code == ErrorCode.topic_authorization_failed and topic.partitions == ()
+
+
+def test_a_listeners_ports_pausing_together_count_the_pause_once():
+    from broker.parent.acceptor import ListenerPauses
+
+    pauses = ListenerPauses()
+    first = pauses.add(1.0)
+    second = pauses.add(1.0)  # another port of the listener, paused at the same moment
+    third = pauses.add(1.5)  # reaches half a second past the others
+    assert abs(first - 1e9) < 1e7 and second < 1e7 and abs(third - 0.5e9) < 1e7
