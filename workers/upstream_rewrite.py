@@ -28,6 +28,7 @@ from typing import Callable
 
 from broker.shared.protocol.client_codec import decode_response, reencode_response
 from broker.shared.protocol.errors import ErrorCode
+from broker.shared.protocol.guard import GuardError, read_uvarint
 from workers.router import InvalidRequest
 
 Address = Callable[[int], "tuple[str, int] | None"]
@@ -121,28 +122,15 @@ def acks_at(request, body_at: int, version: int) -> int:
     a negative length is null).  InvalidRequest if the frame cannot hold it."""
     try:
         if version >= 9:
-            value, at = _uvarint(request, body_at)
+            value, at = read_uvarint(request, body_at)
             value &= 0xFFFFFFFF
             length = (value - (1 << 32) if value >= 1 << 31 else value) - 1
         else:
             length, at = _INT16.unpack_from(request, body_at)[0], body_at + 2
-    except (IndexError, struct.error, ValueError):
+    except (IndexError, struct.error, GuardError):
         raise InvalidRequest("malformed_body", "Produce: no transactional id") from None
     at += max(0, length)
     if length > 32767 or at + 2 > len(request):
         raise InvalidRequest("malformed_body", f"Produce: a transactional id of {length} "
                                                f"bytes in a frame of {len(request)}")
     return at
-
-
-def _uvarint(data, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-        if shift > 28:
-            raise ValueError("a varint longer than five bytes")

@@ -161,3 +161,20 @@ def test_a_listeners_ports_pausing_together_count_the_pause_once():
     second = pauses.add(1.0)  # another port of the listener, paused at the same moment
     third = pauses.add(1.5)  # reaches half a second past the others
     assert abs(first - 1e9) < 1e7 and second < 1e7 and abs(third - 0.5e9) < 1e7
+
+
+@pytest.mark.parametrize("version,key_type,code", [
+    (0, 0, ErrorCode.group_authorization_failed), (3, 1,
+                                                   ErrorCode.transactional_id_authorization_failed),
+    (3, 2, ErrorCode.cluster_authorization_failed), (6, 2,
+                                                     ErrorCode.cluster_authorization_failed)])
+def test_find_coordinator_refusals_encode_in_every_version(version, key_type, code):
+    values = ({"key_type": key_type, "coordinator_keys": ["k"]} if version >= 4
+              else {"key": "k", "key_type": key_type})
+    request = request_frame(10, version, 1, "c", values)[4:]
+    _, body_at = request_readers(10, version)[0](request, 0)
+    body = request_readers(10, version)[1](request, body_at)[0]
+    ctx = RequestContext(request[4:8], 10, version, 0, None, "bob", "127.0.0.1", len(request))
+    _, refused = decode_response(10, version, edge_acls.check(reader_access(), ctx, body))
+    found = refused.coordinators[0].error_code if version >= 4 else refused.error_code
+    assert found == code

@@ -82,7 +82,7 @@ def write_seeds(target: str, directory: str) -> int:
 
     frames = captured()
     seeds: list[bytes] = []
-    if target == "router":
+    if target in ("router", "upstream"):
         seeds = frames
     elif target == "framing":
         seeds = [bytes([flags]) + b"".join(struct.pack(">i", len(f)) + f for f in frames[i::7])
@@ -204,6 +204,10 @@ def instrument() -> None:
         import workers.connection  # noqa: F401
         import workers.authenticator  # noqa: F401
         import workers.router  # noqa: F401
+        import workers.upstream  # noqa: F401
+        import workers.upstream_rewrite  # noqa: F401
+        import workers.apis.upstream  # noqa: F401
+        import workers.apis.edge_acls  # noqa: F401
 
 
 @dataclass

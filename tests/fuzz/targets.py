@@ -553,9 +553,108 @@ def names(data: bytes) -> None:
             raise Finding(f"{read.__name__} printed {printed!r} from {len(data)} bytes")
 
 
+def upstream(data: bytes) -> None:
+    """`data`: a request frame a front-end routes upstream (a captured one, mutated): what the
+    edge reads of it in place (a Produce's acks, a Fetch's replica and long poll), the edge's
+    ACLs on it, and the same bytes read back as an upstream answer by a link."""
+    from broker.shared.protocol.codec import REQUEST_PREFIX, request_readers
+    from broker.shared.protocol.context import RequestContext
+    from workers.apis import edge_acls
+    from workers.apis.upstream import _decoded, _fetch_checked
+    from workers.router import InvalidRequest
+    from workers.upstream_rewrite import acks_at
+
+    if len(data) < 8:
+        return
+    api_key, version, _ = REQUEST_PREFIX.unpack_from(data, 0)
+    try:
+        header_reader, _ = request_readers(api_key, version)
+        _, body_at = header_reader(data, 0)
+    except Exception:  # noqa: BLE001 - not a request the front-end routes: closed
+        return
+    try:
+        if api_key == 0:
+            at = acks_at(data, body_at, version)
+            if not body_at <= at <= len(data) - 2:
+                raise Finding(f"acks at {at} of a {len(data)}-byte frame")
+        elif api_key == 1 and version <= 14:
+            _fetch_checked(data, body_at, 30000)
+        if (api_key in edge_acls.CHECKS  # what an authorizing front-end offers
+                and edge_acls.FLOORS.get(api_key, 0) <= version <= edge_acls.CAPS.get(api_key, 99)):
+            ctx = RequestContext(data[4:8], api_key, version, 0, None, "mallory", "10.0.0.9",
+                                 len(data))
+            verdict = edge_acls.check(_ACCESS, ctx, _decoded(data, api_key, version, body_at))
+            if verdict is not None and type(verdict) is not bytes and verdict.body is not None:
+                edge_acls.request_with(data, body_at, verdict.body)
+    except InvalidRequest:
+        pass  # the connection is closed as malformed
+    _link_reads(data)
+
+
+def _link_reads(data: bytes) -> None:
+    """`data` as an upstream answer, in chunks: delivered whole, or the link broken."""
+    from broker.shared import ipc as messages
+    from broker.shared.upstream_security import UpstreamSecurity
+    from workers.upstream import NodePool, UpstreamLink, UpstreamUnavailable
+
+    class Transport:
+        closing = False
+
+        def writelines(self, parts):
+            pass
+
+        def abort(self):
+            self.closing = True
+
+        close = abort
+
+        def is_closing(self):
+            return self.closing
+
+    loop = asyncio.new_event_loop()
+    try:
+        pool = NodePool(loop, messages.UpstreamNode(node_id=1, host="127.0.0.1", port=9), 1, 1.0,
+                        UpstreamSecurity("PLAINTEXT"))
+        link = UpstreamLink(pool)
+        link.connection_made(Transport())
+        link.ready = True
+        pool.links.add(link)
+        future = loop.create_future()
+        link.send(b"\0\3\0\x0c" + data[4:8] + b"\0\0", future, bytes, 5.0)
+        answer = struct.pack(">i", max(0, len(data) - 4)) + data[4:]
+        for start in range(0, len(answer), 4099):
+            if link.transport.closing:
+                break
+            chunk = answer[start:start + 4099]
+            buffer = link.get_buffer(-1)
+            buffer[:len(chunk)] = chunk[:len(buffer)]
+            link.buffer_updated(min(len(chunk), len(buffer)))
+        if future.done() and future.exception() is None and bytes(future.result()) != answer:
+            raise Finding("a link delivered other bytes than it read")
+        if future.done() and future.exception() is not None and \
+                not isinstance(future.exception(), UpstreamUnavailable):
+            raise Finding(f"a link failed with {future.exception()!r}")
+    finally:
+        loop.close()
+
+
+def _edge_access():
+    from broker.shared.access import Access
+    from broker.shared.acl import Acl, Operation, PatternType, Permission, ResourceType
+
+    access = Access(True)
+    access.update([Acl(int(ResourceType.TOPIC), "t", int(PatternType.PREFIXED), "User:mallory",
+                       "*", int(Operation.ALL), int(Permission.ALLOW))])
+    return access
+
+
+_ACCESS = _edge_access()
+
+
 TARGETS = {"framing": framing, "requests": requests, "router": router, "records": records,
-           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy, "http": http, "names": names}
+           "ipc": ipc, "sasl": sasl, "tags": tags, "proxy": proxy, "http": http, "names": names,
+           "upstream": upstream}
 # Which committed seed directory each target starts from (corpus/<name>/).
 SEEDS = {"framing": "frames", "requests": "bodies", "router": "requests",
          "records": "batches", "ipc": "ipc", "sasl": "sasl", "tags": "tagged",
-         "proxy": "proxy", "http": "http", "names": "names"}
+         "proxy": "proxy", "http": "http", "names": "names", "upstream": "upstream"}

@@ -325,23 +325,24 @@ def list_groups(access, ctx, body):
 
 def find_coordinator(access, ctx, body):
     key_type = getattr(body, "key_type", 0)  # v0: groups only
-    if key_type == 2:  # share partitions: the brokers' own
-        return ctx.respond({"throttle_time": NO_THROTTLE, "coordinators": [
-            {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None,
-             "error_code": CLUSTER_DENIED} for key in body.coordinator_keys]})
-    kind, operation = ((GROUP, GROUP_DENIED) if key_type == 0 else (TXN, TXN_DENIED))
     keys = body.coordinator_keys if ctx.version >= 4 else (body.key,)
+    if key_type == 2:  # share partitions' coordinators: the brokers' own business
+        return _coordinators_refused(ctx, keys, {key: CLUSTER_DENIED for key in keys})
+    kind, code = ((GROUP, GROUP_DENIED) if key_type == 0 else (TXN, TXN_DENIED))
     refused = [key for key in keys if not access.check(ctx, Operation.DESCRIBE, kind, key)]
     if not refused:
         return None
-    if ctx.version < 4:
-        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": operation,
-                            "error_message": None, "node_id": -1, "host": "", "port": -1})
     # The keys it may see get a retriable error: the client asks for them again.
+    return _coordinators_refused(ctx, keys, {key: code for key in refused})
+
+
+def _coordinators_refused(ctx, keys, codes: dict) -> bytes:
+    if ctx.version < 4:
+        return ctx.respond({"throttle_time": NO_THROTTLE, "error_code": codes[keys[0]],
+                            "error_message": None, "node_id": -1, "host": "", "port": -1})
     return ctx.respond({"throttle_time": NO_THROTTLE, "coordinators": [
         {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None,
-         "error_code": operation if key in refused else ErrorCode.coordinator_not_available}
-        for key in keys]})
+         "error_code": codes.get(key, ErrorCode.coordinator_not_available)} for key in keys]})
 
 
 # --- transactions ---------------------------------------------------------------------------
